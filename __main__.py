@@ -1,0 +1,3 @@
+from rawgpu.tools.cli import main
+
+raise SystemExit(main())

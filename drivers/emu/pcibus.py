@@ -1,0 +1,204 @@
+"""A virtual PCI bus: emulated boards appear in a System's sysfs tree, and emulated host RAM backs DMA.
+
+The driver sees only what Linux shows for a real board (vendor/device/class files, config, resource, resourceN) and
+reaches the board only through config space, BAR mappings and the bus addresses of host pages it allocated.
+"""
+from __future__ import annotations
+import ctypes, mmap, os, threading
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+from rawgpu.drivers.mmio import HookMMIO, MMIO, MemMMIO
+from rawgpu.drivers.system import PAGE, System
+
+SYSFS_PCI = "/sys/bus/pci/devices"
+
+
+class BusError(Exception):
+  """A DMA to a bus address nobody backs (a master abort). Boards catch it and report it their own way."""
+  def __init__(self, addr: int, size: int): super().__init__(f"master abort at bus address {addr:#x}+{size:#x}"); self.addr = addr
+
+
+@dataclass
+class Bar:
+  size: int
+  mem: memoryview | None = None                               # memory-backed BAR (VRAM): plain shared memory
+  read: Callable[[int, int], int] | None = None               # register BAR: read(offset, width)
+  write: Callable[[int, int, int], None] | None = None        # register BAR: write(offset, width, value)
+  prefetch: bool = False
+  is64: bool = True
+
+
+class Board(Protocol):
+  """What the bus needs from an emulated PCI function."""
+  vendor: int
+  device: int
+  cls: int
+  bars: dict[int, Bar]
+  def config_read(self, off: int, size: int) -> int: ...
+  def config_write(self, off: int, size: int, value: int) -> None: ...
+  def reset(self) -> None: ...
+
+
+class HostRAM:
+  """Emulated host RAM: anonymous mappings for DMA come from here, with made-up but stable physical addresses."""
+  PHYS_BASE = 0x1_0000_0000  # above 4 GiB, like most of a real machine's RAM
+
+  def __init__(self, size: int = 1 << 30):
+    self.size = size
+    self.buf = mmap.mmap(-1, size, mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+    self.mem = memoryview(self.buf)
+    self.vbase = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
+    self.lock, self.next, self.free_list = threading.Lock(), 0, []
+
+  def alloc(self, size: int) -> MemMMIO:
+    size = (size + PAGE - 1) & ~(PAGE - 1)
+    with self.lock:
+      for i, (off, sz) in enumerate(self.free_list):
+        if sz >= size:
+          self.free_list[i:i + 1] = [(off + size, sz - size)] if sz > size else []
+          break
+      else:
+        if self.next + size > self.size: raise MemoryError(f"emulated host RAM exhausted ({self.size >> 20} MiB)")
+        off, self.next = self.next, self.next + size
+    self.mem[off:off + size] = bytes(size)
+    return MemMMIO(self.mem[off:off + size], self.vbase + off)
+
+  def free(self, m: MemMMIO) -> None:
+    assert m.addr is not None
+    with self.lock: self.free_list.append((m.addr - self.vbase, m.size))
+
+  def phys(self, vaddr: int) -> int | None:
+    off = vaddr - self.vbase
+    return self.PHYS_BASE + off if 0 <= off < self.size else None
+
+  # the device side: bus addresses
+  def dma(self, addr: int, size: int) -> memoryview:
+    off = addr - self.PHYS_BASE
+    if off < 0 or size < 0 or off + size > self.size: raise BusError(addr, size)
+    return self.mem[off:off + size]
+
+
+class _ConfigFile:
+  def __init__(self, board: Board): self.board = board
+  def read(self, n: int, offset: int) -> bytes:
+    n = max(0, min(n, 4096 - offset))
+    return bytes(self.board.config_read(offset + i, 1) for i in range(n))
+  def write(self, data: bytes, offset: int) -> int:
+    for i, b in enumerate(data): self.board.config_write(offset + i, 1, b)
+    return len(data)
+  def ioctl(self, request: int, buf) -> int: raise OSError(25, "Inappropriate ioctl for device")
+  def mmap(self, size: int, offset: int) -> MMIO: raise OSError(19, "config space cannot be mapped")
+  def close(self) -> None: pass
+
+
+class _TextFile:
+  def __init__(self, text: str = "", on_write: Callable[[str], None] | None = None): self.text, self.on_write = text, on_write
+  def read(self, n: int, offset: int) -> bytes: return self.text.encode()[offset:offset + n]
+  def write(self, data: bytes, offset: int) -> int:
+    if self.on_write is None: raise PermissionError(13, "read-only sysfs attribute")
+    self.on_write(data.decode())
+    return len(data)
+  def ioctl(self, request: int, buf) -> int: raise OSError(25, "Inappropriate ioctl for device")
+  def mmap(self, size: int, offset: int) -> MMIO: raise OSError(19, "not mappable")
+  def close(self) -> None: pass
+
+
+class _ResourceFile(_TextFile):
+  def __init__(self, bar: Bar): super().__init__(); self.bar = bar
+  def mmap(self, size: int, offset: int) -> MMIO:
+    if offset + size > self.bar.size: raise OSError(22, "mapping beyond the BAR")
+    if self.bar.mem is not None: return MemMMIO(self.bar.mem[offset:offset + size])
+    assert self.bar.read and self.bar.write
+    return HookMMIO(size, self.bar.read, self.bar.write, offset)
+
+
+class BoardSysfs:
+  """The sysfs directory of one emulated board (a Provider for System.mount)."""
+  BAR_BASE = 0xf000_0000_0000
+
+  def __init__(self, board: Board, index: int):
+    self.board, self.index = board, index
+
+  def _resource_text(self) -> str:
+    lines, base = [], self.BAR_BASE + (self.index << 36)
+    for n in range(7):
+      bar = self.board.bars.get(n)
+      if bar is None: lines.append("0x0000000000000000 0x0000000000000000 0x0000000000000000"); continue
+      flags = 0x200 | (0x2000 if bar.prefetch else 0) | (0x100000 if bar.is64 else 0)  # IORESOURCE_MEM | PREFETCH | MEM_64
+      lines.append(f"{base:#018x} {base + bar.size - 1:#018x} {flags:#018x}")
+      base += max(bar.size, 1 << 20)
+    return "\n".join(lines) + "\n"
+
+  def _files(self) -> dict[str, Callable[[], object]]:
+    b = self.board
+    files: dict[str, Callable[[], object]] = {
+      "vendor": lambda: _TextFile(f"{b.vendor:#06x}\n"), "device": lambda: _TextFile(f"{b.device:#06x}\n"),
+      "class": lambda: _TextFile(f"{b.cls:#08x}\n"), "config": lambda: _ConfigFile(b),
+      "resource": lambda: _TextFile(self._resource_text()), "reset": lambda: _TextFile("", lambda _t: b.reset()),
+    }
+    for n, bar in b.bars.items(): files[f"resource{n}"] = (lambda bar=bar: _ResourceFile(bar))
+    return files
+
+  def open(self, rel: str, flags: int):
+    f = self._files().get(rel)
+    if f is None: raise FileNotFoundError(2, f"No such file: {rel}")
+    return f()
+
+  def listdir(self, rel: str) -> list[str]:
+    if rel: raise NotADirectoryError(20, rel)
+    return list(self._files())
+
+  def readlink(self, rel: str) -> str: raise OSError(22, "not a link")  # no kernel driver is bound
+  def exists(self, rel: str) -> bool: return rel == "" or rel in self._files()
+
+
+class DevicesDir:
+  """/sys/bus/pci/devices of the virtual bus: only its own boards, nothing of the real machine."""
+  def __init__(self, boards: dict[str, BoardSysfs]): self.boards = boards
+
+  def _split(self, rel: str) -> tuple[BoardSysfs, str]:
+    bus, _, rest = rel.partition("/")
+    if bus not in self.boards: raise FileNotFoundError(2, f"No such device: {bus}")
+    return self.boards[bus], rest
+
+  def open(self, rel: str, flags: int):
+    b, rest = self._split(rel)
+    return b.open(rest, flags)
+
+  def listdir(self, rel: str) -> list[str]:
+    if not rel: return list(self.boards)
+    b, rest = self._split(rel)
+    return b.listdir(rest)
+
+  def readlink(self, rel: str) -> str:
+    b, rest = self._split(rel)
+    return b.readlink(rest)
+
+  def exists(self, rel: str) -> bool:
+    if not rel: return True
+    bus, _, rest = rel.partition("/")
+    return bus in self.boards and self.boards[bus].exists(rest)
+
+
+@dataclass
+class VirtualBus:
+  """A System with boards plugged in at distinct bus addresses, and the emulated host RAM they DMA to."""
+  host: HostRAM = field(default_factory=HostRAM)
+  system: System = field(default_factory=System)
+  boards: dict[str, Board] = field(default_factory=dict)
+
+  def __post_init__(self):
+    self.system.host_memory = self.host
+    self._dirs: dict[str, BoardSysfs] = {}
+    self.system.mount(SYSFS_PCI, DevicesDir(self._dirs))
+
+  def plug(self, board: Board) -> str:
+    """Plug a board in at the next free bus address (0000:c1:00.0, 0000:c2:00.0, ...) and return that address."""
+    n = len(self.boards)
+    bus = f"0000:{0xc1 + n:02x}:00.0"
+    self.boards[bus], self._dirs[bus] = board, BoardSysfs(board, n)
+    return bus
+
+  def unplug(self, bus: str) -> None:
+    """Surprise removal: the sysfs entry disappears; mappings the driver holds stay but the board decides what they read."""
+    self.boards.pop(bus); self._dirs.pop(bus)

@@ -1,0 +1,59 @@
+"""The small surface every interface (PCI/AM, KFD, USB and their MOCK twins) offers to hcq.
+
+hcq never knows which interface it has: it allocates GPU memory, creates hardware rings and waits, through this.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Protocol
+from rawgpu.drivers.mmio import MMIO
+
+
+@dataclass
+class DeviceProps:
+  vendor: str                          # "AMD" / "NV"
+  arch: str                            # "gfx1100", "gfx1201", ...
+  iface: str                           # "PCI", "MOCKPCI", "KFD", ...
+  name: str = ""                       # marketing name where known, e.g. "Radeon RX 7900 XTX"
+  pci_bus: str | None = None
+  compute_units: int = 0
+  simd_per_cu: int = 2
+  wave_size: int = 32                  # default wave size kernels are built for on this arch
+  lds_size: int = 64 << 10             # bytes per workgroup
+  vram_size: int = 0
+  bar_size: int = 0                    # CPU-visible VRAM (large-BAR boards: == vram_size)
+  ip_versions: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # "gc", "sdma", "mmhub", ...
+  emulated: bool = False
+
+
+@dataclass
+class Mem:
+  """GPU memory: a GPU virtual address, and a CPU view where the CPU can reach it."""
+  va: int
+  size: int
+  cpu: MMIO | None                     # None when not CPU-visible (small-BAR VRAM beyond the BAR)
+  host: bool = False                   # system memory (GTT) rather than VRAM
+  uncached: bool = False
+  meta: object = None                  # interface-private (physical pages, handles)
+
+
+@dataclass
+class HWRing:
+  """A hardware ring the interface created. hcq writes packets, then the write pointer, then rings the doorbell."""
+  kind: Literal["compute", "sdma"]
+  ring: Mem                            # the ring buffer (CPU-visible)
+  write_ptr: memoryview                # 1-element 'Q' view the engine reads (compute: dwords, sdma: bytes)
+  read_ptr: memoryview                 # 1-element 'Q' view the engine writes (same unit)
+  doorbell: object                     # 1-element 'Q' index view (memoryview or HookArray): doorbell[0] = wptr
+  wptr_unit: int                       # bytes per write-pointer step: 4 (dwords) or 1 (bytes)
+  before_doorbell: Callable[[], None] | None = None   # e.g. HDP flush on PCI, so the engine sees the CPU's writes
+  name: str = ""
+
+
+class Iface(Protocol):
+  props: DeviceProps
+  def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = True, contiguous: bool = False) -> Mem: ...
+  def free(self, mem: Mem) -> None: ...
+  def create_ring(self, kind: Literal["compute", "sdma"], size: int) -> HWRing: ...
+  def sleep(self, timeout_ms: float) -> None: ...    # wait for an interrupt (or up to timeout_ms); raises DeviceFault on a fault
+  def check_faults(self) -> None: ...                # raise DeviceFault for a pending page fault / shader error
+  def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Hardware command queues: the vendor-neutral core and per-vendor encoders."""

@@ -1,0 +1,40 @@
+import pytest
+from rawgpu.drivers.devspec import DevSpec, parse_dev
+from rawgpu.errors import DeviceSpecError
+
+GOOD = {
+  "AMD": DevSpec("AMD"),
+  "PCI+AMD": DevSpec("AMD", "PCI"),
+  "KFD+AMD": DevSpec("AMD", "KFD"),
+  "USB+AMD": DevSpec("AMD", "USB"),
+  "MOCKPCI+AMD": DevSpec("AMD", "MOCKPCI"),
+  "MOCKPCI+AMD::gfx1201": DevSpec("AMD", "MOCKPCI", arch="gfx1201"),
+  "PCI:0-3+AMD": DevSpec("AMD", "PCI", (0, 1, 2, 3)),
+  "PCI:1,3+AMD": DevSpec("AMD", "PCI", (1, 3)),
+  "NVK+NV": DevSpec("NV", "NVK"),
+  "PCI+NV": DevSpec("NV", "PCI"),
+  "AMD:LLVM:gfx1100": DevSpec("AMD", renderer="LLVM", arch="gfx1100"),
+  "mockpci+amd": DevSpec("AMD", "MOCKPCI"),
+}
+
+
+@pytest.mark.parametrize("text", GOOD)
+def test_good(text):
+  spec = parse_dev(text)
+  assert spec == GOOD[text]
+  assert parse_dev(str(spec)) == spec  # the printed form parses back to the same value
+
+
+@pytest.mark.parametrize("text,words", [
+  ("", "empty"), ("+AMD", "nothing before"), ("FOO+AMD", "unknown interface"), ("PCI+INTEL", "unknown vendor"),
+  ("PCI:3-1+AMD", "backwards"), ("PCI:a+AMD", "bad device index"), ("PCI:1,1+AMD", "repeated"),
+  ("AMD::gfx9000", "unknown arch"), ("AMD:FOO", "unknown renderer"), ("MOCKPCI+AMD::gfx942", "emulated"),
+  ("NVK+AMD", "unknown interface"), ("AMD:LLVM:gfx1100:x", "too many"),
+])
+def test_bad(text, words):
+  with pytest.raises(DeviceSpecError, match=words) as e: parse_dev(text)
+  assert "valid" in str(e.value) or words in str(e.value)
+
+
+def test_emulated_flag():
+  assert parse_dev("MOCKPCI+AMD").emulated and not parse_dev("PCI+AMD").emulated and not parse_dev("AMD").emulated

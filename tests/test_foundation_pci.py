@@ -1,0 +1,71 @@
+import os, subprocess, sys, tempfile, pytest
+from rawgpu.drivers import pci
+from rawgpu.errors import DeviceBusy, DeviceNotFound, RawGPUError
+
+BOARDS = {
+  "0000:03:00.0": dict(vendor=0x1002, device=0x744c, bars={0: 1 << 16, 2: 4096, 5: 1 << 14}),
+  "0000:04:00.0": dict(vendor=0x10de, device=0x2335, bars={0: 1 << 14}, driver="nvidia"),
+  "0000:05:00.0": dict(vendor=0x8086, device=0x1234, cls=0x020000),
+}
+
+
+def test_scan_filters(fake_pci):
+  system = fake_pci(BOARDS)
+  assert [i.bus for i in pci.scan(system=system)] == sorted(BOARDS)
+  amd = pci.scan(vendor=0x1002, system=system)
+  assert [(i.bus, i.device, i.driver) for i in amd] == [("0000:03:00.0", 0x744c, None)]
+  assert [i.bus for i in pci.scan(cls_prefix=0x03, system=system)] == ["0000:03:00.0", "0000:04:00.0"]
+  assert pci.scan(vendor=0x10de, system=system)[0].driver == "nvidia"
+  assert pci.scan(vendor=0x1002, devices={0x7550}, system=system) == []
+
+
+def test_config_and_bars(fake_pci):
+  system = fake_pci(BOARDS)
+  dev = pci.PCIDevice("0000:03:00.0", system)
+  assert dev.config_read(0, 2) == 0x1002 and dev.config_read(2, 2) == 0x744c
+  dev.enable_bus_master()
+  assert dev.config_read(pci.PCI_COMMAND, 2) & pci.PCI_COMMAND_MASTER
+  assert [dev.bar_size(n) for n in range(6)] == [1 << 16, 0, 4096, 0, 0, 1 << 14]
+  bar = dev.map_bar(5)
+  bar.write32(0x40, 0xcafe)
+  assert dev.map_bar(5).read32(0x40) == 0xcafe  # a second mapping sees the same memory
+  with pytest.raises(RawGPUError, match="BAR1"): dev.map_bar(1)
+  with pytest.raises(RawGPUError, match="cannot map"): dev.map_bar(5, 1 << 13, 1 << 14)
+  dev.close()
+
+
+def test_missing_device_and_bad_bus(fake_pci):
+  system = fake_pci(BOARDS)
+  with pytest.raises(DeviceNotFound): pci.PCIDevice("0000:09:00.0", system)
+  for bad in ("03:00.0", "0000:03:00", "0000:3:00.0", "0000:03:00.0; rm -rf /"):
+    with pytest.raises(RawGPUError, match="dddd:bb:dd.f"): pci.check_bus(bad)
+
+
+def test_lock_file_second_owner(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  bus = "0000:03:00.0"
+  lock = pci.DeviceLock("am", bus)
+  assert pci.lock_owner(pci.lock_path("am", bus)) == os.getpid()
+  # another process trying to take it must be told who holds it
+  code = f"import tempfile; tempfile.tempdir={str(tmp_path)!r}\nfrom rawgpu.drivers import pci\ntry: pci.DeviceLock('am', {bus!r})\nexcept Exception as e: print(type(e).__name__, e)"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+  assert out.startswith("DeviceBusy") and f"pid {os.getpid()}" in out
+  lock.release()
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+  assert out == ""
+
+
+def test_lock_refuses_planted_symlink(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  target = tmp_path / "victim"
+  target.write_text("precious")
+  os.symlink(target, pci.lock_path("am", "0000:03:00.0"))
+  with pytest.raises(RawGPUError, match="symlink"): pci.DeviceLock("am", "0000:03:00.0")
+  assert target.read_text() == "precious"
+
+
+def test_lock_busy_in_process(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+  a = pci.DeviceLock("am", "0000:03:00.0")
+  with pytest.raises(DeviceBusy): pci.DeviceLock("am", "0000:03:00.0")  # flock is per open file: a second open conflicts
+  a.release()

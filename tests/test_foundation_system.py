@@ -1,0 +1,56 @@
+import os, pytest
+from rawgpu.drivers import pci
+from rawgpu.drivers.emu.pcibus import Bar, BusError, HostRAM, VirtualBus
+from rawgpu.drivers.system import SYSTEM, DirProvider, System
+from rawgpu.errors import PermissionProblem
+
+
+def test_mount_routes_and_merges_listdir(tmp_path):
+  (tmp_path / "a").write_text("hello")
+  s = System()
+  s.mount("/nonexistent/root/x", DirProvider(str(tmp_path)))
+  assert s.listdir("/nonexistent/root") == ["x"] and s.exists("/nonexistent/root/x/a")
+  assert s.read_text("/nonexistent/root/x/a") == "hello"
+  with pytest.raises(PermissionError): DirProvider(str(tmp_path)).open("../../etc/passwd", os.O_RDONLY)
+
+
+def test_real_host_memory_has_bus_addresses():
+  mem = SYSTEM.alloc_host(3 * 4096)
+  try: addrs = SYSTEM.bus_addresses(mem)
+  except PermissionProblem as e: pytest.skip(f"not allowed to read physical addresses here: {e}")
+  assert len(addrs) == 3 and all(a and a % 4096 == 0 for a in addrs)
+
+
+class DummyBoard:
+  vendor, device, cls = 0x1002, 0x744c, 0x030000
+  def __init__(self):
+    self.cfg = bytearray(4096)
+    self.regs: dict[int, int] = {}
+    self.vram = bytearray(1 << 16)
+    self.bars = {0: Bar(1 << 16, mem=memoryview(self.vram)), 5: Bar(1 << 12, read=lambda o, w: self.regs.get(o, 0), write=self.regs.__setitem__ and (lambda o, w, v: self.regs.__setitem__(o, v)))}
+  def config_read(self, off, size): return int.from_bytes(self.cfg[off:off + size], "little")
+  def config_write(self, off, size, value): self.cfg[off:off + size] = value.to_bytes(size, "little")
+  def reset(self): self.regs.clear()
+
+
+def test_virtual_bus_presents_board_like_sysfs():
+  vb = VirtualBus(HostRAM(1 << 24))
+  b1, b2 = DummyBoard(), DummyBoard()
+  bus1, bus2 = vb.plug(b1), vb.plug(b2)
+  assert bus1 != bus2
+  found = pci.scan(vendor=0x1002, system=vb.system)
+  assert [i.bus for i in found] == [bus1, bus2] and found[0].driver is None
+  dev = pci.PCIDevice(bus1, vb.system)
+  dev.enable_bus_master()
+  assert b1.cfg[4] & pci.PCI_COMMAND_MASTER and not b2.cfg[4]
+  regs = dev.map_bar(5)
+  regs.write32(0x10, 42)
+  assert b1.regs[0x10] == 42 and regs.read32(0x10) == 42
+  dev.map_bar(0).write32(0x100, 0xabcd)
+  assert int.from_bytes(b1.vram[0x100:0x104], "little") == 0xabcd
+  host = dev.alloc_host(8192)
+  host.view.write32(4096, 0x5555)
+  assert bytes(vb.host.dma(host.bus_addrs[1], 4)) == (0x5555).to_bytes(4, "little")  # the device sees what the CPU wrote
+  with pytest.raises(BusError): vb.host.dma(0x1000, 4)
+  vb.unplug(bus2)
+  assert [i.bus for i in pci.scan(system=vb.system)] == [bus1]
