@@ -1,0 +1,1 @@
+"""RDNA3/RDNA4 compute-unit emulator."""

@@ -1,0 +1,167 @@
+"""Instruction decoder for RDNA3 (gfx11) and RDNA4 (gfx12): bytes -> Inst, and Inst -> LLVM assembly text.
+
+Encodings (field positions) follow AMD's RDNA3/RDNA4 ISA guides; opcode numbers and mnemonics come from the
+generated optables_gfx1x.py (LLVM's disassembler). The text form mirrors llvm-objdump so tests can compare the two.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+import struct
+
+from rawgpu.drivers.emu.rdna import optables_gfx11, optables_gfx12
+
+TABLES = {"gfx11": optables_gfx11.TABLES, "gfx12": optables_gfx12.TABLES}
+
+def family(arch: str) -> str:
+  if arch.startswith("gfx11"): return "gfx11"
+  if arch.startswith("gfx12"): return "gfx12"
+  raise ValueError(f"unsupported architecture {arch!r}: the RDNA emulator models gfx11xx and gfx12xx")
+
+@dataclass
+class Inst:
+  addr: int                      # byte offset in the code
+  size: int                      # bytes, literal and DPP words included
+  fmt: str                       # table format name: sop1, vop3, ds, global, ...
+  op: int
+  name: str                      # LLVM mnemonic without _e32/_e64
+  f: dict[str, int] = field(default_factory=dict)   # raw fields
+  lit: int | None = None         # 32-bit literal, if any
+  dpp: int | None = None         # DPP16 word, if any
+  dpp8: int | None = None        # DPP8 word, if any
+  ops: tuple = ()                # (field, register count, register file) in printed order, from the table
+  vop3: bool = False             # VOP1/2/C opcode in the VOP3 encoding
+  y: "Inst | None" = None        # VOPD: the Y half (this Inst is the X half)
+
+class DecodeError(Exception):
+  pass
+
+def _bits(w: int, lo: int, n: int) -> int: return (w >> lo) & ((1 << n) - 1)
+
+def _sext(v: int, n: int) -> int: return v - (1 << n) if v >> (n - 1) & 1 else v
+
+def decode_at(arch: str, code: bytes, pc: int) -> Inst:
+  """Decode the instruction at byte offset pc of code. Raises DecodeError for an encoding LLVM does not know."""
+  fam = family(arch)
+  tabs = TABLES[fam]
+  if pc + 4 > len(code) or pc % 4: raise DecodeError("fetch outside code")
+  def dw(i: int) -> int:
+    if pc + 4 * i + 4 > len(code): raise DecodeError("instruction runs past the end of the code")
+    return struct.unpack_from("<I", code, pc + 4 * i)[0]
+  w0 = dw(0)
+  f: dict[str, int] = {}
+  srcs: list[str] = []
+  if w0 >> 31 == 0:  # VOP1 / VOPC / VOP2
+    top = w0 >> 25
+    if top == 0x3f: fmt, op, f = "vop1", _bits(w0, 9, 8), {"vdst": _bits(w0, 17, 8), "src0": _bits(w0, 0, 9)}
+    elif top == 0x3e: fmt, op, f = "vopc", _bits(w0, 17, 8), {"src1": _bits(w0, 9, 8) + 256, "src0": _bits(w0, 0, 9)}
+    else: fmt, op, f = "vop2", top, {"vdst": _bits(w0, 17, 8), "src1": _bits(w0, 9, 8) + 256, "src0": _bits(w0, 0, 9)}
+    srcs, size = ["src0"], 4
+  elif w0 >> 30 == 0b10:  # scalar ALU and program control
+    top9 = w0 >> 23
+    if top9 == 0x17d: fmt, op, f = "sop1", _bits(w0, 8, 8), {"sdst": _bits(w0, 16, 7), "src0": _bits(w0, 0, 8)}
+    elif top9 == 0x17e: fmt, op, f = "sopc", _bits(w0, 16, 7), {"src1": _bits(w0, 8, 8), "src0": _bits(w0, 0, 8)}
+    elif top9 == 0x17f: fmt, op, f = "sopp", _bits(w0, 16, 7), {"simm16": _bits(w0, 0, 16)}
+    elif w0 >> 28 == 0xb: fmt, op, f = "sopk", _bits(w0, 23, 5), {"sdst": _bits(w0, 16, 7), "simm16": _bits(w0, 0, 16)}
+    else: fmt, op, f = "sop2", _bits(w0, 23, 7), {"sdst": _bits(w0, 16, 7), "src1": _bits(w0, 8, 8), "src0": _bits(w0, 0, 8)}
+    srcs, size = [s for s in ("src0", "src1") if s in f], 4
+  else:
+    enc = w0 >> 26
+    if enc == 0x35:  # VOP3 / VOP3SD
+      w1 = dw(1)
+      fmt, op = "vop3", _bits(w0, 16, 10)
+      f = {"vdst": _bits(w0, 0, 8), "abs": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 4), "clamp": _bits(w0, 15, 1),
+           "sdst": _bits(w0, 8, 7), "src0": _bits(w1, 0, 9), "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9),
+           "omod": _bits(w1, 27, 2), "neg": _bits(w1, 29, 3)}
+      srcs, size = ["src0", "src1", "src2"], 8
+    elif w0 >> 24 == 0xcc:  # VOP3P
+      w1 = dw(1)
+      fmt, op = "vop3p", _bits(w0, 16, 7)
+      f = {"vdst": _bits(w0, 0, 8), "neg_hi": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 3),
+           "opsel_hi": _bits(w1, 27, 2) | _bits(w0, 14, 1) << 2, "clamp": _bits(w0, 15, 1),
+           "src0": _bits(w1, 0, 9), "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9), "neg": _bits(w1, 29, 3)}
+      srcs, size = ["src0", "src1", "src2"], 8
+    elif enc == 0x32:  # VOPD dual issue
+      w1 = dw(1)
+      opx, opy = _bits(w0, 22, 4), _bits(w0, 17, 5)
+      vdstx = _bits(w1, 24, 8)
+      f = {"src0x": _bits(w0, 0, 9), "src1x": _bits(w0, 9, 8) + 256, "vdstx": vdstx, "src0y": _bits(w1, 0, 9),
+           "src1y": _bits(w1, 9, 8) + 256, "vdsty": (_bits(w1, 17, 7) << 1) | ((vdstx & 1) ^ 1)}
+      if opx not in tabs["vopdx"] or opy not in tabs["vopdy"]: raise DecodeError(f"unknown VOPD opcodes {opx}/{opy}")
+      size, lit = 8, None
+      nx, ny = tabs["vopdx"][opx][0], tabs["vopdy"][opy][0]
+      if f["src0x"] == 255 or f["src0y"] == 255 or "fmaak" in nx + ny or "fmamk" in nx + ny:
+        lit, size = dw(2), 12
+      x = Inst(pc, size, "vopdx", opx, nx, f, lit, ops=tabs["vopdx"][opx][1])
+      x.y = Inst(pc, size, "vopdy", opy, ny, f, lit, ops=tabs["vopdy"][opy][1])
+      return x
+    elif enc == 0x36:  # DS
+      w1 = dw(1)
+      fmt, op = "ds", _bits(w0, 18, 8)
+      f = {"offset0": _bits(w0, 0, 8), "offset1": _bits(w0, 8, 8), "gds": _bits(w0, 17, 1),
+           "addr": _bits(w1, 0, 8), "data0": _bits(w1, 8, 8), "data1": _bits(w1, 16, 8), "vdst": _bits(w1, 24, 8)}
+      size = 8
+    elif enc == 0x3d:  # SMEM
+      w1 = dw(1)
+      fmt = "smem"
+      if fam == "gfx11":
+        op = _bits(w0, 18, 8)
+        f = {"sbase": _bits(w0, 0, 6) << 1, "sdata": _bits(w0, 6, 7), "glc": _bits(w0, 14, 1), "dlc": _bits(w0, 13, 1),
+             "offset": _sext(_bits(w1, 0, 21), 21), "soffset": _bits(w1, 25, 7)}
+      else:
+        op = _bits(w0, 13, 8)
+        f = {"sbase": _bits(w0, 0, 6) << 1, "sdata": _bits(w0, 6, 7), "scope": _bits(w0, 21, 2), "th": _bits(w0, 23, 3),
+             "offset": _sext(_bits(w1, 0, 24), 24), "soffset": _bits(w1, 25, 7)}
+      size = 8
+    elif enc == 0x37 and fam == "gfx11":  # FLAT / GLOBAL / SCRATCH
+      w1 = dw(1)
+      seg = _bits(w0, 16, 2)
+      if seg == 3: raise DecodeError("reserved flat segment")
+      fmt, op = ("flat", "scratch", "global")[seg], _bits(w0, 18, 7)
+      f = {"offset": _sext(_bits(w0, 0, 13), 13) if seg else _bits(w0, 0, 12), "dlc": _bits(w0, 13, 1),
+           "glc": _bits(w0, 14, 1), "slc": _bits(w0, 15, 1), "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8),
+           "saddr": _bits(w1, 16, 7), "sve": _bits(w1, 23, 1), "vdst": _bits(w1, 24, 8)}
+      size = 8
+    elif enc == 0x3b and fam == "gfx12":  # VFLAT / VSCRATCH / VGLOBAL
+      w1, w2 = dw(1), dw(2)
+      seg = _bits(w0, 24, 2)
+      if seg == 3: raise DecodeError("reserved flat segment")
+      fmt, op = ("flat", "scratch", "global")[seg], _bits(w0, 14, 7)
+      f = {"saddr": _bits(w0, 0, 7), "vdst": _bits(w1, 0, 8), "sve": _bits(w1, 17, 1), "scope": _bits(w1, 18, 2),
+           "th": _bits(w1, 20, 3), "data": _bits(w1, 23, 8), "addr": _bits(w2, 0, 8), "offset": _sext(_bits(w2, 8, 24), 24)}
+      size = 12
+    elif enc == 0x38 and fam == "gfx11":  # MUBUF: only the cache controls are used by compute code we run
+      w1 = dw(1)
+      fmt, op = "mubuf", _bits(w0, 18, 8)
+      f = {"offset": _bits(w0, 0, 12), "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8), "srsrc": _bits(w1, 16, 5) << 2,
+           "soffset": _bits(w1, 24, 8)}
+      size = 8
+    else:
+      raise DecodeError(f"unknown encoding {w0:#010x}")
+  ent = tabs.get(fmt, {}).get(op)
+  vop3 = False
+  if fmt == "vop3" and op < 512: vop3 = True
+  if ent is None: raise DecodeError(f"unknown {fmt} opcode {op}")
+  name, ops = ent
+  inst = Inst(pc, size, fmt, op, name, f, ops=ops, vop3=vop3)
+  # a literal constant follows when any source selects it (and always for the madak/madmk forms)
+  need_lit = any(f.get(s) == 255 for s in srcs) or name in ("v_fmamk_f32", "v_fmaak_f32", "v_fmamk_f16", "v_fmaak_f16",
+                                                             "s_setreg_imm32_b32", "v_madmk_f32", "v_madak_f32")
+  if fmt in ("vop1", "vop2", "vopc", "vop3") and f.get("src0") in (250, 233, 234):
+    extra = dw(size // 4)
+    if f["src0"] == 250: inst.dpp = extra
+    else: inst.dpp8 = extra
+    f["src0"] = (extra & 0xff) + 256
+    inst.size = size = size + 4
+  if need_lit:
+    inst.lit = dw(size // 4)
+    inst.size = size + 4
+  return inst
+
+def decode_all(arch: str, code: bytes, start: int = 0, end: int | None = None) -> list[Inst]:
+  """Linear sweep from start to end (stops at the first undecodable word, as the padding after s_endpgm may be)."""
+  out, pc, end = [], start, len(code) if end is None else end
+  while pc < end:
+    try: i = decode_at(arch, code, pc)
+    except DecodeError: break
+    out.append(i)
+    pc += i.size
+  return out

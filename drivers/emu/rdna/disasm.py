@@ -1,0 +1,172 @@
+"""Inst -> LLVM-style assembly text (the subset of llvm-objdump's syntax our tests compare against)."""
+from __future__ import annotations
+import struct
+
+from rawgpu.drivers.emu.rdna.decode import Inst, family
+
+INLINE_F = {240: "0.5", 241: "-0.5", 242: "1.0", 243: "-1.0", 244: "2.0", 245: "-2.0", 246: "4.0", 247: "-4.0",
+            248: "0.15915494"}
+SPECIAL = {106: "vcc_lo", 107: "vcc_hi", 124: "null", 125: "m0", 126: "exec_lo", 127: "exec_hi", 235: "src_shared_base",
+           236: "src_shared_limit", 237: "src_private_base", 238: "src_private_limit", 239: "src_pops_exiting_wave_id",
+           251: "src_vccz", 252: "src_execz", 253: "src_scc", 254: "src_lds_direct"}
+
+def reg(n: int, count: int = 1) -> str:
+  """Register operand text for a 9-bit source encoding n covering count registers."""
+  if n >= 256:
+    return f"v{n - 256}" if count == 1 else f"v[{n - 256}:{n - 256 + count - 1}]"
+  if n <= 105:
+    return f"s{n}" if count == 1 else f"s[{n}:{n + count - 1}]"
+  if 108 <= n <= 123:
+    return f"ttmp{n - 108}" if count == 1 else f"ttmp[{n - 108}:{n - 108 + count - 1}]"
+  if count == 2 and n in (106, 126): return {106: "vcc", 126: "exec"}[n]
+  if 128 <= n <= 192: return str(n - 128)
+  if 193 <= n <= 208: return str(192 - n)
+  if n in INLINE_F: return INLINE_F[n]
+  return SPECIAL.get(n, f"<{n}>")
+
+def _src(i: Inst, name: str, count: int, fp16: bool = False) -> str:
+  n = i.f[name]
+  if n == 255:
+    v = i.lit or 0
+    return f"0x{v:x}"
+  if fp16 and n == 248: return "0.15915494"
+  return reg(n, count)
+
+def _mods(i: Inst, k: int, text: str) -> str:
+  sd = any(o[0] == "sdst" for o in i.ops)  # VOP3SD: the sdst field sits where abs would
+  neg, ab = i.f.get("neg", 0) >> k & 1, i.f.get("abs", 0) >> k & 1 if i.fmt == "vop3" and not sd else 0
+  if ab: text = f"|{text}|"
+  if neg: text = f"-{text}"
+  return text
+
+def _dpp16(ctrl: int) -> str:
+  if ctrl <= 0xff: return "quad_perm:[" + ",".join(str(ctrl >> (2 * k) & 3) for k in range(4)) + "]"
+  for lo, nm in ((0x101, "row_shl"), (0x111, "row_shr"), (0x121, "row_ror")):
+    if lo <= ctrl <= lo + 14: return f"{nm}:{ctrl - lo + 1}"
+  if ctrl == 0x140: return "row_mirror"
+  if ctrl == 0x141: return "row_half_mirror"
+  if 0x150 <= ctrl <= 0x15f: return f"row_share:{ctrl - 0x150}"
+  if 0x160 <= ctrl <= 0x16f: return f"row_xmask:{ctrl - 0x160}"
+  return f"dpp_ctrl:{ctrl:#x}"
+
+def _waitcnt(v: int) -> str:
+  vm, exp, lgkm = v >> 10 & 0x3f, v & 7, v >> 4 & 0x3f
+  parts = []
+  if vm != 0x3f: parts.append(f"vmcnt({vm})")
+  if exp != 7: parts.append(f"expcnt({exp})")
+  if lgkm != 0x3f: parts.append(f"lgkmcnt({lgkm})")
+  return " ".join(parts) if parts else "vmcnt(63) expcnt(7) lgkmcnt(63)"
+
+_DEP = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1", "TRANS32_DEP_2",
+        "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2", "SALU_CYCLE_3"]
+_SKIP = ["SAME", "NEXT", "SKIP_1", "SKIP_2", "SKIP_3", "SKIP_4"]
+
+def _delay_alu(v: int) -> str:
+  id0, skip, id1 = v & 0xf, v >> 4 & 7, v >> 7 & 0xf
+  out = [f"instid0({_DEP[id0] if id0 < len(_DEP) else id0})"] if id0 else []
+  if skip: out.append(f"instskip({_SKIP[skip] if skip < len(_SKIP) else skip})")
+  if id1: out.append(f"instid1({_DEP[id1] if id1 < len(_DEP) else id1})")
+  return " | ".join(out) if out else "0"
+
+def _sopp(i: Inst, fam: str) -> str:
+  v, n = i.f["simm16"], i.name
+  if n in ("s_endpgm", "s_barrier", "s_code_end", "s_icache_inv", "s_endpgm_saved", "s_wait_idle") and v == 0: return n
+  if n == "s_waitcnt": return f"{n} {_waitcnt(v)}"
+  if n == "s_delay_alu": return f"{n} {_delay_alu(v)}"
+  if n.startswith("s_branch") or n.startswith("s_cbranch"): return f"{n} {struct.unpack('<h', struct.pack('<H', v))[0]}"
+  if n == "s_sendmsg" and v == 3: return f"{n} sendmsg(MSG_DEALLOC_VGPRS)"
+  if n in ("s_nop", "s_setprio", "s_sleep"): return f"{n} {v}"
+  return f"{n} 0x{v:x}"
+
+def _flat(i: Inst, fam: str) -> str:
+  f, n = i.f, i.name
+  out = []
+  seg = i.fmt
+  for fld, cnt, _ in i.ops:
+    if fld == "addr":
+      if seg == "scratch" and not f["sve"]: out.append("off")
+      else: out.append(reg(f["addr"] + 256, 1 if (seg == "scratch" or (seg == "global" and f["saddr"] != 124)) else 2))
+    elif fld == "vdst": out.append(reg(f["vdst"] + 256, cnt))
+    elif fld == "data": out.append(reg(f["data"] + 256, cnt))
+  if not any(o[0] == "addr" for o in i.ops) and seg == "scratch": pass
+  if seg != "flat" and i.ops:
+    out.append("off" if f["saddr"] == 124 else reg(f["saddr"], 1 if seg == "scratch" else 2))
+  text = f"{n} " + ", ".join(out) if out else n
+  if f["offset"]: text += f" offset:{f['offset']}"
+  if fam == "gfx11":
+    for k in ("glc", "slc", "dlc"):
+      if f[k]: text += f" {k}"
+  else: text += _th_scope(n, f["th"], f["scope"])
+  return text
+
+_TH = ["RT", "NT", "HT", "LU", "NT_RT", "RT_NT", "NT_HT", "RT_WB"]
+
+def _th_scope(n: str, th: int, scope: int) -> str:
+  out = ""
+  if th:
+    if "atomic" in n: out += " th:" + "|".join(nm for b, nm in ((1, "TH_ATOMIC_RETURN"), (2, "TH_ATOMIC_NT"), (4, "TH_ATOMIC_CASCADE")) if th & b)
+    else: out += f" th:TH_{'STORE' if 'store' in n else 'LOAD'}_{_TH[th]}"
+  if scope: out += " scope:" + ["SCOPE_CU", "SCOPE_SE", "SCOPE_DEV", "SCOPE_SYS"][scope]
+  return out
+
+def _ds(i: Inst) -> str:
+  f, out = i.f, []
+  for fld, cnt, _ in i.ops:
+    out.append(reg(f[fld] + 256, cnt))
+  text = f"{i.name} " + ", ".join(out) if out else i.name
+  if "2addr" in i.name or i.name.endswith("st64"):
+    if f["offset0"]: text += f" offset0:{f['offset0']}"
+    if f["offset1"]: text += f" offset1:{f['offset1']}"
+  else:
+    off = f["offset0"] | f["offset1"] << 8
+    if off: text += f" offset:{off}"
+  if f["gds"]: text += " gds"
+  return text
+
+def _smem(i: Inst, fam: str) -> str:
+  f = i.f
+  out = [reg(f[fld], cnt) for fld, cnt, _ in i.ops]
+  if f["soffset"] != 124:
+    out.append(reg(f["soffset"]) + f" offset:0x{f['offset'] & 0xffffffff:x}" if f["offset"] else reg(f["soffset"]))
+  elif fam == "gfx11" and not f["offset"]: out.append("null")
+  else: out.append(f"0x{f['offset']:x}" if f["offset"] >= 0 else f"-0x{-f['offset']:x}")
+  text = f"{i.name} " + ", ".join(out)
+  if fam == "gfx11":
+    for k in ("glc", "dlc"):
+      if f[k]: text += f" {k}"
+  else: text += _th_scope(i.name, f["th"], f["scope"])
+  return text
+
+def _valu(i: Inst, fam: str) -> str:
+  f, out = i.f, []
+  fp16 = "f16" in i.name
+  k = 0
+  for fld, cnt, rf in i.ops:
+    if fld == "vcc": out.append("vcc_lo" if cnt == 1 else "vcc"); continue
+    if fld in ("vdst", "vdstx", "vdsty"): out.append(reg(f[fld] + (256 if rf == "v" else 0), cnt)); continue
+    if fld == "sdst": out.append(reg(f[fld], cnt)); continue
+    k = int(fld[3]) if fld[3].isdigit() else 0
+    out.append(_mods(i, k, _src(i, fld, cnt, fp16)))
+  name = i.name
+  if i.fmt in ("vop1", "vop2", "vopc") and i.dpp is None and i.dpp8 is None: name += "_e32"
+  elif i.vop3: name += "_e64"
+  text = f"{name} " + ", ".join(out) if out else name
+  if i.fmt == "vop3":
+    if f["clamp"]: text += " clamp"
+    if f["omod"]: text += [" ", " mul:2", " mul:4", " div:2"][f["omod"]]
+  return text
+
+def disasm(arch: str, i: Inst) -> str:
+  fam = family(arch)
+  if i.fmt == "sopp": return _sopp(i, fam)
+  if i.fmt in ("sop1", "sop2", "sopc", "sopk"):
+    out = [_src(i, fld, cnt) if fld.startswith("src") else reg(i.f[fld], cnt) for fld, cnt, _ in i.ops]
+    if i.fmt == "sopk" and i.name != "s_version": out.append(f"0x{i.f['simm16']:x}")
+    return f"{i.name} " + ", ".join(out) if out else i.name
+  if i.fmt in ("flat", "global", "scratch"): return _flat(i, fam)
+  if i.fmt == "ds": return _ds(i)
+  if i.fmt == "smem": return _smem(i, fam)
+  if i.fmt == "vopdx":
+    return _valu(i, fam) + " :: " + _valu(i.y, fam)
+  if i.fmt == "mubuf" and not i.ops: return i.name
+  return _valu(i, fam)
