@@ -1,1 +1,18 @@
-"""Hardware command queues: the vendor-neutral core and per-vendor encoders."""
+"""Hardware command queues: the vendor-neutral core (Device, Buffer, Signal, HWQueue, Program, Graph) and per-vendor encoders.
+
+    from rawgpu.hcq import Device
+    dev = Device("MOCKPCI+AMD")
+"""
+from __future__ import annotations
+
+__all__ = ["Device", "Buffer", "Signal", "HWQueue", "Var"]
+
+
+def __getattr__(name: str):
+  # lazy, so `import rawgpu.hcq` stays cheap
+  if name == "Device": from rawgpu.hcq.device import Device; return Device
+  if name == "Buffer": from rawgpu.hcq.buffer import Buffer; return Buffer
+  if name == "Signal": from rawgpu.hcq.signal import Signal; return Signal
+  if name == "HWQueue": from rawgpu.hcq.queue import HWQueue; return HWQueue
+  if name == "Var": from rawgpu.hcq.patch import Var; return Var
+  raise AttributeError(name)

@@ -1,0 +1,29 @@
+"""MOCKPCI: the process's virtual PCI bus with emulated AMD boards plugged in, created when first asked for.
+
+Boards persist for the life of the process (like boards in a machine), so a second open finds a warm board.
+"""
+from __future__ import annotations
+import os, threading
+from rawgpu.drivers.emu.pcibus import VirtualBus
+
+_lock = threading.Lock()
+_vbus: VirtualBus | None = None
+_arch_of: dict[str, str] = {}
+
+
+def vram_size() -> int:
+  return int(os.environ.get("RAWGPU_MOCK_VRAM_MB", "512")) << 20
+
+
+def virtual_boards(arch: str, count: int) -> tuple[VirtualBus, list[str]]:
+  """The virtual bus and the bus addresses of at least `count` emulated boards of `arch`, plugging in new ones."""
+  global _vbus
+  from rawgpu.drivers.emu.amd import AMDBoard
+  with _lock:
+    if _vbus is None: _vbus = VirtualBus()
+    buses = [b for b, a in _arch_of.items() if a == arch and b in _vbus.boards]
+    while len(buses) < count:
+      bus = _vbus.plug(AMDBoard(arch=arch, host=_vbus.host, vram_size=vram_size()))
+      _arch_of[bus] = arch
+      buses.append(bus)
+    return _vbus, buses

@@ -1,0 +1,48 @@
+"""Open interfaces for a DEV spec: the named one, or the real ones in order, saying why each was not usable."""
+from __future__ import annotations
+from rawgpu.drivers.devspec import REAL_IFACES, DevSpec, parse_dev
+from rawgpu.drivers.iface import Iface
+from rawgpu.errors import DeviceNotFound, DeviceSpecError, RawGPUError
+
+
+def _amd_pci(spec: DevSpec, system=None) -> list[Iface]:
+  from rawgpu.drivers import pci
+  from rawgpu.drivers.am import AMIface, supported
+  from rawgpu.drivers.system import SYSTEM
+  system = system or SYSTEM
+  boards = [i for i in pci.scan(vendor=0x1002, system=system) if supported(i)]
+  if not boards: raise DeviceNotFound("no supported AMD board on the PCI bus (supported: RX 7900 XTX/XT, RX 9070 XT)")
+  return [AMIface(boards[i].bus, system) for i in _pick(spec, len(boards))]
+
+
+def _amd_mockpci(spec: DevSpec) -> list[Iface]:
+  from rawgpu.drivers.emu.mockpci import virtual_boards
+  from rawgpu.drivers.am import AMIface
+  want = max(spec.indices) + 1 if spec.indices else 1
+  vbus, buses = virtual_boards(spec.arch or "gfx1100", want)
+  return [AMIface(buses[i], vbus.system) for i in _pick(spec, len(buses))]
+
+
+def _pick(spec: DevSpec, n: int) -> list[int]:
+  idx = list(spec.indices) if spec.indices else [0]
+  if max(idx) >= n: raise DeviceNotFound(f"DEV={spec}: device index {max(idx)} asked for, but only {n} device(s) found")
+  return idx
+
+
+OPENERS = {("AMD", "PCI"): _amd_pci, ("AMD", "MOCKPCI"): _amd_mockpci}
+
+
+def open_ifaces(spec: str | DevSpec) -> list[Iface]:
+  """Interfaces for the devices `spec` selects (one per index). No fallback to an emulated device, ever."""
+  spec = parse_dev(spec) if isinstance(spec, str) else spec
+  if spec.iface is not None:
+    opener = OPENERS.get((spec.vendor, spec.iface))
+    if opener is None: raise DeviceSpecError(f"DEV={spec}: the {spec.iface} interface for {spec.vendor} is not implemented yet; implemented: {', '.join(f'{i}+{v}' for v, i in OPENERS)}")
+    return opener(spec)
+  why = []
+  for name in REAL_IFACES[spec.vendor]:
+    opener = OPENERS.get((spec.vendor, name))
+    if opener is None: why.append(f"{name}: not implemented yet"); continue
+    try: return opener(DevSpec(spec.vendor, name, spec.indices, spec.renderer, spec.arch))
+    except RawGPUError as e: why.append(f"{name}: {e}")
+  raise DeviceNotFound(f"no {spec.vendor} device usable:\n  " + "\n  ".join(why) + "\n(the emulated GPU is available with DEV=MOCKPCI+AMD)")

@@ -1,0 +1,65 @@
+"""Buffers: GPU memory with a CPU view where there is one, sub-buffers, and copies in and out."""
+from __future__ import annotations
+from typing import TYPE_CHECKING
+import numpy as np
+from rawgpu.drivers.iface import Mem
+from rawgpu.errors import RawGPUError
+
+if TYPE_CHECKING: from rawgpu.hcq.device import Device
+
+
+class Buffer:
+  def __init__(self, dev: "Device", mem: Mem, offset: int = 0, size: int | None = None, base: "Buffer | None" = None):
+    self.dev, self.mem, self.offset = dev, mem, offset
+    self.size = mem.size - offset if size is None else size
+    self.base = base          # the buffer this is a view of, or None
+    self.last_use = 0         # timeline value of the last queued work that touches it
+    self.freed = False
+
+  @property
+  def va(self) -> int: return self.mem.va + self.offset
+  @property
+  def host(self) -> bool: return self.mem.host
+
+  def view(self, offset: int, size: int) -> "Buffer":
+    if offset < 0 or size < 0 or offset + size > self.size: raise RawGPUError(f"sub-buffer {offset}+{size} is outside a {self.size}-byte buffer")
+    return Buffer(self.dev, self.mem, self.offset + offset, size, self.base or self)
+
+  def _root(self) -> "Buffer": return self.base or self
+
+  def used_until(self, value: int) -> None:
+    r = self._root()
+    r.last_use = max(r.last_use, value)
+
+  def copyin(self, src) -> "Buffer":
+    """Copy bytes / a numpy array / a memoryview into the buffer (host buffers directly, VRAM through the copy engine)."""
+    data = memoryview(np.ascontiguousarray(src) if isinstance(src, np.ndarray) else src).cast("B")
+    if len(data) > self.size: raise RawGPUError(f"copyin of {len(data)} bytes into a {self.size}-byte buffer")
+    self._check_alive()
+    self.dev.copyin(self, data)
+    return self
+
+  def copyout(self, dst=None) -> memoryview:
+    """Copy the buffer out into `dst` (writable, at least self.size bytes) or a new bytearray; returns it as memoryview."""
+    self._check_alive()
+    out = memoryview(bytearray(self.size) if dst is None else (dst if not isinstance(dst, np.ndarray) else dst.reshape(-1).view(np.uint8))).cast("B")
+    if len(out) < self.size: raise RawGPUError(f"copyout of a {self.size}-byte buffer into {len(out)} bytes")
+    self.dev.copyout(out[:self.size], self)
+    return out
+
+  def numpy(self, dtype=np.uint8) -> np.ndarray:
+    return np.frombuffer(self.copyout(), dtype=dtype)
+
+  def _check_alive(self) -> None:
+    if self._root().freed: raise RawGPUError(f"{self.dev}: buffer at {self.va:#x} was freed")
+
+  def free(self) -> None:
+    """Free the memory once the queued work that uses it is done (never under the GPU)."""
+    r = self._root()
+    if self.base is not None: raise RawGPUError("free the base buffer, not a view of it")
+    if r.freed: return
+    self.dev.wait_timeline(r.last_use)
+    self.dev.iface.free(r.mem)
+    r.freed = True
+
+  def __repr__(self) -> str: return f"<Buffer {self.size} bytes at {self.va:#x} on {self.dev}{' host' if self.host else ''}>"

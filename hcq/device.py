@@ -1,0 +1,87 @@
+"""Device: an opened GPU with its memory, rings, timeline, and the vendor's queues and programs."""
+from __future__ import annotations
+from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
+from rawgpu.drivers.iface import Iface
+from rawgpu.errors import RawGPUError
+from rawgpu.hcq.buffer import Buffer
+from rawgpu.hcq.ring import Ring
+from rawgpu.hcq.signal import SIGNAL_SIZE, Signal
+
+RING_SIZE = {"compute": 1 << 18, "sdma": 1 << 18}
+TIMELINE_LIMIT = 1 << 32  # the engines compare signal words as 32-bit values
+
+
+class Device:
+  def __init__(self, dev: str | DevSpec | None = None, *, iface: Iface | None = None):
+    if iface is None:
+      spec = dev_from_env() if dev is None else parse_dev(dev) if isinstance(dev, str) else dev
+      if spec is None: raise RawGPUError("no device given: pass one (e.g. Device('MOCKPCI+AMD')) or set DEV")
+      from rawgpu.drivers.select import open_ifaces
+      iface = open_ifaces(spec)[0]
+    self.iface, self.props = iface, iface.props
+    self._rings: dict[str, Ring] = {}
+    self._signal_pages: list = []
+    self._free_signals: list[tuple[int, memoryview]] = []
+    self.timeline = self.new_signal("timeline")
+    self.timeline.value = 0
+    self.timeline_value = 1   # the next value the timeline will be signalled with
+    if self.props.vendor != "AMD": raise RawGPUError(f"{self}: hcq has no queues for {self.props.vendor} yet")
+    from rawgpu.hcq.amd.backend import AMDBackend
+    self.backend = AMDBackend(self)
+
+  def __repr__(self) -> str: return f"{self.props.iface}+{self.props.vendor}:{self.props.arch}@{self.props.pci_bus}"
+
+  # ---- memory
+  def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
+    if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
+    return Buffer(self, self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access or host))
+
+  def new_signal(self, name: str = "signal") -> Signal:
+    if not self._free_signals:
+      mem = self.iface.alloc(4096, host=True, uncached=True)
+      self._signal_pages.append(mem)
+      self._free_signals = [(mem.va + off, mem.cpu.view(off, SIGNAL_SIZE).cast("Q")) for off in range(0, 4096, SIGNAL_SIZE)][::-1]
+    va, view = self._free_signals.pop()
+    view[0] = view[1] = 0
+    return Signal(self, va, view, name)
+
+  # ---- engines
+  def ring(self, engine: str) -> Ring:
+    if (r := self._rings.get(engine)) is None:
+      hw = self.iface.create_ring(engine, RING_SIZE[engine])
+      r = self._rings[engine] = Ring(hw, self.iface.sleep, self.iface.check_faults, f"{self} {engine} ring")
+    return r
+
+  def next_timeline(self) -> int:
+    """Take the next timeline value (the caller's queue signals it). Wraps before the engines' 32-bit compare would."""
+    if self.timeline_value >= TIMELINE_LIMIT - 1:
+      self.synchronize()
+      self.timeline.value, self.timeline_value = 0, 1
+    v, self.timeline_value = self.timeline_value, self.timeline_value + 1
+    return v
+
+  def wait_timeline(self, value: int, timeout_ms: float = 10_000) -> None:
+    if value > 0: self.timeline.wait(value, timeout_ms)
+
+  def synchronize(self, timeout_ms: float = 10_000) -> None:
+    self.wait_timeline(self.timeline_value - 1, timeout_ms)
+
+  def last_submitted(self) -> str:
+    return self.backend.describe_history(self._rings)
+
+  # ---- copies (vendor engines do the work)
+  def copyin(self, dst: Buffer, src: memoryview) -> None: self.backend.copyin(dst, src)
+  def copyout(self, dst: memoryview, src: Buffer) -> None: self.backend.copyout(dst, src)
+  def transfer(self, dst: Buffer, src: Buffer, size: int | None = None) -> None: self.backend.transfer(dst, src, src.size if size is None else size)
+
+  # ---- programs and queues
+  def program(self, code: bytes, name: str | None = None): return self.backend.program(code, name)
+  def compute_queue(self): return self.backend.compute_queue()
+  def copy_queue(self): return self.backend.copy_queue()
+
+  def close(self) -> None:
+    try: self.synchronize()
+    finally: self.iface.close()
+
+  def __enter__(self) -> "Device": return self
+  def __exit__(self, *exc) -> None: self.close()

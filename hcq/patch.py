@@ -1,0 +1,42 @@
+"""Patch slots: values in a command stream that change between submits (addresses, signal values, grid sizes).
+
+A queue builds its words once. Where a packet takes a `Var`, the queue finds which words carry it by building the
+packet with two probe values and comparing (so any emitter works, and a field that is not a whole dword, or the
+low/high dword of a 64-bit value, is refused). On submit only the slots whose value changed are rewritten.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Callable
+from rawgpu.errors import RawGPUError
+
+
+@dataclass(frozen=True)
+class Var:
+  name: str
+  width: int = 64  # 32 or 64 bits
+
+
+def _probe(i: int, which: int, width: int) -> int:
+  # distinct per var and per probe, 4 KiB aligned (emitters may align addresses), high dword small (48-bit addresses)
+  lo = (0x1357_9000, 0x2468_a000)[which] + (i << 12)
+  return lo if width == 32 else (((0x123, 0x456)[which] + i) << 32) | lo
+
+
+def locate(build: Callable[..., list[int]], kwargs: dict) -> tuple[list[int], list[tuple[int, str, int]]]:
+  """Build a packet whose keyword arguments may be Vars: returns its words and [(word index, var name, shift)]."""
+  vars_ = [(k, v) for k, v in kwargs.items() if isinstance(v, Var)]
+  if not vars_: return build(**kwargs), []
+  runs = []
+  for which in (0, 1):
+    probes = {k: _probe(i, which, v.width) for i, (k, v) in enumerate(vars_)}
+    runs.append((build(**{**kwargs, **probes}), probes))
+  (wa, pa), (wb, pb) = runs
+  if len(wa) != len(wb): raise RawGPUError(f"{getattr(build, '__name__', build)}: packet length depends on a patched value")
+  slots = []
+  for idx, (a, b) in enumerate(zip(wa, wb)):
+    if a == b: continue
+    for k, v in vars_:
+      hit = next((sh for sh in (0, 32) if (pa[k] >> sh) & 0xffffffff == a and (pb[k] >> sh) & 0xffffffff == b), None)
+      if hit is not None: slots.append((idx, v.name, hit)); break
+    else: raise RawGPUError(f"{getattr(build, '__name__', build)}: word {idx} depends on a patched value but is not a whole dword of it")
+  return [0 if any(s[0] == i for s in slots) else w for i, w in enumerate(wa)], slots

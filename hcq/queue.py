@@ -1,0 +1,67 @@
+"""HWQueue: command words built once, patch slots rewritten on submit, optional binding into GPU memory."""
+from __future__ import annotations
+from array import array
+from typing import TYPE_CHECKING, Callable
+from rawgpu.errors import RawGPUError
+from rawgpu.hcq.patch import Var, locate
+
+if TYPE_CHECKING: from rawgpu.hcq.device import Device
+
+
+class HWQueue:
+  """Vendor queues add packets through `_add(emitter, **fields)`; fields may be Vars (patch slots)."""
+  engine = "compute"
+
+  def __init__(self):
+    self._build: list[int] = []
+    self._slots: dict[str, list[tuple[int, int]]] = {}
+    self._words: array | memoryview | None = None   # finalized words (host array, or GPU memory once bound)
+    self._cur: dict[str, int] = {}
+    self._bound = None
+
+  def _add(self, emit: Callable[..., list[int]], **fields) -> "HWQueue":
+    if self._words is not None: raise RawGPUError("this queue was already submitted or bound; build a new one")
+    words, slots = locate(emit, fields)
+    base = len(self._build)
+    self._build += words
+    for idx, name, shift in slots: self._slots.setdefault(name, []).append((base + idx, shift))
+    return self
+
+  @property
+  def vars(self) -> set[str]: return set(self._slots)
+
+  def _finalize(self) -> array | memoryview:
+    if self._words is None: self._words = array("I", self._build)
+    return self._words
+
+  def patch(self, values: dict[str, int]) -> None:
+    """Write the values of the patch slots; only slots whose value changed are touched."""
+    words = self._finalize()
+    missing = self.vars - self._cur.keys() - values.keys()
+    if missing: raise RawGPUError(f"no value given for patch slot(s) {', '.join(sorted(missing))}")
+    for name, v in values.items():
+      if self._cur.get(name) == v: continue
+      if name not in self._slots: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
+      for idx, shift in self._slots[name]: words[idx] = (v >> shift) & 0xffffffff
+      self._cur[name] = v
+
+  def bind(self, dev: "Device") -> "HWQueue":
+    """Place the words in GPU memory: a submit is then one indirect-buffer packet, and patches go straight there."""
+    words = self._finalize()
+    mem = dev.iface.alloc(len(words) * 4, host=True, uncached=True)
+    view = mem.cpu.cast("I")
+    view[:] = words
+    self._words, self._bound = view, mem
+    return self
+
+  def submit(self, dev: "Device", values: dict[str, int] | None = None) -> "HWQueue":
+    self.patch(values or {})
+    ring = dev.ring(self.engine)
+    ring.push(self._words if self._bound is None else self._indirect(self._bound.va, len(self._words)))
+    return self
+
+  def _indirect(self, va: int, ndw: int) -> list[int]:
+    raise RawGPUError(f"{type(self).__name__} cannot run from GPU memory (no indirect buffers on this engine)")
+
+  def words(self) -> list[int]:
+    return list(self._finalize())

@@ -1,0 +1,41 @@
+"""Submission into a hardware ring: wait for room, copy with wrap, publish the write pointer, ring the doorbell."""
+from __future__ import annotations
+import time
+from array import array
+from rawgpu.drivers.iface import HWRing
+from rawgpu.errors import DeviceTimeout
+
+
+class Ring:
+  def __init__(self, hw: HWRing, sleep, check_faults, name: str):
+    self.hw, self.sleep, self.check_faults, self.name = hw, sleep, check_faults, name
+    self.words = hw.ring.cpu.cast("I")
+    self.size_dw = len(self.words)
+    self.per_dw = 4 // hw.wptr_unit          # write-pointer steps per dword
+    self.put = hw.write_ptr[0] // self.per_dw  # dwords ever written (monotonic, like the hardware's 64-bit wptr)
+    self.history: list[list[int]] = []       # the last few submissions, for hang reports
+
+  def _room(self) -> int:
+    return self.size_dw - (self.put - self.hw.read_ptr[0] // self.per_dw)
+
+  def push(self, words: array | list[int]) -> None:
+    if not isinstance(words, array): words = array("I", words)
+    n = len(words)
+    if n > self.size_dw: raise ValueError(f"{self.name}: {n} dwords do not fit a ring of {self.size_dw}")
+    if self._room() < n:
+      deadline = time.monotonic() + 10
+      while self._room() < n:
+        self.check_faults()
+        self.sleep(0.2)
+        if time.monotonic() > deadline: raise DeviceTimeout(f"{self.name}: ring full for 10 s (read pointer stuck at {self.hw.read_ptr[0]}): the engine is hung")
+    off = self.put % self.size_dw
+    first = min(n, self.size_dw - off)
+    self.words[off:off + first] = words[:first]
+    if first < n: self.words[0:n - first] = words[first:]  # wraps: packets may straddle the end, the engine reads on
+    self.put += n
+    wptr = self.put * self.per_dw
+    self.hw.write_ptr[0] = wptr
+    if self.hw.before_doorbell is not None: self.hw.before_doorbell()
+    self.hw.doorbell[0] = wptr
+    self.history.append(words)
+    del self.history[:-4]

@@ -1,0 +1,72 @@
+from array import array
+import pytest
+from rawgpu.drivers.iface import HWRing, Mem
+from rawgpu.drivers.mmio import MemMMIO
+from rawgpu.errors import RawGPUError
+from rawgpu.hcq.patch import Var, locate
+from rawgpu.hcq.queue import HWQueue
+from rawgpu.hcq.ring import Ring
+
+
+def release(addr: int, value: int, flags: int = 7) -> list[int]:
+  # a packet shaped like RELEASE_MEM: header, control, address lo/hi (dword aligned, 16-bit high part), data lo/hi
+  return [0xc0064900, flags, addr & 0xfffffffc, (addr >> 32) & 0xffff, value & 0xffffffff, value >> 32]
+
+
+def test_locate_finds_lo_and_hi_words():
+  words, slots = locate(release, dict(addr=Var("sig"), value=Var("val"), flags=3))
+  assert sorted(slots) == [(2, "sig", 0), (3, "sig", 32), (4, "val", 0), (5, "val", 32)]
+  assert words[:2] == [0xc0064900, 3] and words[2:] == [0, 0, 0, 0]
+
+
+def test_locate_refuses_packed_fields():
+  with pytest.raises(RawGPUError, match="not a whole dword"):
+    locate(lambda n: [0xc0001000 | ((n & 0x3fff) << 16)], dict(n=Var("n", 32)))
+  with pytest.raises(RawGPUError, match="length"):
+    locate(lambda n: [0] * (n & 7 or 1) + [0] * ((n >> 12) & 1), dict(n=Var("n", 32)))
+
+
+class Q(HWQueue):
+  def signal(self, addr, value): return self._add(release, addr=addr, value=value)
+
+
+def test_patch_only_changed_slots():
+  q = Q().signal(Var("a"), Var("v")).signal(0x1000, 5)
+  with pytest.raises(RawGPUError, match="no value"): q.patch({"a": 0x2000})
+  q.patch({"a": 0x12_3456_7000, "v": 0x1_0000_0002})
+  w = q.words()
+  assert w[2:6] == [0x3456_7000, 0x12, 2, 1] and w[6:] == release(0x1000, 5)
+  q._words[2] = 0xdead  # a slot whose value does not change must not be rewritten
+  q.patch({"a": 0x12_3456_7000, "v": 9})
+  assert q._words[2] == 0xdead and q._words[4] == 9
+  with pytest.raises(RawGPUError, match="no patch slot"): q.patch({"zz": 1})
+  with pytest.raises(RawGPUError, match="already"): q.signal(0, 0)
+
+
+def make_ring(size_dw: int, unit: int = 4):
+  ring = bytearray(size_dw * 4)
+  ptrs = memoryview(bytearray(16)).cast("Q")
+  doorbell = memoryview(bytearray(8)).cast("Q")
+  hw = HWRing("compute", Mem(0x1000, len(ring), MemMMIO(ring)), ptrs[0:1], ptrs[1:2], doorbell, unit)
+  return Ring(hw, lambda ms: None, lambda: None, "test ring"), ring, ptrs, doorbell
+
+
+@pytest.mark.parametrize("unit", [4, 1])
+def test_ring_wraps_and_publishes(unit):
+  r, ring, ptrs, db = make_ring(16, unit)
+  words = memoryview(ring).cast("I")
+  r.push(array("I", range(100, 110)))
+  assert list(words[:10]) == list(range(100, 110)) and ptrs[0] == 10 * 4 // unit == db[0]
+  ptrs[1] = ptrs[0]  # the engine consumed everything
+  r.push(list(range(200, 210)))  # straddles the end: 6 at the tail, 4 at the start
+  assert list(words[10:16]) == list(range(200, 206)) and list(words[0:4]) == list(range(206, 210))
+  assert ptrs[0] == 20 * 4 // unit == db[0]
+
+
+def test_ring_full_times_out(monkeypatch):
+  import rawgpu.hcq.ring as ringmod
+  r, *_ = make_ring(8)
+  r.push([1] * 8)
+  t = iter(range(0, 1000, 20))
+  monkeypatch.setattr(ringmod.time, "monotonic", lambda: next(t))
+  with pytest.raises(Exception, match="ring full"): r.push([2])
