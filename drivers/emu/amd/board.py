@@ -1,0 +1,203 @@
+"""AMDBoard: the emulated Radeon board on the virtual PCI bus.
+
+BAR0 is VRAM (an anonymous mapping: untouched pages cost nothing), BAR2 the doorbell aperture, BAR5 the registers.
+Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines run on a worker thread woken by
+doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
+"""
+from __future__ import annotations
+import mmap, threading
+from typing import Any, Protocol
+from rawgpu.drivers.emu.pcibus import Bar, HostRAM
+from rawgpu.drivers.emu.amd import discovery
+from rawgpu.drivers.emu.amd.asic import Asic, asic as get_asic
+from rawgpu.drivers.emu.amd.clock import GPUClock
+from rawgpu.drivers.emu.amd.config import ConfigSpace
+from rawgpu.drivers.emu.amd.regfile import RegFile
+
+REG_BAR_SIZE = 1 << 20
+DOORBELL_BAR_SIZE = 2 << 20
+ALL_ONES = {1: 0xff, 2: 0xffff, 4: 0xffffffff, 8: 0xffffffffffffffff}
+
+
+class Engine(Protocol):
+  def step(self) -> bool: ...           # do one unit of work; True if anything happened
+  def busy(self) -> bool: ...           # has work it is waiting to make progress on (re-poll periodically)
+
+
+class AMDBoard:
+  vendor = 0x1002
+  cls = 0x030000
+
+  def __init__(self, arch: str = "gfx1100", host: HostRAM | None = None, vram_size: int = 512 << 20, bar0_size: int | None = None,
+               cus: int | None = None, deterministic: bool = False):
+    self.asic: Asic = get_asic(arch)
+    self.arch, self.device = arch, self.asic.device
+    if vram_size & (vram_size - 1) or vram_size < (64 << 20): raise ValueError("vram_size must be a power of two >= 64 MiB")
+    self.vram_size = vram_size
+    self.host = host
+    self.deterministic = deterministic
+    self.vram_map = mmap.mmap(-1, vram_size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+    self.vram = memoryview(self.vram_map)
+    bar0 = min(bar0_size or vram_size, vram_size)
+    if bar0 & (bar0 - 1) or bar0 < (1 << 20): raise ValueError("bar0_size must be a power of two >= 1 MiB")
+    self.bars: dict[int, Bar] = {
+      0: Bar(bar0, mem=self.vram[:bar0], prefetch=True),
+      2: Bar(DOORBELL_BAR_SIZE, read=self._db_read, write=self._db_write, prefetch=True),
+      5: Bar(REG_BAR_SIZE, read=self._reg_read, write=self._reg_write, is64=False),
+    }
+    sizes = 0
+    for n in range(20, 40):
+      if (1 << n) <= vram_size and (1 << n) >= (256 << 20): sizes |= 1 << (n - 20)
+    self.cfg = ConfigSpace(self.vendor, self.device, self.asic.revision, self.cls,
+                           {0: (lambda: self.bars[0].size, 0xc), 2: (lambda: self.bars[2].size, 0xc), 5: (lambda: self.bars[5].size, 0x0)},
+                           self._resize_bar0, sizes | (1 << max(0, (bar0 >> 20).bit_length() - 1)))
+    self.lock = threading.RLock()
+    self.clock = GPUClock(deterministic)
+    self.removed = False
+    self.faults: dict[str, Any] = {}
+    self.doorbells: dict[int, int] = {}
+    self.engines: list[Engine] = []
+    total_wgp = self.asic.num_se * self.asic.num_sa_per_se * self.asic.wgp_per_sa
+    self.cus = min(cus or 2 * total_wgp, 2 * total_wgp)
+    self.regs = RegFile(self.asic)
+    self._build()
+    self._event = threading.Event()
+    self._stop = False
+    self._thread: threading.Thread | None = None
+
+  # ---- construction of the blocks
+  def _build(self) -> None:
+    from rawgpu.drivers.emu.amd.nbio import NBIO
+    self.nbio = NBIO(self)
+    wgp = max(1, -(-self.cus // (2 * self.asic.num_se * self.asic.num_sa_per_se)))
+    self.discovery_blob = discovery.build(self.asic, wgp)
+    off = self.vram_size - discovery.DISCOVERY_TMR_OFFSET
+    self.vram[off:off + len(self.discovery_blob)] = self.discovery_blob
+    self.blocks: list[Any] = [self.nbio]
+    for mod, cls, attr in self.BLOCKS:
+      m = __import__(f"rawgpu.drivers.emu.amd.{mod}", fromlist=[cls])
+      blk = getattr(m, cls)(self)
+      setattr(self, attr, blk)
+      self.blocks.append(blk)
+      if hasattr(blk, "step"): self.engines.append(blk)
+
+  BLOCKS: list[tuple[str, str, str]] = []
+
+  # ---- pcibus.Board
+  def config_read(self, off: int, size: int) -> int:
+    if self.removed: return ALL_ONES.get(size, 0xffffffff)
+    return self.cfg.read(off, size)
+
+  def config_write(self, off: int, size: int, value: int) -> None:
+    if not self.removed: self.cfg.write(off, size, value)
+
+  def reset(self) -> None:
+    """Function-level reset from sysfs: the board returns to its power-on state (VRAM content is not cleared)."""
+    with self.lock:
+      self.stop_worker()
+      self.doorbells.clear(); self.engines.clear(); self.faults.clear()
+      self.regs = RegFile(self.asic)
+      self._build()
+
+  def _resize_bar0(self, size: int) -> None:
+    size = min(size, self.vram_size)
+    self.bars[0].size, self.bars[0].mem = size, self.vram[:size]
+
+  # ---- register BAR
+  def _reg_read(self, off: int, width: int) -> int:
+    if self.removed or not self.cfg.mem_enabled: return ALL_ONES[width]
+    r = self.regs
+    if width == 4: return r.read(off >> 2)
+    if width == 8: return r.read(off >> 2) | (r.read((off >> 2) + 1) << 32)
+    return (r.read(off >> 2) >> (8 * (off & 3))) & ALL_ONES[width]
+
+  def _reg_write(self, off: int, width: int, value: int) -> None:
+    if self.removed or not self.cfg.mem_enabled: return
+    if self.nbio.remap_write(off): return
+    with self.lock:
+      r = self.regs
+      if width == 4: r.write(off >> 2, value)
+      elif width == 8: r.write(off >> 2, value & 0xffffffff); r.write((off >> 2) + 1, value >> 32)
+      else:
+        a, sh = off >> 2, 8 * (off & 3)
+        mask = ALL_ONES[width] << sh
+        r.write(a, (r.vals.get(a, 0) & ~mask) | ((value << sh) & mask))
+    self.kick()
+
+  # ---- doorbell BAR
+  def _db_read(self, off: int, width: int) -> int:
+    if self.removed or not self.cfg.mem_enabled: return ALL_ONES[width]
+    v = self.doorbells.get(off >> 2, 0)
+    if width == 8: v |= self.doorbells.get((off >> 2) + 1, 0) << 32
+    return v & ALL_ONES[width]
+
+  def _db_write(self, off: int, width: int, value: int) -> None:
+    if self.removed or not self.cfg.mem_enabled or not self.nbio.doorbells_enabled: return   # aperture off: dropped
+    idx = off >> 2
+    with self.lock:
+      self.doorbells[idx] = value & 0xffffffff
+      if width == 8: self.doorbells[idx + 1] = value >> 32
+      for blk in self.blocks:
+        if hasattr(blk, "doorbell"): blk.doorbell(idx, value)
+    self.kick()
+
+  # ---- DMA to host memory: only with bus mastering on, only to pages the bus backs
+  def host_dma(self, addr: int, size: int) -> memoryview:
+    from rawgpu.drivers.emu.pcibus import BusError
+    if not self.cfg.bus_master or self.host is None: raise BusError(addr, size)
+    return self.host.dma(addr, size)
+
+  # ---- execution
+  def kick(self) -> None:
+    if self.deterministic: return
+    if self._thread is None:
+      if not self.engines: return
+      self._stop = False
+      self._thread = threading.Thread(target=self._worker, name=f"amdboard-{self.arch}", daemon=True)
+      self._thread.start()
+    self._event.set()
+
+  def _worker(self) -> None:
+    while not self._stop:
+      busy = any(e.busy() for e in self.engines)
+      self._event.wait(0.0005 if busy else 0.05)
+      self._event.clear()
+      while not self._stop and self._pass(): pass
+
+  def _pass(self) -> bool:
+    progressed = False
+    for e in list(self.engines):
+      if self.removed: return False
+      with self.lock: progressed |= bool(e.step())
+    return progressed
+
+  def step(self) -> bool:
+    """Deterministic mode: run one unit of work on each engine. True if anything happened."""
+    self.clock.advance()
+    return self._pass()
+
+  def run_until_idle(self, max_steps: int = 100_000) -> int:
+    """Step until no engine makes progress; returns the number of steps taken."""
+    n = 0
+    while n < max_steps and self.step(): n += 1
+    return n
+
+  def stop_worker(self) -> None:
+    self._stop = True
+    self._event.set()
+    if self._thread is not None and self._thread is not threading.current_thread(): self._thread.join(timeout=5)
+    self._thread = None
+
+  def close(self) -> None: self.stop_worker()
+
+  # ---- test-only fault injection
+  def inject(self, kind: str, **kw: Any) -> None:
+    """Make the board misbehave the way real boards do. Kinds: psp_timeout, psp_error(status=), smu_timeout,
+    smu_error(response=), hung_queue(engine="compute"|"sdma"), page_fault(va=), surprise_removal."""
+    known = {"psp_timeout", "psp_error", "smu_timeout", "smu_error", "hung_queue", "page_fault", "surprise_removal"}
+    if kind not in known: raise ValueError(f"unknown fault {kind!r}; known: {', '.join(sorted(known))}")
+    if kind == "surprise_removal": self.removed = True
+    self.faults[kind] = kw or True
+
+  def clear_faults(self) -> None:
+    self.faults.clear(); self.removed = False
