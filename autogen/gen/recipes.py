@@ -1,0 +1,98 @@
+"""One recipe per generated module: which headers, include paths, prelude, and which names to keep."""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  module: str                       # dotted path under rawgpu.autogen, e.g. "amd.pm4"
+  source: str                       # header_root() source: linux, llvm, mesa, nvidia
+  headers: tuple[str, ...]          # relative to the source root, in include order
+  includes: tuple[str, ...] = ()    # -I dirs relative to the source root
+  prelude: str = ""                 # C text included before the headers (types the headers assume)
+  defines: tuple[str, ...] = ()
+  keep: str = ""                    # regex: keep only matching names (default: all of the headers' own names)
+  drop: str = ""                    # regex: leave these out
+  cxx: bool = False                 # parse and check as C++ (LLVM headers)
+  stubs: tuple[tuple[str, str], ...] = ()  # (path, text) of stand-in headers put on the include path first
+  doc: str = ""
+
+  def clang_args(self, root: pathlib.Path, stubdir: pathlib.Path) -> list[str]:
+    stub = [f"-I{stubdir}"] if self.stubs else []
+    return stub + [f"-I{root / d}" for d in self.includes] + [f"-D{d}" for d in self.defines]
+
+  @property
+  def path(self) -> pathlib.Path:
+    return pathlib.Path(__file__).parent.parent.joinpath(*self.module.split(".")).with_suffix(".py")
+
+
+# Kernel-internal headers assume the kernel's type names; these are their definitions (include/linux/types.h,
+# include/uapi/linux/stddef.h, compiler_attributes.h), written out so the headers parse outside the kernel.
+KERNEL = """#include <stdint.h>
+#include <stddef.h>
+#include <stdbool.h>
+typedef uint8_t u8; typedef uint16_t u16; typedef uint32_t u32; typedef uint64_t u64;
+typedef int8_t s8; typedef int16_t s16; typedef int32_t s32; typedef int64_t s64;
+typedef uint8_t __u8; typedef uint16_t __u16; typedef uint32_t __u32; typedef uint64_t __u64;
+typedef int8_t __s8; typedef int16_t __s16; typedef int32_t __s32; typedef int64_t __s64;
+typedef uint16_t __le16; typedef uint32_t __le32; typedef uint64_t __le64;
+typedef uint16_t __be16; typedef uint32_t __be32; typedef uint64_t __be64;
+#define __packed __attribute__((packed))
+#define __aligned(x) __attribute__((aligned(x)))
+#define DECLARE_FLEX_ARRAY(TYPE, NAME) struct { struct { } __empty_ ## NAME; TYPE NAME[]; }
+"""
+UAPI = "#include <stdint.h>\n#include <stddef.h>\n"
+# headers_install drops this include from exported uapi headers; an empty stand-in does the same
+UAPI_STUBS = (("linux/compiler_types.h", ""),)
+
+AMD = "drivers/gpu/drm/amd"
+AMDGPU = f"{AMD}/amdgpu"
+AMDINC = f"{AMD}/include"
+SMU = f"{AMD}/pm/swsmu/inc/pmfw_if"
+UAPI_INC = ("include/uapi",)
+
+
+def _amd(module: str, *headers: str, **kw) -> Recipe:
+  kw.setdefault("prelude", KERNEL)
+  return Recipe(module, "linux", headers, includes=(AMDINC, AMDGPU), **kw)
+
+
+RECIPES: tuple[Recipe, ...] = (
+  _amd("amd.pm4", f"{AMDGPU}/nvd.h", doc="PM4 packets for gfx10+ (nvd.h): PACKET3 opcodes and field builders"),
+  _amd("amd.pm4_soc15", f"{AMDGPU}/soc15d.h", doc="PM4 packets for gfx9 (soc15d.h)"),
+  _amd("amd.sdma_v6", f"{AMDGPU}/sdma_v6_0_0_pkt_open.h", doc="SDMA 6 (and 7) packets: opcodes and field macros"),
+  _amd("amd.sdma_v5", f"{AMDGPU}/navi10_sdma_pkt_open.h", doc="SDMA 5 packets"),
+  _amd("amd.sdma_v4", f"{AMDGPU}/vega10_sdma_pkt_open.h", doc="SDMA 4 packets"),
+  _amd("amd.discovery", f"{AMDINC}/discovery.h", doc="IP discovery binary: tables, IP entries, gc_info, HW ids"),
+  # amdgpu_ucode.h ends with driver-internal state (a mutex, printf-annotated prototypes) that we leave out
+  _amd("amd.ucode", f"{AMDGPU}/amdgpu_ucode.h", doc="firmware file headers (amdgpu_ucode.h)",
+       prelude=KERNEL + "struct mutex { int opaque_; };\n#define __printf(a, b)\n",
+       drop=r"^(AMDGPU_UCODE_ID|amdgpu_firmware_info|amdgpu_firmware$|amdgpu_firmware_load_type)"),
+  _amd("amd.psp", f"{AMDGPU}/psp_gfx_if.h", doc="PSP GFX interface: commands, responses, ring frames, fw types"),
+  _amd("amd.mqd_v11", f"{AMDINC}/v11_structs.h", doc="gfx11 MQDs (compute, gfx, sdma)"),
+  _amd("amd.mqd_v12", f"{AMDINC}/v12_structs.h", doc="gfx12 MQDs"),
+  _amd("amd.mqd_v9", f"{AMDINC}/v9_structs.h", doc="gfx9 MQDs"),
+  _amd("amd.ih", f"{AMDINC}/soc15_ih_clientid.h", f"{AMDINC}/ivsrcid/gfx/irqsrcs_gfx_11_0_0.h",
+       f"{AMDINC}/ivsrcid/sdma0/irqsrcs_sdma0_5_0.h", f"{AMDINC}/ivsrcid/sdma1/irqsrcs_sdma1_5_0.h",
+       f"{AMDINC}/ivsrcid/vmc/irqsrcs_vmc_1_0.h", doc="interrupt client ids and gfx11/sdma/vmc source ids"),
+  Recipe("amd.smu_v13_0_0", "linux", (f"{SMU}/smu_v13_0_0_ppsmc.h", f"{SMU}/smu13_driver_if_v13_0_0.h"),
+         includes=(SMU,), prelude=KERNEL, doc="SMU 13.0.0 messages, driver interface tables, features"),
+  Recipe("amd.smu_v14_0_2", "linux", (f"{SMU}/smu_v14_0_2_ppsmc.h", f"{SMU}/smu14_driver_if_v14_0.h"),
+         includes=(SMU,), prelude=KERNEL, doc="SMU 14.0.2 messages, driver interface tables, features"),
+  Recipe("kfd", "linux", ("include/uapi/linux/kfd_ioctl.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS,
+         defines=("__user=",), doc="/dev/kfd ioctls (KFD interface of Linux 6.12)"),
+  Recipe("amdgpu_drm", "linux", ("include/uapi/drm/amdgpu_drm.h",), includes=UAPI_INC + ("include/uapi/drm",),
+         prelude=UAPI, stubs=UAPI_STUBS, defines=("__user=",), doc="amdgpu DRM ioctls and structures"),
+  Recipe("pci", "linux", ("include/uapi/linux/pci_regs.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS,
+         doc="PCI configuration space registers and capabilities"),
+  Recipe("vfio", "linux", ("include/uapi/linux/vfio.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS, defines=("__user=",),
+         doc="VFIO ioctls and structures"),
+  Recipe("amd.hsa", "llvm", ("llvm/Support/AMDHSAKernelDescriptor.h",), cxx=True,
+         doc="AMDGPU kernel descriptor layout and COMPUTE_PGM_RSRC*/KERNEL_CODE_PROPERTIES bit fields"),
+)
+
+
+def by_module() -> dict[str, Recipe]:
+  return {r.module: r for r in RECIPES}
