@@ -20,6 +20,7 @@ store_ids:
   .rodata
   .p2align 6
   .amdhsa_kernel store_ids
+    .amdhsa_kernarg_size 16
     .amdhsa_user_sgpr_kernarg_segment_ptr 1
     .amdhsa_system_sgpr_workgroup_id_x 1
     .amdhsa_system_vgpr_workitem_id 0
