@@ -7,7 +7,7 @@
 Tables load lazily (one small zlib file per IP version) and are cached; importing this module reads nothing.
 """
 from __future__ import annotations
-import difflib, functools, json, zlib
+import functools, json, zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -54,6 +54,7 @@ class Reg:
     for name, v in values.items():
       f = self.fields.get(name)
       if f is None:
+        import difflib  # only on the error path
         hint = difflib.get_close_matches(name, self.fields, n=3)
         raise RawGPUError(f"{self.ip} {self.name} has no field {name}" + (f"; did you mean {', '.join(hint)}?" if hint
                           else f"; fields: {', '.join(self.fields) or '(none)'}"))
@@ -74,6 +75,7 @@ class RegTable:
     self.ip, self.version, self.sources = ip, version, meta.get("sources", [])
     self._regs, self._fields = regs, fields  # name -> "offset base_idx"; bare name -> "field shift mask ..."
     self._cache: dict[str, Reg] = {}
+    self._parsed: dict[str, dict[str, tuple[int, int]]] = {}
 
   def __repr__(self) -> str: return f"<RegTable {self.ip} {'.'.join(map(str, self.version))}: {len(self._regs)} registers>"
 
@@ -90,6 +92,7 @@ class RegTable:
     if r is not None: return r
     full = self._resolve(name)
     if full is None:
+      import difflib  # only on the error path
       bare = {_strip(n): n for n in reversed(self._regs)}
       hint = difflib.get_close_matches(_strip(name), bare, n=4, cutoff=0.7)
       raise UnknownRegister(f"{self.ip} {'.'.join(map(str, self.version))} has no register {name}" +
@@ -111,10 +114,11 @@ class RegTable:
 
   def fields_of(self, bare: str) -> dict[str, tuple[int, int]]:
     """Fields by bare register name; also covers registers that only sh_mask.h describes (no offset)."""
-    line = self._fields.get(bare)
-    if line is None: return {}
-    t = line.split(" ") if line else []
-    return {t[i]: (int(t[i + 1]), int(t[i + 2], 16)) for i in range(0, len(t), 3)}
+    f = self._parsed.get(bare)
+    if f is None:
+      t = self._fields.get(bare, "").split(" ")
+      f = self._parsed[bare] = {t[i]: (int(t[i + 1]), int(t[i + 2], 16)) for i in range(0, len(t) - 2, 3)}
+    return f
 
   def field_registers(self) -> list[str]:
     """Bare names of every register with fields, including those without an offset."""

@@ -32,35 +32,58 @@ TARGETS: list[tuple[str, str, str, tuple[int, int, int]]] = [
 ]
 # Register-name prefixes in *_offset.h: MMIO (reg, older mm), indirect index space (ix), PCI config space (cfg).
 PREFIXES = ("reg", "mm", "ix", "cfg")
-DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*(.*?)[ \t]*(?://.*|/\*.*)?$")
+# One pass over a header: `//NAME` comments and `#define NAME VALUE` lines.
+LINE = re.compile(r"^(?://([^\n]*)|[ \t]*#define[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*([^\n]*))$", re.M)
 INT = re.compile(r"^\(?[ \t]*(0[xX][0-9a-fA-F]+|[0-9]+)[uUlL]*[ \t]*\)?$")
 
 
-def linux_root() -> Path:
-  """The tree holding drivers/gpu/drm/amd/include/asic_reg: fetched headers first, then RAWGPU_LINUX_SRC."""
+def find_root(source: str, env: str, marker: str) -> Path | None:
+  """A header tree containing MARKER: the fetched one (rawgpu.autogen.fetch), else the tree named by $ENV."""
   try:
-    from rawgpu.autogen.fetch import header_root  # type: ignore[attr-defined]
-    root = Path(header_root("linux"))
-    if (root / ASIC_REG).is_dir(): return root
-  except Exception:  # fetch not available (yet) or headers not fetched: fall through to the env var
+    from rawgpu.autogen.fetch import header_root
+    root = Path(header_root(source))
+    if (root / marker).exists(): return root
+  except Exception:  # fetch not available or headers not fetched: fall through to the env var
     pass
-  src = os.environ.get("RAWGPU_LINUX_SRC")
-  if src and (Path(src) / ASIC_REG).is_dir(): return Path(src)
-  raise SystemExit(f"no kernel headers: run `python -m rawgpu.autogen fetch` or set RAWGPU_LINUX_SRC to a Linux 6.12 "
-                   f"source tree containing {ASIC_REG}")
+  src = os.environ.get(env)
+  if src and (Path(src) / marker).exists(): return Path(src)
+  return None
 
 
-def parse_defines(path: Path) -> dict[str, int]:
-  """Integer #defines in file order; a redefinition replaces the earlier value, as in C."""
-  out: dict[str, int] = {}
-  for line in path.read_text(errors="replace").splitlines():
-    m = DEFINE.match(line)
-    if not m or not m.group(2): continue  # include guards have no value
-    v = INT.match(m.group(2))
-    if not v: raise ValueError(f"{path.name}: cannot evaluate #define {m.group(1)} {m.group(2)!r}")
-    out.pop(m.group(1), None)
-    out[m.group(1)] = int(v.group(1), 0)
-  return out
+def find_linux_root() -> Path | None: return find_root("linux", "RAWGPU_LINUX_SRC", ASIC_REG)
+def find_mesa_root() -> Path | None: return find_root("mesa", "RAWGPU_MESA_SRC", "src/amd/registers/gfx11.json")
+
+
+def linux_root() -> Path:
+  root = find_linux_root()
+  if root is None:
+    raise SystemExit(f"no kernel headers: run `python -m rawgpu.autogen fetch` or set RAWGPU_LINUX_SRC to a Linux 6.12 "
+                     f"source tree containing {ASIC_REG}")
+  return root
+
+
+def scan(path: Path) -> tuple[dict[str, int], dict[str, str]]:
+  """Integer #defines in file order (a redefinition replaces the earlier value, as in C), and for each define the
+  `//NAME` comment above it: sh_mask.h heads each register's fields with one, which settles names containing "__"."""
+  text = path.read_text(errors="replace")
+  defs: dict[str, int] = {}
+  heading: dict[str, str] = {}
+  current, seen = "", 0
+  for m in LINE.finditer(text):
+    comment, name, value = m.groups()
+    if comment is not None:
+      if not comment.startswith(" "): current = comment.strip()
+      continue
+    seen += 1
+    value = value.split("//")[0].split("/*")[0].strip()
+    if not value: continue  # include guards have no value
+    v = INT.match(value)
+    if not v: raise ValueError(f"{path.name}: cannot evaluate #define {name} {value!r}")
+    defs.pop(name, None)
+    defs[name] = int(v.group(1), 0)
+    if current: heading[name] = current
+  if seen != text.count("#define"): raise ValueError(f"{path.name}: {text.count('#define') - seen} #define lines not understood")
+  return defs, heading
 
 
 def split_prefix(name: str) -> tuple[str, str] | None:
@@ -72,7 +95,7 @@ def split_prefix(name: str) -> tuple[str, str] | None:
 
 def parse_offsets(path: Path) -> dict[str, tuple[int, int | None]]:
   """Register name (with prefix) -> (dword offset, base index or None for spaces without segments)."""
-  defs = parse_defines(path)
+  defs, _ = scan(path)
   regs: dict[str, tuple[int, int | None]] = {}
   orphans = 0
   for name, value in defs.items():
@@ -88,18 +111,7 @@ def parse_offsets(path: Path) -> dict[str, tuple[int, int | None]]:
 
 def parse_fields(path: Path, bare_names: set[str]) -> dict[str, list[tuple[str, int, int]]]:
   """Bare register name -> [(field, shift, shifted mask)] in header order, from FOO__FIELD__SHIFT / FOO__FIELD_MASK."""
-  defs = parse_defines(path)
-  # The `//REGNAME` comment above each group names the register, which settles names containing "__".
-  current: str | None = None
-  owner: dict[str, str] = {}
-  for line in path.read_text(errors="replace").splitlines():
-    s = line.strip()
-    if s.startswith("//") and not s.startswith("// "):
-      current = s[2:].strip()
-      continue
-    m = DEFINE.match(line)
-    if m and m.group(1).endswith("__SHIFT") and current and m.group(1).startswith(current + "__"):
-      owner[m.group(1)] = current
+  defs, heading = scan(path)
   fields: dict[str, list[tuple[str, int, int]]] = {}
   stray = 0
   for name, shift in defs.items():
@@ -109,7 +121,8 @@ def parse_fields(path: Path, bare_names: set[str]) -> dict[str, list[tuple[str, 
     if mask is None:  # a few headers have a stray SHIFT (e.g. gc 11.0.0 SQ_CONFIG__DISABLE_SGPR_RD_KILL): no field
       stray += 1
       continue
-    reg = owner.get(name) or _guess_owner(key, bare_names)
+    h = heading.get(name)
+    reg = h if h and key.startswith(h + "__") else _guess_owner(key, bare_names)
     if reg is None: raise ValueError(f"{path.name}: cannot tell the register of {name}")
     fields.setdefault(reg, []).append((key[len(reg) + 2:], shift, mask))
   if stray: print(f"{path.name}: skipped {stray} __SHIFT defines without a _MASK", file=sys.stderr)
