@@ -81,7 +81,7 @@ class AMDBoard:
       self.blocks.append(blk)
       if hasattr(blk, "step"): self.engines.append(blk)
 
-  BLOCKS: list[tuple[str, str, str]] = []
+  BLOCKS: list[tuple[str, str, str]] = [("gmc", "GMC", "gmc"), ("ih", "IH", "ih")]
 
   # ---- pcibus.Board
   def config_read(self, off: int, size: int) -> int:

@@ -1,0 +1,296 @@
+"""GMC: the GC hub and the MM hub. FB location and apertures, VM contexts 0-15 with multi-level page tables, TLB with
+invalidation engines, protection faults (status/address registers + an IH entry).
+
+Page-table format (amdgpu_vm.h): PDE/PTE address bits [47:12], VALID bit 0, SYSTEM 1, SNOOPED 2, READABLE 5,
+WRITEABLE 6, FRAG [11:7]; a PDE that is a leaf (huge page) has PDE_PTE (bit 54 on gfx11, bit 63 on gfx12).
+Levels: PTB covers 9 + PAGE_TABLE_BLOCK_SIZE bits above 4 KiB, each PDB level 9 more; the root is PAGE_TABLE_DEPTH
+levels above the PTB. VAs are taken relative to the context's PAGE_TABLE_START_ADDR.
+"""
+from __future__ import annotations
+import struct
+from typing import TYPE_CHECKING
+import numpy as np
+from rawgpu.drivers.emu.pcibus import BusError
+if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
+
+PTE_VALID, PTE_SYSTEM, PTE_READABLE, PTE_WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 << 6
+ADDR_MASK = 0x0000_FFFF_FFFF_F000
+VRAM, HOST = 0, 1                              # backing of a translated page
+FB_LOCATION_BASE = 0x8000                      # power-on FB location (16 MiB units), as the VBIOS leaves it
+IH_CLIENT_VMC, IH_CLIENT_UTCL2, IH_SRC_VM_FAULT = 0x12, 0x1b, 0   # soc21_ih_clientid.h, ivsrcid vmc/utcl2
+
+
+class Fault(Exception):
+  """A translation failure inside the model (already reported through the fault registers and the IH)."""
+  def __init__(self, hub: str, va: int, write: bool, why: str):
+    super().__init__(f"{hub} hub fault at {va:#x} ({'write' if write else 'read'}): {why}"); self.va, self.write, self.why = va, write, why
+
+
+class Hub:
+  def __init__(self, board: "AMDBoard", name: str, ip: str, prefix_vm: str, prefix_mc: str, ih_client: int):
+    self.b, self.name, self.ip, self.vm, self.mc, self.ih_client = board, name, ip, prefix_vm, prefix_mc, ih_client
+    r = board.regs
+    self.gfx12 = board.asic.version(11)[0] >= 12
+    self.pde_pte = 1 << 63 if self.gfx12 else 1 << 54
+    fb_top = FB_LOCATION_BASE + (board.vram_size >> 24) - 1
+    r.set(ip, f"reg{prefix_mc}FB_LOCATION_BASE", FB_LOCATION_BASE)
+    r.set(ip, f"reg{prefix_mc}FB_LOCATION_TOP", fb_top)
+    self.tlb: dict[tuple[int, int], tuple[int, int, int]] = {}   # (vmid, va page) -> (backing, phys page, writeable)
+    a = lambda n: r.addr(ip, n)
+    self.a_fb_base, self.a_fb_top, self.a_fb_off = a(f"reg{prefix_mc}FB_LOCATION_BASE"), a(f"reg{prefix_mc}FB_LOCATION_TOP"), a(f"reg{prefix_mc}FB_OFFSET")
+    self.a_agp_base, self.a_agp_bot, self.a_agp_top = a(f"reg{prefix_mc}AGP_BASE"), a(f"reg{prefix_mc}AGP_BOT"), a(f"reg{prefix_mc}AGP_TOP")
+    self.a_sys_lo, self.a_sys_hi = a(f"reg{prefix_mc}SYSTEM_APERTURE_LOW_ADDR"), a(f"reg{prefix_mc}SYSTEM_APERTURE_HIGH_ADDR")
+    self.a_l1 = a(f"reg{prefix_mc}MX_L1_TLB_CNTL")
+    self.sam_shift, self.sam_mask = r.field(ip, f"reg{prefix_mc}MX_L1_TLB_CNTL", "SYSTEM_ACCESS_MODE")
+    self.ctx = []
+    for v in range(16):
+      self.ctx.append((a(f"reg{prefix_vm}CONTEXT{v}_CNTL"), a(f"reg{prefix_vm}CONTEXT{v}_PAGE_TABLE_BASE_ADDR_LO32"),
+                       a(f"reg{prefix_vm}CONTEXT{v}_PAGE_TABLE_BASE_ADDR_HI32"), a(f"reg{prefix_vm}CONTEXT{v}_PAGE_TABLE_START_ADDR_LO32"),
+                       a(f"reg{prefix_vm}CONTEXT{v}_PAGE_TABLE_START_ADDR_HI32"), a(f"reg{prefix_vm}CONTEXT{v}_PAGE_TABLE_END_ADDR_LO32"),
+                       a(f"reg{prefix_vm}CONTEXT{v}_PAGE_TABLE_END_ADDR_HI32")))
+    cntl = f"reg{prefix_vm}CONTEXT0_CNTL"
+    self.f_en, self.f_depth, self.f_bs = (r.field(ip, cntl, f) for f in ("ENABLE_CONTEXT", "PAGE_TABLE_DEPTH", "PAGE_TABLE_BLOCK_SIZE"))
+    self.f_int = {k: r.field(ip, cntl, f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT") for k in ("RANGE", "PDE0", "VALID", "READ", "WRITE")}
+    st = f"reg{prefix_vm}L2_PROTECTION_FAULT_STATUS" + ("_LO32" if self.gfx12 else "")
+    self.a_st, self.st = a(st), r.reg(ip, st)
+    self.a_fa_lo, self.a_fa_hi = a(f"reg{prefix_vm}L2_PROTECTION_FAULT_ADDR_LO32"), a(f"reg{prefix_vm}L2_PROTECTION_FAULT_ADDR_HI32")
+    r.hook(ip, f"reg{prefix_vm}L2_PROTECTION_FAULT_CNTL", wr=self._fault_cntl)
+    self.req = r.reg(ip, f"reg{prefix_vm}INVALIDATE_ENG0_REQ")
+    for e in range(18):
+      ack = a(f"reg{prefix_vm}INVALIDATE_ENG{e}_ACK")
+      r.hook(ip, f"reg{prefix_vm}INVALIDATE_ENG{e}_REQ", wr=lambda ad, v, ack=ack: self._invalidate(ad, v, ack))
+      r.hook(ip, f"reg{prefix_vm}INVALIDATE_ENG{e}_SEM", rd=self._sem_rd, wr=self._sem_wr)
+    self.faults = 0
+
+  # ---- registers that act
+  def _sem_rd(self, a: int) -> int:
+    # reading acquires the semaphore if it is free (returns 1); a held one reads 0 until released by writing 0
+    if self.b.regs.vals.get(a, 0): return 0
+    self.b.regs.vals[a] = 1
+    return 1
+
+  def _sem_wr(self, a: int, v: int) -> None: self.b.regs.vals[a] = v & 1
+
+  def _invalidate(self, a: int, v: int, ack: int) -> None:
+    self.b.regs.vals[a] = v
+    d = self.req.decode(v)
+    vmids = d["PER_VMID_INVALIDATE_REQ"]
+    for key in [k for k in self.tlb if vmids >> k[0] & 1]: del self.tlb[key]
+    if d["CLEAR_PROTECTION_FAULT_STATUS_ADDR"]: self._clear_fault()
+    self.b.regs.vals[ack] = (self.b.regs.vals.get(ack, 0) & ~0xffff) | vmids
+
+  def _fault_cntl(self, a: int, v: int) -> None:
+    if v & 1: self._clear_fault()                          # CLEAR_PROTECTION_FAULT_STATUS_ADDR
+    self.b.regs.vals[a] = v & ~1
+
+  def _clear_fault(self) -> None:
+    vals = self.b.regs.vals
+    vals[self.a_st] = 0; vals[self.a_fa_lo] = 0; vals[self.a_fa_hi] = 0
+
+  # ---- translation
+  def fb(self) -> tuple[int, int, int]:
+    v = self.b.regs.vals
+    return v.get(self.a_fb_base, 0) << 24, ((v.get(self.a_fb_top, 0) + 1) << 24), v.get(self.a_fb_off, 0) << 24
+
+  def mc_phys(self, mc: int) -> tuple[int, int]:
+    """An MC physical address -> (backing, address): FB aperture -> VRAM offset, AGP aperture -> bus address."""
+    fb_base, fb_end, _ = self.fb()
+    if fb_base <= mc < fb_end: return VRAM, mc - fb_base
+    v = self.b.regs.vals
+    bot, top = v.get(self.a_agp_bot, 0) << 24, (v.get(self.a_agp_top, 0) << 24) | 0xffffff
+    if bot <= mc <= top and v.get(self.a_agp_top, 0) >= v.get(self.a_agp_bot, 0): return HOST, mc - bot + (v.get(self.a_agp_base, 0) << 24)
+    return HOST, mc                                          # outside FB/AGP: the system (bus) address itself
+
+  def _pte_target(self, e: int) -> tuple[int, int]:
+    if e & PTE_SYSTEM: return HOST, e & ADDR_MASK
+    return VRAM, (e & ADDR_MASK) - self.fb()[2]
+
+  def _read_q(self, kind: int, addr: int) -> int:
+    if kind == VRAM:
+      if not 0 <= addr <= self.b.vram_size - 8: raise BusError(addr, 8)
+      return struct.unpack_from("<Q", self.b.vram, addr)[0]
+    return struct.unpack("<Q", self.b.host_dma(addr, 8))[0]
+
+  def page(self, vmid: int, va: int, write: bool) -> tuple[int, int]:
+    """Translate the 4 KiB page holding va: (backing, physical page address). Raises Fault after reporting it."""
+    t = self.tlb.get((vmid, va >> 12))
+    if t is not None and (t[2] or not write): return t[0], t[1]
+    kind, phys, wr = self._walk(vmid, va & ~0xfff, write)
+    if len(self.tlb) > 1 << 16: self.tlb.clear()
+    self.tlb[(vmid, va >> 12)] = (kind, phys, wr)
+    return kind, phys
+
+  def _walk(self, vmid: int, va: int, write: bool) -> tuple[int, int, int]:
+    v = self.b.regs.vals
+    if "page_fault" in self.b.faults and self.b.faults["page_fault"] is not True and self.b.faults["page_fault"].get("va", -1) >> 12 == va >> 12:
+      self.report(vmid, va, write, "VALID"); raise Fault(self.name, va, write, "injected")
+    if vmid == 0:
+      mode = (v.get(self.a_l1, 0) & self.sam_mask) >> self.sam_shift
+      lo, hi = v.get(self.a_sys_lo, 0) << 18, (v.get(self.a_sys_hi, 0) << 18) | 0x3ffff
+      if mode != 0 and lo <= va <= hi and v.get(self.a_sys_hi, 0) >= v.get(self.a_sys_lo, 0):
+        kind, a = self.mc_phys(va)
+        return kind, a, 1
+    cntl, blo, bhi, slo, shi, elo, ehi = self.ctx[vmid]
+    c = v.get(cntl, 0)
+    if not c & self.f_en[1]:
+      self.report(vmid, va, write, "RANGE"); raise Fault(self.name, va, write, f"context {vmid} disabled")
+    start = ((v.get(shi, 0) << 32) | v.get(slo, 0)) << 12
+    end = ((v.get(ehi, 0) << 32) | v.get(elo, 0)) << 12 | 0xfff
+    if not start <= va <= end:
+      self.report(vmid, va, write, "RANGE"); raise Fault(self.name, va, write, "outside the context's range")
+    depth, bs = (c & self.f_depth[1]) >> self.f_depth[0], (c & self.f_bs[1]) >> self.f_bs[0]
+    rel = va - start
+    base = (v.get(bhi, 0) << 32) | v.get(blo, 0)
+    kind, table = self._pte_target(base & ~PTE_SYSTEM)      # the base register is a PDE: address + flags
+    if base & PTE_SYSTEM: kind = HOST
+    for lvl in range(depth, -1, -1):                         # lvl 0 = PTB
+      shift = 12 + 9 * lvl + bs if lvl else 12
+      nbits = 9 + bs if lvl == 0 else 9
+      idx = (rel >> shift) & ((1 << nbits) - 1) if lvl != depth else rel >> shift
+      try: e = self._read_q(kind, table + 8 * idx)
+      except BusError:
+        self.report(vmid, va, write, "PDE0"); raise Fault(self.name, va, write, "page table not reachable") from None
+      if not e & PTE_VALID:
+        self.report(vmid, va, write, "VALID" if lvl == 0 else "PDE0"); raise Fault(self.name, va, write, f"invalid entry at level {lvl}")
+      leaf = lvl == 0 or bool(e & self.pde_pte)
+      if leaf:
+        if not e & PTE_READABLE and not write:
+          self.report(vmid, va, write, "READ"); raise Fault(self.name, va, write, "not readable")
+        if write and not e & PTE_WRITEABLE:
+          self.report(vmid, va, write, "WRITE"); raise Fault(self.name, va, write, "not writeable")
+        k, a = self._pte_target(e)
+        a = (a & ~((1 << shift) - 1)) + (rel & ((1 << shift) - 1) & ~0xfff)
+        return k, a, int(bool(e & PTE_WRITEABLE))
+      kind, table = self._pte_target(e)
+    raise AssertionError("unreachable")
+
+  def report(self, vmid: int, va: int, write: bool, kind: str) -> None:
+    """Latch the first fault in the status/address registers and raise an interrupt if the context asks for one."""
+    self.faults += 1
+    vals = self.b.regs.vals
+    if vals.get(self.a_st, 0) == 0:
+      vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=0x1 if self.name == "gc" else 0x2,
+                                       PERMISSION_FAULTS=int(kind in ("READ", "WRITE")), MAPPING_ERROR=int(kind in ("VALID", "PDE0")))
+      vals[self.a_fa_lo], vals[self.a_fa_hi] = (va >> 12) & 0xffffffff, va >> 44
+    else: vals[self.a_st] |= self.st.encode(MORE_FAULTS=1)
+    c = vals.get(self.ctx[vmid][0], 0)
+    s, m = self.f_int.get(kind, self.f_int["VALID"])
+    if c & m and hasattr(self.b, "ih"):
+      self.b.ih.post(client=self.ih_client, src=IH_SRC_VM_FAULT, vmid=vmid, data=((va >> 12) & 0xffffffff, (va >> 44) & 0xf, 0, 0))
+
+  # ---- byte access for engines
+  def chunks(self, vmid: int, va: int, size: int, write: bool) -> list[memoryview]:
+    """Memory behind [va, va+size) as contiguous chunks (adjacent physical pages merged)."""
+    out: list[memoryview] = []
+    run_kind, run_start, run_len = -1, 0, 0
+    end = va + size
+    while va < end:
+      kind, phys = self.page(vmid, va, write)
+      off = va & 0xfff
+      n = min(0x1000 - off, end - va)
+      if kind == run_kind and phys + off == run_start + run_len: run_len += n
+      else:
+        if run_len: out.append(self._mem(run_kind, run_start, run_len))
+        run_kind, run_start, run_len = kind, phys + off, n
+      va += n
+    if run_len: out.append(self._mem(run_kind, run_start, run_len))
+    return out
+
+  def _mem(self, kind: int, addr: int, n: int) -> memoryview:
+    if kind == VRAM:
+      if addr < 0 or addr + n > self.b.vram_size: raise BusError(addr, n)
+      return self.b.vram[addr:addr + n]
+    return self.b.host_dma(addr, n)
+
+  def read(self, vmid: int, va: int, size: int) -> bytes: return b"".join(bytes(c) for c in self.chunks(vmid, va, size, False))
+
+  def write(self, vmid: int, va: int, data: bytes) -> None:
+    pos = 0
+    for c in self.chunks(vmid, va, len(data), True):
+      c[:] = data[pos:pos + len(c)]; pos += len(c)
+
+  def read32(self, vmid: int, va: int) -> int: return struct.unpack("<I", self.read(vmid, va, 4))[0]
+  def write32(self, vmid: int, va: int, v: int) -> None: self.write(vmid, va, struct.pack("<I", v & 0xffffffff))
+  def read64(self, vmid: int, va: int) -> int: return struct.unpack("<Q", self.read(vmid, va, 8))[0]
+  def write64(self, vmid: int, va: int, v: int) -> None: self.write(vmid, va, struct.pack("<Q", v & 0xffffffffffffffff))
+
+
+class GMC:
+  def __init__(self, board: "AMDBoard"):
+    self.gc = Hub(board, "gc", "gc", "GCVM_", "GCMC_VM_", IH_CLIENT_UTCL2)
+    self.mm = Hub(board, "mm", "mmhub", "MMVM_", "MMMC_VM_", IH_CLIENT_VMC)
+    self.b = board
+
+  def phys(self, mc: int, size: int) -> memoryview:
+    """What a firmware processor (PSP, SMU) reaches at an MC physical address: VRAM through the FB aperture, else the bus."""
+    kind, a = self.mm.mc_phys(mc)
+    return self.mm._mem(kind, a, size)
+
+
+class VMMemory:
+  """rdna.GPUMemory over one VM context of a hub: lanes translated page by page, backed by VRAM or host pages."""
+  def __init__(self, hub: Hub, vmid: int):
+    from rawgpu.drivers.emu.rdna.memory import FlatMemory, MemoryFault
+    self.hub, self.vmid, self.MemoryFault = hub, vmid, MemoryFault
+    b = hub.b
+    self.flat = [FlatMemory(b.vram_size, 0, np.frombuffer(b.vram_map, np.uint8)),
+                 FlatMemory(b.host.size, b.host.PHYS_BASE, np.frombuffer(b.host.buf, np.uint8)) if b.host is not None else None]
+    self.fault: Fault | None = None
+
+  def _phys(self, a: np.ndarray, write: bool) -> tuple[np.ndarray, np.ndarray]:
+    pages, inv = np.unique(a >> np.uint64(12), return_inverse=True)
+    kinds, bases = np.empty(len(pages), np.int8), np.empty(len(pages), np.uint64)
+    for i, p in enumerate(pages.tolist()):
+      try: k, ph = self.hub.page(self.vmid, p << 12, write)
+      except Fault as f:
+        self.fault = f
+        raise self.MemoryFault(int(a[np.argmax((a >> np.uint64(12)) == np.uint64(p))]), write) from None
+      if k == HOST and (self.flat[HOST] is None or not self.hub.b.cfg.bus_master): raise self.MemoryFault(p << 12, write)
+      kinds[i], bases[i] = k, ph
+    return kinds[inv], bases[inv] + (a & np.uint64(0xfff))
+
+  def _split(self, addrs, size: int, write: bool):
+    a = np.asarray(addrs, np.uint64).reshape(-1)
+    if ((a & np.uint64(0xfff)) + np.uint64(size) > np.uint64(0x1000)).any(): return a, None, None   # crosses a page
+    k, p = self._phys(a, write)
+    return a, k, p
+
+  def load(self, addrs: np.ndarray, size: int) -> np.ndarray:
+    if size == 16: return np.stack([self.load(np.asarray(addrs, np.uint64) + np.uint64(4 * j), 4) for j in range(4)], 1)
+    a, k, p = self._split(addrs, size, False)
+    if k is None:
+      b = self.load((a[:, None] + np.arange(size, dtype=np.uint64)).reshape(-1), 1)
+      return np.ascontiguousarray(b.reshape(-1, size)).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]).reshape(-1)
+    if (k == k[0]).all(): return self.flat[int(k[0])].load(p, size)
+    out = np.empty(len(a), {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size])
+    for kind in (VRAM, HOST):
+      m = k == kind
+      if m.any(): out[m] = self.flat[kind].load(p[m], size)
+    return out
+
+  def store(self, addrs: np.ndarray, values: np.ndarray, size: int) -> None:
+    if size == 16:
+      vals = np.asarray(values, np.uint32).reshape(-1, 4)
+      for j in range(4): self.store(np.asarray(addrs, np.uint64) + np.uint64(4 * j), vals[:, j], 4)
+      return
+    a, k, p = self._split(addrs, size, True)
+    vals = np.asarray(values).astype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size], copy=False).reshape(-1)
+    if k is None:
+      self.store((a[:, None] + np.arange(size, dtype=np.uint64)).reshape(-1), np.ascontiguousarray(vals).view(np.uint8), 1); return
+    for kind in (VRAM, HOST):
+      m = k == kind
+      if m.any(): self.flat[kind].store(p[m], vals[m], size)
+
+  def atomic(self, op: str, addrs: np.ndarray, values: np.ndarray, size: int, cmp: np.ndarray | None = None) -> np.ndarray:
+    a, k, p = self._split(addrs, size, True)
+    if k is None: raise self.MemoryFault(int(a[0]), True)
+    if not (k == k[0]).all():
+      raise self.MemoryFault(int(a[0]), True)   # one atomic batch spanning VRAM and host pages: not modelled
+    return self.flat[int(k[0])].atomic(op, p, values, size, cmp)
+
+  def read(self, addr: int, n: int) -> bytes:
+    try: return self.hub.read(self.vmid, addr, n)
+    except Fault as f:
+      self.fault = f
+      raise self.MemoryFault(addr, False) from None
+    except BusError: raise self.MemoryFault(addr, False) from None

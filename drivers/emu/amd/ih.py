@@ -1,0 +1,80 @@
+"""IH (OSSSYS): interrupt rings 0 and 1. Entries are the 32-byte SOC15 IV format (amdgpu_irq.c/ih_v6_0.c decode):
+dw0 client id [7:0], source id [15:8], ring id [23:16], vmid [27:24]; dw1-2 timestamp; dw3 pasid; dw4-7 source data.
+"""
+from __future__ import annotations
+import struct
+from typing import TYPE_CHECKING
+from rawgpu.drivers.emu.pcibus import BusError
+from rawgpu.drivers.emu.amd.gmc import Fault
+if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
+
+ENTRY = 32
+
+
+class IHRing:
+  def __init__(self, board: "AMDBoard", suffix: str):
+    r, self.b, self.sfx = board.regs, board, suffix
+    a = lambda n: r.addr("osssys", n)
+    self.cntl = r.reg("osssys", f"regIH_RB_CNTL{suffix}")
+    self.wptr_reg = r.reg("osssys", f"regIH_RB_WPTR{suffix}")
+    self.a_cntl, self.a_base, self.a_base_hi = a(f"regIH_RB_CNTL{suffix}"), a(f"regIH_RB_BASE{suffix}"), a(f"regIH_RB_BASE_HI{suffix}")
+    self.a_rptr, self.a_wptr = a(f"regIH_RB_RPTR{suffix}"), a(f"regIH_RB_WPTR{suffix}")
+    self.a_wb_lo = a("regIH_RB_WPTR_ADDR_LO") if not suffix else None
+    self.a_wb_hi = a("regIH_RB_WPTR_ADDR_HI") if not suffix else None
+    self.a_db = a(f"regIH_DOORBELL_RPTR{suffix}")
+    self.db = r.reg("osssys", f"regIH_DOORBELL_RPTR{suffix}")
+    r.hook("osssys", f"regIH_RB_CNTL{suffix}", wr=self._cntl_wr)
+    self.dropped = 0
+
+  def _cntl_wr(self, a: int, v: int) -> None:
+    d = self.cntl.decode(v)
+    if d.get("WPTR_OVERFLOW_CLEAR"):
+      self.b.regs.vals[self.a_wptr] = self.b.regs.vals.get(self.a_wptr, 0) & ~self.wptr_reg.fields["RB_OVERFLOW"][1]
+    self.b.regs.vals[a] = v
+
+  def post(self, words: bytes) -> bool:
+    vals = self.b.regs.vals
+    c = self.cntl.decode(vals.get(self.a_cntl, 0))
+    if not c["RB_ENABLE"]: return False
+    size = 4 << c["RB_SIZE"]
+    w = vals.get(self.a_wptr, 0)
+    if w & self.wptr_reg.fields["RB_OVERFLOW"][1]: self.dropped += 1; return False
+    off = w & (size - 1) & ~3
+    rptr = vals.get(self.a_rptr, 0) & (size - 1)
+    nxt = (off + ENTRY) & (size - 1)
+    if nxt == rptr:                                        # full
+      if c["WPTR_OVERFLOW_ENABLE"]: vals[self.a_wptr] = off | self.wptr_reg.fields["RB_OVERFLOW"][1]
+      self.dropped += 1
+      return False
+    base = ((vals.get(self.a_base_hi, 0) << 32) | vals.get(self.a_base, 0)) << 8
+    try:
+      self._write(c, base + off, words)
+      vals[self.a_wptr] = nxt
+      if self.a_wb_lo is not None and c["WPTR_WRITEBACK_ENABLE"]:
+        self._write(c, (vals.get(self.a_wb_hi, 0) << 32) | vals.get(self.a_wb_lo, 0), struct.pack("<I", nxt))
+    except (BusError, Fault): self.dropped += 1; return False
+    return True
+
+  def _write(self, c: dict, addr: int, data: bytes) -> None:
+    if c["MC_SPACE"] == 2: self.b.host_dma(addr, len(data))[:] = data        # bus (system physical) addresses
+    else: self.b.gmc.mm.write(c["MC_VMID"], addr, data)                      # through the MM hub
+
+  def doorbell(self, idx: int, value: int) -> None:
+    d = self.db.decode(self.b.regs.vals.get(self.a_db, 0))
+    if d["ENABLE"] and d["OFFSET"] == idx: self.b.regs.vals[self.a_rptr] = value & 0xffffffff
+
+
+class IH:
+  def __init__(self, board: "AMDBoard"):
+    self.b = board
+    self.rings = [IHRing(board, ""), IHRing(board, "_RING1")]
+    self.posted = 0
+
+  def post(self, client: int, src: int, ring_id: int = 0, vmid: int = 0, pasid: int = 0, data: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
+    ts = self.b.clock.now()
+    words = struct.pack("<8I", client | (src << 8) | (ring_id << 16) | (vmid << 24), ts & 0xffffffff, (ts >> 32) & 0xffff, pasid, *data)
+    self.posted += 1
+    self.rings[0].post(words)
+
+  def doorbell(self, idx: int, value: int) -> None:
+    for r in self.rings: r.doorbell(idx, value)
