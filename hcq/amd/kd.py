@@ -1,61 +1,105 @@
 """The AMDHSA kernel descriptor (64 bytes, one per kernel, symbol <name>.kd): raw words and decoded fields.
 
-All bit positions live here, in one place. They are facts from LLVM's AMDHSAKernelDescriptor.h (the documented
-layout in LLVM's AMDGPUUsage); field names follow the assembler's .amdhsa_* directives so that they can be compared
-with what llvm-objdump prints.
+Offsets and bit positions come from rawgpu.autogen.amd.hsa (generated from LLVM's AMDHSAKernelDescriptor.h); this
+module only names the fields after the assembler's .amdhsa_* directives, so they compare directly with what
+llvm-objdump prints, and picks the ones that apply to a generation.
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 
-SIZE = 64
-_LAYOUT = struct.Struct("<IIIIq20sIIIHH4s")  # offsets 0, 4, 8, 12, 16, 24, 44, 48, 52, 56, 58, 60
+from rawgpu.autogen.amd import hsa
 
-# name -> (shift, width, first gfx major, last gfx major); gfx "9.1" stands for gfx90a and later gfx9 (rsrc3 accum).
-_Bits = dict[str, tuple[int, int, float, float]]
-RSRC1: _Bits = {
-  "granulated_workitem_vgpr_count": (0, 6, 0, 99), "granulated_wavefront_sgpr_count": (6, 4, 0, 99),
-  "priority": (10, 2, 0, 99), "float_round_mode_32": (12, 2, 0, 99), "float_round_mode_16_64": (14, 2, 0, 99),
-  "float_denorm_mode_32": (16, 2, 0, 99), "float_denorm_mode_16_64": (18, 2, 0, 99), "priv": (20, 1, 0, 99),
-  "dx10_clamp": (21, 1, 0, 11), "round_robin_scheduling": (21, 1, 12, 99), "debug_mode": (22, 1, 0, 99),
-  "ieee_mode": (23, 1, 0, 11), "disable_perf": (23, 1, 12, 99), "bulky": (24, 1, 0, 99), "cdbg_user": (25, 1, 0, 99),
-  "fp16_overflow": (26, 1, 9, 99), "workgroup_processor_mode": (29, 1, 10, 99), "memory_ordered": (30, 1, 10, 99),
-  "forward_progress": (31, 1, 10, 99),
+SIZE = 64
+_OFFSETS = {"group_segment_fixed_size": (hsa.GROUP_SEGMENT_FIXED_SIZE_OFFSET, "<I"),
+            "private_segment_fixed_size": (hsa.PRIVATE_SEGMENT_FIXED_SIZE_OFFSET, "<I"),
+            "kernarg_size": (hsa.KERNARG_SIZE_OFFSET, "<I"),
+            "kernel_code_entry_byte_offset": (hsa.KERNEL_CODE_ENTRY_BYTE_OFFSET_OFFSET, "<q"),
+            "compute_pgm_rsrc3": (hsa.COMPUTE_PGM_RSRC3_OFFSET, "<I"), "compute_pgm_rsrc1": (hsa.COMPUTE_PGM_RSRC1_OFFSET, "<I"),
+            "compute_pgm_rsrc2": (hsa.COMPUTE_PGM_RSRC2_OFFSET, "<I"),
+            "kernel_code_properties": (hsa.KERNEL_CODE_PROPERTIES_OFFSET, "<H"),
+            "kernarg_preload": (hsa.KERNARG_PRELOAD_OFFSET, "<H")}
+_RESERVED = ((hsa.RESERVED0_OFFSET, 4), (hsa.RESERVED1_OFFSET, 20), (hsa.RESERVED3_OFFSET, 4))
+
+# Our field names are the assembler's .amdhsa_* directive names; the right side names LLVM's field, whose
+# generation prefix (GFX6_GFX11_, GFX12_PLUS_, GFX90A_, ...) says where it applies.
+_NAMES = {
+  "compute_pgm_rsrc1": {
+    "granulated_workitem_vgpr_count": "GRANULATED_WORKITEM_VGPR_COUNT", "granulated_wavefront_sgpr_count":
+    "GRANULATED_WAVEFRONT_SGPR_COUNT", "priority": "PRIORITY", "float_round_mode_32": "FLOAT_ROUND_MODE_32",
+    "float_round_mode_16_64": "FLOAT_ROUND_MODE_16_64", "float_denorm_mode_32": "FLOAT_DENORM_MODE_32",
+    "float_denorm_mode_16_64": "FLOAT_DENORM_MODE_16_64", "priv": "PRIV", "dx10_clamp": "GFX6_GFX11_ENABLE_DX10_CLAMP",
+    "round_robin_scheduling": "GFX12_PLUS_ENABLE_WG_RR_EN", "debug_mode": "DEBUG_MODE",
+    "ieee_mode": "GFX6_GFX11_ENABLE_IEEE_MODE", "disable_perf": "GFX12_PLUS_DISABLE_PERF", "bulky": "BULKY",
+    "cdbg_user": "CDBG_USER", "fp16_overflow": "GFX9_PLUS_FP16_OVFL", "workgroup_processor_mode": "GFX10_PLUS_WGP_MODE",
+    "memory_ordered": "GFX10_PLUS_MEM_ORDERED", "forward_progress": "GFX10_PLUS_FWD_PROGRESS"},
+  "compute_pgm_rsrc2": {
+    "enable_private_segment": "ENABLE_PRIVATE_SEGMENT", "user_sgpr_count": "USER_SGPR_COUNT",
+    "enable_trap_handler": "GFX6_GFX11_ENABLE_TRAP_HANDLER", "system_sgpr_workgroup_id_x": "ENABLE_SGPR_WORKGROUP_ID_X",
+    "system_sgpr_workgroup_id_y": "ENABLE_SGPR_WORKGROUP_ID_Y", "system_sgpr_workgroup_id_z": "ENABLE_SGPR_WORKGROUP_ID_Z",
+    "system_sgpr_workgroup_info": "ENABLE_SGPR_WORKGROUP_INFO", "system_vgpr_workitem_id": "ENABLE_VGPR_WORKITEM_ID",
+    "exception_address_watch": "ENABLE_EXCEPTION_ADDRESS_WATCH", "exception_memory": "ENABLE_EXCEPTION_MEMORY",
+    "granulated_lds_size": "GRANULATED_LDS_SIZE",
+    "exception_fp_ieee_invalid_op": "ENABLE_EXCEPTION_IEEE_754_FP_INVALID_OPERATION",
+    "exception_fp_denorm_src": "ENABLE_EXCEPTION_FP_DENORMAL_SOURCE",
+    "exception_fp_ieee_div_zero": "ENABLE_EXCEPTION_IEEE_754_FP_DIVISION_BY_ZERO",
+    "exception_fp_ieee_overflow": "ENABLE_EXCEPTION_IEEE_754_FP_OVERFLOW",
+    "exception_fp_ieee_underflow": "ENABLE_EXCEPTION_IEEE_754_FP_UNDERFLOW",
+    "exception_fp_ieee_inexact": "ENABLE_EXCEPTION_IEEE_754_FP_INEXACT",
+    "exception_int_div_zero": "ENABLE_EXCEPTION_INT_DIVIDE_BY_ZERO"},
+  "compute_pgm_rsrc3": {
+    "accum_offset": "GFX90A_ACCUM_OFFSET", "tg_split": "GFX90A_TG_SPLIT",
+    "shared_vgpr_count": "GFX10_GFX11_SHARED_VGPR_COUNT", "inst_pref_size": "GFX11_INST_PREF_SIZE",
+    "inst_pref_size ": "GFX12_PLUS_INST_PREF_SIZE", "trap_on_start": "GFX11_TRAP_ON_START",
+    "trap_on_end": "GFX11_TRAP_ON_END", "glg_en": "GFX12_PLUS_GLG_EN", "image_op": "GFX11_PLUS_IMAGE_OP"},
+  "kernel_code_properties": {
+    "user_sgpr_private_segment_buffer": "ENABLE_SGPR_PRIVATE_SEGMENT_BUFFER", "user_sgpr_dispatch_ptr":
+    "ENABLE_SGPR_DISPATCH_PTR", "user_sgpr_queue_ptr": "ENABLE_SGPR_QUEUE_PTR", "user_sgpr_kernarg_segment_ptr":
+    "ENABLE_SGPR_KERNARG_SEGMENT_PTR", "user_sgpr_dispatch_id": "ENABLE_SGPR_DISPATCH_ID",
+    "user_sgpr_flat_scratch_init": "ENABLE_SGPR_FLAT_SCRATCH_INIT", "user_sgpr_private_segment_size":
+    "ENABLE_SGPR_PRIVATE_SEGMENT_SIZE", "wavefront_size32": "ENABLE_WAVEFRONT_SIZE32",
+    "uses_dynamic_stack": "USES_DYNAMIC_STACK"},
+  "kernarg_preload": {"kernarg_preload_length": "LENGTH", "kernarg_preload_offset": "OFFSET"},
 }
-RSRC2: _Bits = {
-  "enable_private_segment": (0, 1, 0, 99), "user_sgpr_count": (1, 5, 0, 99), "enable_trap_handler": (6, 1, 0, 11),
-  "system_sgpr_workgroup_id_x": (7, 1, 0, 99), "system_sgpr_workgroup_id_y": (8, 1, 0, 99),
-  "system_sgpr_workgroup_id_z": (9, 1, 0, 99), "system_sgpr_workgroup_info": (10, 1, 0, 99),
-  "system_vgpr_workitem_id": (11, 2, 0, 99), "exception_address_watch": (13, 1, 0, 99),
-  "exception_memory": (14, 1, 0, 99), "granulated_lds_size": (15, 9, 0, 99),
-  "exception_fp_ieee_invalid_op": (24, 1, 0, 99), "exception_fp_denorm_src": (25, 1, 0, 99),
-  "exception_fp_ieee_div_zero": (26, 1, 0, 99), "exception_fp_ieee_overflow": (27, 1, 0, 99),
-  "exception_fp_ieee_underflow": (28, 1, 0, 99), "exception_fp_ieee_inexact": (29, 1, 0, 99),
-  "exception_int_div_zero": (30, 1, 0, 99),
-}
-RSRC3: _Bits = {
-  "accum_offset": (0, 6, 9.1, 9.9), "tg_split": (16, 1, 9.1, 9.9),
-  "shared_vgpr_count": (0, 4, 10, 11), "inst_pref_size": (4, 6, 11, 11), "trap_on_start": (10, 1, 11, 11),
-  "trap_on_end": (11, 1, 11, 11), "glg_en": (13, 1, 12, 99), "image_op": (31, 1, 11, 99),
-}
-RSRC3_GFX12_INST_PREF_SIZE = (4, 8)  # same name, wider field on gfx12
-CODE_PROPERTIES: _Bits = {
-  "user_sgpr_private_segment_buffer": (0, 1, 0, 99), "user_sgpr_dispatch_ptr": (1, 1, 0, 99),
-  "user_sgpr_queue_ptr": (2, 1, 0, 99), "user_sgpr_kernarg_segment_ptr": (3, 1, 0, 99),
-  "user_sgpr_dispatch_id": (4, 1, 0, 99), "user_sgpr_flat_scratch_init": (5, 1, 0, 99),
-  "user_sgpr_private_segment_size": (6, 1, 0, 99), "wavefront_size32": (10, 1, 10, 99),
-  "uses_dynamic_stack": (11, 1, 0, 99),
-}
-KERNARG_PRELOAD: _Bits = {"kernarg_preload_length": (0, 7, 9.1, 99), "kernarg_preload_offset": (7, 9, 9.1, 99)}
+_PREFIX = {"compute_pgm_rsrc1": "COMPUTE_PGM_RSRC1_", "compute_pgm_rsrc2": "COMPUTE_PGM_RSRC2_",
+           "compute_pgm_rsrc3": "COMPUTE_PGM_RSRC3_", "kernel_code_properties": "KERNEL_CODE_PROPERTY_",
+           "kernarg_preload": "KERNARG_PRELOAD_SPEC_"}
+
+
+def _gen(tag: str) -> float: return 9.1 if tag == "90A" else float(tag)
+
+
+def _span(field_name: str) -> tuple[float, float]:
+  """Generations a field applies to, from LLVM's prefix: GFX6_GFX11_ -> 6..11, GFX12_PLUS_ -> 12.., GFX11_ -> 11."""
+  m = re.match(r"GFX(\d+A?)_(?:(PLUS)_|GFX(\d+)_)?", field_name)
+  if not m: return 0, 99
+  lo = _gen(m[1])
+  if m[2]: return lo, 99
+  if m[3]: return lo, float(m[3])
+  return lo, int(lo)
+
+
+# word -> {name: [(shift, width, first gen, last gen), ...]}; a name may map to a different field per generation
+BITS: dict[str, dict[str, list[tuple[int, int, float, float]]]] = {}
+for _word, _names in _NAMES.items():
+  for _name, _f in _names.items():
+    _full = _PREFIX[_word] + _f
+    BITS.setdefault(_word, {}).setdefault(_name.strip(), []).append(
+      (getattr(hsa, _full + "_SHIFT"), getattr(hsa, _full + "_WIDTH"), *_span(_f)))
 # User SGPRs in the order the hardware loads them, with their sizes in SGPRs (AMDGPUUsage "Initial Kernel Execution State").
 USER_SGPR_ORDER = (("user_sgpr_private_segment_buffer", 4), ("user_sgpr_dispatch_ptr", 2), ("user_sgpr_queue_ptr", 2),
                    ("user_sgpr_kernarg_segment_ptr", 2), ("user_sgpr_dispatch_id", 2), ("user_sgpr_flat_scratch_init", 2),
                    ("user_sgpr_private_segment_size", 1))
 
 
-def _decode(word: int, bits: _Bits, gen: float) -> dict[str, int]:
-  return {name: (word >> shift) & ((1 << width) - 1) for name, (shift, width, lo, hi) in bits.items() if lo <= gen <= hi}
+def _decode(word: int, bits: dict[str, list[tuple[int, int, float, float]]], gen: float) -> dict[str, int]:
+  out = {}
+  for name, spans in bits.items():
+    for shift, width, lo, hi in spans:
+      if lo <= gen and int(gen) <= hi: out[name] = (word >> shift) & ((1 << width) - 1)
+  return out
 
 
 @dataclass(frozen=True)
@@ -77,15 +121,13 @@ class KernelDescriptor:
   @classmethod
   def from_bytes(cls, data: bytes, gen: float) -> "KernelDescriptor":
     if len(data) != SIZE: raise ValueError(f"a kernel descriptor is {SIZE} bytes, got {len(data)}")
-    g, p, k, r0, entry, r1, rsrc3, rsrc1, rsrc2, props, preload, r3 = _LAYOUT.unpack(data)
-    fields = {**_decode(rsrc1, RSRC1, gen), **_decode(rsrc2, RSRC2, gen), **_decode(props, CODE_PROPERTIES, gen),
-              **_decode(preload, KERNARG_PRELOAD, gen)}
-    if gen >= 9.1:
-      fields.update(_decode(rsrc3, RSRC3, gen))
-      if gen >= 12:
-        shift, width = RSRC3_GFX12_INST_PREF_SIZE
-        fields["inst_pref_size"] = (rsrc3 >> shift) & ((1 << width) - 1)
-    return cls(gen, g, p, k, entry, rsrc1, rsrc2, rsrc3, props, preload, bool(r0 or any(r1) or any(r3)), fields)
+    raw = {name: struct.unpack_from(fmt, data, off)[0] for name, (off, fmt) in _OFFSETS.items()}
+    fields: dict[str, int] = {}
+    for word, bits in BITS.items():
+      if word == "compute_pgm_rsrc3" and gen < 9.1: continue  # no rsrc3 before gfx90a
+      fields.update(_decode(raw[word], bits, gen))
+    reserved = any(any(data[off:off + n]) for off, n in _RESERVED)
+    return cls(gen, **raw, reserved_nonzero=reserved, fields=fields)
 
   def __getitem__(self, name: str) -> int: return self.fields[name]
 
