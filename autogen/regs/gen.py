@@ -27,7 +27,8 @@ TARGETS: list[tuple[str, str, str, tuple[int, int, int]]] = [
   ("osssys", "oss", "osssys_6_1_0", (6, 1, 0)), ("osssys", "oss", "osssys_7_0_0", (7, 0, 0)),
   ("mp", "mp", "mp_13_0_0", (13, 0, 0)), ("mp", "mp", "mp_13_0_6", (13, 0, 6)), ("mp", "mp", "mp_14_0_2", (14, 0, 2)),
   ("hdp", "hdp", "hdp_4_4_2", (4, 4, 2)), ("hdp", "hdp", "hdp_6_0_0", (6, 0, 0)), ("hdp", "hdp", "hdp_7_0_0", (7, 0, 0)),
-  ("athub", "athub", "athub_3_0_0", (3, 0, 0)), ("athub", "athub", "athub_4_1_0", (4, 1, 0)),
+  ("athub", "athub", "athub_1_8_0", (1, 8, 0)), ("athub", "athub", "athub_3_0_0", (3, 0, 0)),
+  ("athub", "athub", "athub_4_1_0", (4, 1, 0)),
   ("smuio", "smuio", "smuio_13_0_6", (13, 0, 6)), ("smuio", "smuio", "smuio_14_0_2", (14, 0, 2)),
 ]
 # Register-name prefixes in *_offset.h: MMIO (reg, older mm), indirect index space (ix), PCI config space (cfg).
