@@ -7,10 +7,11 @@ The apt state (private sources, lists, downloaded .debs) lives in <cache>/apt so
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
+import functools
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -32,12 +33,12 @@ class Package:
   kind: str               # "deb": binary package; "orig": upstream .orig tarball of a source package
   inner: str              # deb: the tarball inside the deb (or "" for the deb's own files); orig: ""
   strip: str              # prefix removed from member names
-  members: tuple[str, ...]  # fnmatch patterns on stripped names
+  members: tuple[str, ...]  # globs on stripped names: * stays inside a folder, ** crosses folders
 
 
 LINUX_MEMBERS = (
   "drivers/gpu/drm/amd/include/*.h",
-  "drivers/gpu/drm/amd/include/ivsrcid/*",
+  "drivers/gpu/drm/amd/include/ivsrcid/**",
   "drivers/gpu/drm/amd/include/asic_reg/gc/*", "drivers/gpu/drm/amd/include/asic_reg/mmhub/*",
   "drivers/gpu/drm/amd/include/asic_reg/nbio/*", "drivers/gpu/drm/amd/include/asic_reg/nbif/*",
   "drivers/gpu/drm/amd/include/asic_reg/oss/*", "drivers/gpu/drm/amd/include/asic_reg/mp/*",
@@ -47,7 +48,7 @@ LINUX_MEMBERS = (
   "drivers/gpu/drm/amd/include/asic_reg/umc/*", "drivers/gpu/drm/amd/include/asic_reg/gmc/*",
   "drivers/gpu/drm/amd/include/asic_reg/df/*", "drivers/gpu/drm/amd/include/asic_reg/vcn/*",
   "drivers/gpu/drm/amd/amdgpu/*.h",
-  "drivers/gpu/drm/amd/pm/swsmu/inc/*",
+  "drivers/gpu/drm/amd/pm/swsmu/inc/**",
   "drivers/gpu/drm/amd/amdkfd/*.h",
   "include/uapi/linux/kfd_ioctl.h", "include/uapi/linux/kfd_sysfs.h", "include/uapi/linux/pci_regs.h",
   "include/uapi/linux/vfio.h", "include/uapi/linux/ioctl.h", "include/uapi/linux/types.h",
@@ -62,15 +63,17 @@ PACKAGES = (
           "./usr/src/linux-source-6.12.tar.xz", "linux-source-6.12/", LINUX_MEMBERS),
   Package("llvm", "llvm-19", "llvm-19-dev", "1:19.1.7-3~deb12u1", "deb", "", "./usr/include/llvm-19/",
           ("llvm/Support/AMDHSAKernelDescriptor.h", "llvm/BinaryFormat/ELF.h", "llvm/BinaryFormat/ELFRelocs/AMDGPU.def")),
+  Package("rocr", "rocr-5.2", "libhsa-runtime-dev", "5.2.3-3", "deb", "", "./usr/include/hsa/",
+          ("hsa.h", "hsa_ext_amd.h", "amd_hsa_*.h")),
   Package("mesa", "mesa", "mesa", "25.0.7-2~bpo12+1", "orig", "", "mesa-25.0.7/",
-          ("src/amd/registers/*.json", "src/amd/common/ac_pm4.h", "src/nouveau/headers/*")),
+          ("src/amd/registers/*.json", "src/amd/common/ac_pm4.h", "src/nouveau/headers/**")),
   Package("nvidia", "nvidia", "nvidia-open-gpu-kernel-modules", "535.261.03-1", "orig", "",
           "NVIDIA-kernel-module-source-535.261.03/",
-          ("src/common/sdk/nvidia/inc/*", "kernel-open/common/inc/*", "kernel-open/nvidia-uvm/uvm_ioctl.h",
-           "kernel-open/nvidia-uvm/uvm_linux_ioctl.h", "src/nvidia/arch/nvalloc/unix/include/*",
-           "src/common/inc/swref/published/*", "src/nvidia/inc/kernel/gpu/gsp/*",
+          ("src/common/sdk/nvidia/inc/**", "kernel-open/common/inc/**", "kernel-open/nvidia-uvm/uvm_ioctl.h",
+           "kernel-open/nvidia-uvm/uvm_linux_ioctl.h", "src/nvidia/arch/nvalloc/unix/include/**",
+           "src/common/inc/swref/published/**", "src/nvidia/inc/kernel/gpu/gsp/**",
            "src/nvidia/generated/g_rpc-structures.h", "src/nvidia/generated/g_sdk-structures.h",
-           "src/nvidia/kernel/inc/vgpu/*")),
+           "src/nvidia/kernel/inc/vgpu/**")),
 )
 
 
@@ -166,10 +169,19 @@ def _download(p: Package, version: str, adir: pathlib.Path, env: dict[str, str])
   return hits[-1]
 
 
+@functools.cache
+def _pattern(members: tuple[str, ...]) -> re.Pattern:
+  def one(g: str) -> str:
+    return "".join(".*" if part == "**" else "[^/]*" if part == "*" else "[^/]" if part == "?" else re.escape(part)
+                   for part in re.split(r"(\*\*|\*|\?)", g))
+  return re.compile("|".join(f"(?:{one(m)})" for m in members) + r"\Z")
+
+
 def _want(p: Package, name: str) -> str | None:
+  if name.startswith("./") and not p.strip.startswith("./"): name = name[2:]
   if not name.startswith(p.strip): return None
   rel = name[len(p.strip):]
-  return rel if any(fnmatch.fnmatchcase(rel, m) for m in p.members) else None
+  return rel if _pattern(p.members).match(rel) else None
 
 
 def _extract_tar(p: Package, fobj, mode: str, dest: pathlib.Path) -> int:
@@ -258,7 +270,9 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
     dest = cache / "headers" / p.root
     stamp = dest / ".complete"
     version = _pick_version(p, env)
-    if stamp.exists() and stamp.read_text().strip() == version and not force:
+    # the stamp names the version and the member patterns: changing either extracts again
+    want = f"{version} {hashlib.sha256(repr(p.members).encode()).hexdigest()[:16]}"
+    if stamp.exists() and stamp.read_text().strip() == want and not force:
       print(f"{p.name} {version}: already extracted in {dest}", flush=True)
     else:
       t = time.monotonic()
@@ -274,7 +288,7 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
         tmp.rename(dest)
       finally:
         if tmp.exists(): shutil.rmtree(tmp)
-      stamp.write_text(version + "\n")
+      stamp.write_text(want + "\n")
       print(f"  extracted {n} files into {dest} in {time.monotonic() - t:.1f} s", flush=True)
     new_pkgs[p.source] = f"{p.name} {version}"
     hashes = {f"{p.root}/{k}": v for k, v in _hash_tree(dest).items()}

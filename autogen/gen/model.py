@@ -118,7 +118,8 @@ class Builder:
   def __init__(self, recipe: Recipe, root: pathlib.Path, prelude_path: pathlib.Path):
     import clang.cindex as ci
     self.ci, self.r, self.root = ci, recipe, root
-    self.headers = [str(root / h) for h in recipe.headers]
+    self.headers = [str(h) for h in recipe.header_paths(root)]
+    self.roots = sorted({str(root)} | {str(pathlib.Path(h).parent) for h in self.headers}, key=len)
     src = prelude_path.parent / "rawgpu_tu.c"
     text = f'#include "{prelude_path}"\n' + "".join(f'#include "{h}"\n' for h in self.headers)
     args = recipe.clang_args(root, prelude_path.parent) + [f"-I{d}" for d in (cxx_includes() if recipe.cxx else system_includes())]
@@ -138,13 +139,22 @@ class Builder:
   def loc(self, c) -> tuple:
     f = c.location.file
     name = f.name if f else ""
+    rel = pathlib.Path(name).name
     try: rel = str(pathlib.Path(name).relative_to(self.root))
-    except ValueError: rel = pathlib.Path(name).name
+    except ValueError:
+      if name in self.headers: rel = self.r.headers[self.headers.index(name)]
     return (rel, c.location.line, c.location.column)
 
   def in_headers(self, c) -> bool:
     f = c.location.file
     return bool(f) and f.name in self.headers
+
+  def tag(self, decl) -> str:
+    """The record's tag name, "" for an anonymous record (libclang spells those by their typedef name)."""
+    sp, ts = decl.spelling, decl.type.spelling
+    if not sp or "(" in sp or "(" in ts: return ""
+    if self.r.cxx: return "" if decl.is_anonymous() else sp
+    return sp if ts.startswith(("struct ", "union ")) else ""
 
   def key(self, decl) -> tuple:
     # the location alone is not unique: records expanded from one macro share it
@@ -160,6 +170,8 @@ class Builder:
         k = c.kind
         if k == ci.CursorKind.NAMESPACE:
           walk(c, ns + c.spelling + "::")
+        elif k in (ci.CursorKind.LINKAGE_SPEC, ci.CursorKind.UNEXPOSED_DECL):  # extern "C" { ... }
+          walk(c, ns)
         elif k == ci.CursorKind.MACRO_DEFINITION:
           toks = [t.spelling for t in c.get_tokens()]
           if not toks: continue
@@ -200,6 +212,7 @@ class Builder:
     def walk(cur, ns: str):
       for c in cur.get_children():
         if c.kind == ci.CursorKind.NAMESPACE: walk(c, ns + c.spelling + "::")
+        elif c.kind in (ci.CursorKind.LINKAGE_SPEC, ci.CursorKind.UNEXPOSED_DECL): walk(c, ns)
         elif c.kind in (ci.CursorKind.STRUCT_DECL, ci.CursorKind.UNION_DECL) and c.is_definition() and self.in_headers(c):
           out.append((c, ns))
         elif c.kind == ci.CursorKind.TYPEDEF_DECL and self.in_headers(c):
@@ -239,8 +252,7 @@ class Builder:
     key = self.key(decl)
     if key in self.records: return self.records[key]
     union = decl.kind == ci.CursorKind.UNION_DECL
-    tag = decl.spelling if decl.spelling and not decl.is_anonymous() else ""
-    if tag and ("(anonymous" in tag or "(unnamed" in tag): tag = ""
+    tag = self.tag(decl)
     tdname = self.typedef_name.get(key)
     kw = "union" if union else "struct"
     if tag:
@@ -391,9 +403,10 @@ class Builder:
     # records
     tops = []
     for decl, ns in self.top_records():
-      tag = decl.spelling if decl.spelling and not decl.is_anonymous() and "(" not in decl.spelling else ""
+      tag = self.tag(decl)
       nm = tag or self.typedef_name.get(self.key(decl), "").split("::")[-1]
-      if nm and wanted(nm):
+      td = self.typedef_name.get(self.key(decl), "").split("::")[-1]
+      if nm and (wanted(nm) or (td and wanted(td))):
         try:
           tops.append(self.record(decl, None, "", ns))
         except NotImplementedError as e:
@@ -403,7 +416,7 @@ class Builder:
     for n, (v, loc, mine) in self.enums.items():
       if mine and wanted(n): consts[n] = Const(n, v, loc)
     funcs: dict[str, Func] = {}
-    hdr_rel = {str(pathlib.Path(h).relative_to(self.root)) for h in self.headers}
+    hdr_rel = set(self.r.headers)
     for n, (params, body, loc) in self.macros.items():
       if loc[0] not in hdr_rel or not wanted(n) or n.startswith("_") and n.endswith("_H_"): continue
       try:

@@ -19,6 +19,11 @@ class Recipe:
   stubs: tuple[tuple[str, str], ...] = ()  # (path, text) of stand-in headers put on the include path first
   doc: str = ""
 
+  def header_paths(self, root: pathlib.Path) -> list[pathlib.Path]:
+    """Absolute header paths; an entry "source:path" names a header of another fetched source."""
+    from rawgpu.autogen.fetch import header_root
+    return [header_root(h.split(":", 1)[0]) / h.split(":", 1)[1] if ":" in h else root / h for h in self.headers]
+
   def clang_args(self, root: pathlib.Path, stubdir: pathlib.Path) -> list[str]:
     stub = [f"-I{stubdir}"] if self.stubs else []
     return stub + [f"-I{root / d}" for d in self.includes] + [f"-D{d}" for d in self.defines]
@@ -89,8 +94,15 @@ RECIPES: tuple[Recipe, ...] = (
          doc="PCI configuration space registers and capabilities"),
   Recipe("vfio", "linux", ("include/uapi/linux/vfio.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS, defines=("__user=",),
          doc="VFIO ioctls and structures"),
-  Recipe("amd.hsa", "llvm", ("llvm/Support/AMDHSAKernelDescriptor.h",), cxx=True,
-         doc="AMDGPU kernel descriptor layout and COMPUTE_PGM_RSRC*/KERNEL_CODE_PROPERTIES bit fields"),
+  # the kernel descriptor from LLVM; the AQL packets and queue from ROCm's hsa.h / amd_hsa_queue.h
+  Recipe("amd.hsa", "llvm", ("llvm/Support/AMDHSAKernelDescriptor.h", "rocr:hsa.h", "rocr:amd_hsa_queue.h",
+                             "rocr:amd_hsa_signal.h"), cxx=True,
+         keep=r"^(?!hsa_|HSA_|amd_|AMD_)|^(hsa_(kernel_dispatch|agent_dispatch|barrier_and|barrier_or)_packet_t|"
+              r"hsa_packet_|HSA_PACKET_|hsa_fence_scope_t|HSA_FENCE_|hsa_kernel_dispatch_packet_setup|"
+              r"HSA_KERNEL_DISPATCH_PACKET_SETUP|hsa_signal_t|hsa_queue_type|HSA_QUEUE_TYPE|hsa_queue_t|"
+              r"amd_queue_t|amd_queue_properties|AMD_QUEUE_PROPERTIES|amd_signal_t|amd_signal_kind|AMD_SIGNAL_KIND|"
+              r"AMD_HSA_)",
+         doc="AMDGPU kernel descriptor (COMPUTE_PGM_RSRC*/KERNEL_CODE_PROPERTIES fields), AQL packets, amd_queue_t"),
 )
 
 

@@ -59,7 +59,7 @@ def run_checks(m: Model, root: pathlib.Path, prelude: pathlib.Path) -> tuple[dic
   with tempfile.TemporaryDirectory() as td:
     src = pathlib.Path(td) / ("check.cc" if r.cxx else "check.c")
     exe = pathlib.Path(td) / "check"
-    inc = "".join(f'#include "{root / h}"\n' for h in r.headers)
+    inc = "".join(f'#include "{h}"\n' for h in r.header_paths(root))
     using = "using namespace llvm::amdhsa;\n" if r.cxx else ""
     for _ in range(8):
       head = f'#include "{prelude}"\n{inc}{using}{C_HEAD}'
