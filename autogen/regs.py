@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools, json, zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from rawgpu.errors import RawGPUError
 
@@ -40,7 +40,7 @@ class Reg:
 
   def field_names(self) -> list[str]: return list(self.fields)
 
-  def addr(self, bases: "list[int] | tuple[int, ...]") -> int:
+  def addr(self, bases: Sequence[int]) -> int:
     """Absolute dword address given the IP's segment bases (from IP discovery)."""
     if self.base_idx is None: raise RawGPUError(f"{self.ip} {self.name} is not an MMIO register (it has no base index)")
     return bases[self.base_idx] + self.offset
@@ -90,8 +90,9 @@ class RegTable:
   def __getitem__(self, name: str) -> Reg:
     r = self._cache.get(name)
     if r is not None: return r
-    full = self._resolve(name)
+    full = self._resolve(name) if isinstance(name, str) else None
     if full is None:
+      name = str(name)
       import difflib  # only on the error path
       bare = {_strip(n): n for n in reversed(self._regs)}
       hint = difflib.get_close_matches(_strip(name), bare, n=4, cutoff=0.7)
@@ -173,7 +174,7 @@ def _load(ip: str, version: Version) -> RegTable:
     fields = dict(zip(lines[3 + n].split(" "), lines[4 + n:4 + n + m]))
     if len(regs) != n or len(fields) != m: raise ValueError("truncated")
     return RegTable(ip, version, json.loads(meta), regs, fields)
-  except (OSError, zlib.error, ValueError, UnicodeDecodeError) as e:
+  except (OSError, zlib.error, ValueError, IndexError) as e:  # UnicodeDecodeError is a ValueError
     raise RawGPUError(f"register table {path} is unreadable ({e}); regenerate it with autogen/regs/gen.py") from e
 
 

@@ -93,6 +93,7 @@ def test_unknown_register_suggests_close_matches():
   assert isinstance(e.value, KeyError) and isinstance(e.value, RawGPUError)
   assert "regCP_HQD_ACTIVE" in str(e.value) and "gc 11.0.0" in str(e.value)
   with pytest.raises(KeyError): gc["ZZZ_NOT_A_REGISTER"]
+  with pytest.raises(UnknownRegister): gc[7]  # type: ignore[index]
 
 
 def _tables():
@@ -141,11 +142,17 @@ def test_encode_errors():
 
 
 def test_corrupt_table_is_a_rawgpu_error(tmp_path, monkeypatch):
-  (tmp_path / "gc_11_0_0.bin").write_bytes(b"not zlib")
+  import zlib
+  good = zlib.decompress((regs.DATA_DIR / "hdp_6_0_0.bin").read_bytes())
+  bad = {"gc_11_0_0.bin": b"not zlib", "hdp_6_0_0.bin": zlib.compress(good[:len(good) // 2]),
+         "mp_13_0_0.bin": zlib.compress(b"#rawgpu-regs 999 {}\n0 0\n\n\n"), "athub_3_0_0.bin": zlib.compress(b"\xff\xfe")}
+  for n, b in bad.items(): (tmp_path / n).write_bytes(b)
   monkeypatch.setattr(regs, "DATA_DIR", tmp_path)
   regs.available.cache_clear(); regs._load.cache_clear()
   try:
-    with pytest.raises(RawGPUError, match="unreadable"): ip_regs("gc", 11, 0, 0)
+    for n in bad:
+      ip, *v = n[:-4].split("_")
+      with pytest.raises(RawGPUError, match="unreadable"): ip_regs(ip, *map(int, v))
   finally:
     monkeypatch.undo()
     regs.available.cache_clear(); regs._load.cache_clear()
