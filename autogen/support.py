@@ -102,7 +102,10 @@ class Ioctl(int):
     return int(self)
 
   def __call__(self, system: Any, fd: int, arg: Any = None, **fields: Any) -> Any:
-    if self.struct is not None and arg is None: arg = self.struct(**fields)
+    if self.struct is not None and arg is None:
+      # VFIO-style arguments start with their own size; fill it unless the caller sized it on purpose
+      if "argsz" not in fields and hasattr(self.struct, "argsz"): fields["argsz"] = ctypes.sizeof(self.struct)
+      arg = self.struct(**fields)
     elif fields: raise TypeError(f"{self.name}: pass either a buffer or keyword fields")
     try:
       ret = system.ioctl(fd, int(self), arg if arg is not None else 0)

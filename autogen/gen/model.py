@@ -504,6 +504,9 @@ class Builder:
       if c.ioctl_struct is None and c.is_ioctl: pass
     records = {k: self.records[k] for k in order}
     names = {r.name for r in records.values()}
+    for ioc, st in self.r.ioctl_args:
+      if ioc not in consts or st not in names: raise RuntimeError(f"{self.r.module}: ioctl_args {ioc} -> {st} unknown")
+      consts[ioc].ioctl_struct = st
     for c in consts.values():
       if c.ioctl_struct and c.ioctl_struct not in names: c.ioctl_struct = None
     m = Model(self.r, records, consts, model_funcs, order, samples)

@@ -17,6 +17,7 @@ class Recipe:
   drop: str = ""                    # regex: leave these out
   cxx: bool = False                 # parse and check as C++ (LLVM headers)
   stubs: tuple[tuple[str, str], ...] = ()  # (path, text) of stand-in headers put on the include path first
+  ioctl_args: tuple[tuple[str, str], ...] = ()  # (ioctl, struct) where the header's _IO() does not name the type
   doc: str = ""
 
   def header_paths(self, root: pathlib.Path) -> list[pathlib.Path]:
@@ -70,7 +71,8 @@ RECIPES: tuple[Recipe, ...] = (
   _amd("amd.sdma_v6", f"{AMDGPU}/sdma_v6_0_0_pkt_open.h", doc="SDMA 6 (and 7) packets: opcodes and field macros"),
   _amd("amd.sdma_v5", f"{AMDGPU}/navi10_sdma_pkt_open.h", doc="SDMA 5 packets"),
   _amd("amd.sdma_v4", f"{AMDGPU}/vega10_sdma_pkt_open.h", doc="SDMA 4 packets"),
-  _amd("amd.discovery", f"{AMDINC}/discovery.h", doc="IP discovery binary: tables, IP entries, gc_info, HW ids"),
+  _amd("amd.discovery", f"{AMDINC}/discovery.h", f"{AMDINC}/soc15_hw_ip.h",
+       doc="IP discovery binary: tables, IP entries, gc_info, harvest info; HW ids (GC_HWID, MP1_HWID, ...)"),
   # amdgpu_ucode.h ends with driver-internal state (a mutex, printf-annotated prototypes) that we leave out
   _amd("amd.ucode", f"{AMDGPU}/amdgpu_ucode.h", doc="firmware file headers (amdgpu_ucode.h)",
        prelude=KERNEL + "struct mutex { int opaque_; };\n#define __printf(a, b)\n",
@@ -92,8 +94,16 @@ RECIPES: tuple[Recipe, ...] = (
          prelude=UAPI, stubs=UAPI_STUBS, defines=("__user=",), doc="amdgpu DRM ioctls and structures"),
   Recipe("pci", "linux", ("include/uapi/linux/pci_regs.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS,
          doc="PCI configuration space registers and capabilities"),
-  Recipe("vfio", "linux", ("include/uapi/linux/vfio.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS, defines=("__user=",),
-         doc="VFIO ioctls and structures"),
+  # vfio.h declares every ioctl as _IO(); the argument types below are the ones its comments document
+  Recipe("vfio", "linux", ("include/uapi/linux/vfio.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS,
+         defines=("__user=",), doc="VFIO ioctls and structures",
+         ioctl_args=(("VFIO_GROUP_GET_STATUS", "vfio_group_status"), ("VFIO_DEVICE_GET_INFO", "vfio_device_info"),
+                     ("VFIO_DEVICE_GET_REGION_INFO", "vfio_region_info"), ("VFIO_DEVICE_GET_IRQ_INFO", "vfio_irq_info"),
+                     ("VFIO_DEVICE_SET_IRQS", "vfio_irq_set"), ("VFIO_IOMMU_GET_INFO", "vfio_iommu_type1_info"),
+                     ("VFIO_IOMMU_MAP_DMA", "vfio_iommu_type1_dma_map"),
+                     ("VFIO_IOMMU_UNMAP_DMA", "vfio_iommu_type1_dma_unmap"),
+                     ("VFIO_DEVICE_GET_PCI_HOT_RESET_INFO", "vfio_pci_hot_reset_info"),
+                     ("VFIO_DEVICE_PCI_HOT_RESET", "vfio_pci_hot_reset"))),
   # the kernel descriptor from LLVM; the AQL packets and queue from ROCm's hsa.h / amd_hsa_queue.h
   Recipe("amd.hsa", "llvm", ("llvm/Support/AMDHSAKernelDescriptor.h", "rocr:hsa.h", "rocr:amd_hsa_queue.h",
                              "rocr:amd_hsa_signal.h"), cxx=True,
