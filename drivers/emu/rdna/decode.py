@@ -144,7 +144,8 @@ def decode_at(arch: str, code: bytes, pc: int) -> Inst:
   inst = Inst(pc, size, fmt, op, name, f, ops=ops, vop3=vop3)
   # a literal constant follows when any source selects it (and always for the madak/madmk forms)
   need_lit = any(f.get(s) == 255 for s in srcs) or name in ("v_fmamk_f32", "v_fmaak_f32", "v_fmamk_f16", "v_fmaak_f16",
-                                                             "s_setreg_imm32_b32", "v_madmk_f32", "v_madak_f32")
+                                                             "s_setreg_imm32_b32", "v_madmk_f32", "v_madak_f32",
+                                                             "s_fmaak_f32", "s_fmamk_f32")
   if fmt in ("vop1", "vop2", "vopc", "vop3") and f.get("src0") in (250, 233, 234):
     extra = dw(size // 4)
     if f["src0"] == 250: inst.dpp = extra

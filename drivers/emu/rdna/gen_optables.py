@@ -104,8 +104,9 @@ def disassemble(mcpu: str, probes: list[list[int]]) -> list[str | None]:
   lines = []
   for i, ws in enumerate(probes):
     marker = (0b1011 << 28) | (99 << 16) | i
+    # the trailing s_nop is what an instruction wanting a literal swallows, so the next marker survives
     lines += [",".join(f"0x{b:02x}" for b in marker.to_bytes(4, "little")),
-              ",".join(f"0x{b:02x}" for w in ws for b in w.to_bytes(4, "little"))]
+              ",".join(f"0x{b:02x}" for w in ws + [0xbf800000] for b in w.to_bytes(4, "little"))]
   r = subprocess.run(["llvm-mc-19", "-disassemble", "-triple=amdgcn-amd-amdhsa", f"-mcpu={mcpu}"],
                      input="\n".join(lines) + "\n", capture_output=True, text=True, check=True)
   bad = {(int(m.group(1)) - 2) // 2 for m in re.finditer(r"<stdin>:(\d+):\d+: warning: invalid instruction", r.stderr)}

@@ -1,0 +1,491 @@
+"""Instruction -> closure over State. Each closure runs one instruction for all selected waves at once.
+
+Control flow instructions return the next PC per wave (an array for the selected waves, or an int); everything else
+returns None and falls through. Blocks of closures are built once per code object and PC (see program.py)."""
+from __future__ import annotations
+import struct
+from typing import Callable
+
+import numpy as np
+
+from rawgpu.drivers.emu.rdna.decode import Inst
+from rawgpu.drivers.emu.rdna.state import State, EmuFault
+from rawgpu.drivers.emu.rdna.valu import VOPS, CMP, TYPES, WIDTH, BITS
+from rawgpu.drivers.emu.rdna import fpmath, mem_ops, salu
+
+f16, f32, f64 = np.float16, np.float32, np.float64
+u16, u32, u64, i32, i64 = np.uint16, np.uint32, np.uint64, np.int32, np.int64
+Fn = Callable[[State], object]
+
+INLINE_F32 = {240: 0x3f000000, 241: 0xbf000000, 242: 0x3f800000, 243: 0xbf800000, 244: 0x40000000, 245: 0xc0000000,
+              246: 0x40800000, 247: 0xc0800000, 248: 0x3e22f983}
+INLINE_F16 = {240: 0x3800, 241: 0xb800, 242: 0x3c00, 243: 0xbc00, 244: 0x4000, 245: 0xc000, 246: 0x4400, 247: 0xc400,
+              248: 0x3118}
+INLINE_F64 = {240: 0x3fe0000000000000, 241: 0xbfe0000000000000, 242: 0x3ff0000000000000, 243: 0xbff0000000000000,
+              244: 0x4000000000000000, 245: 0xc000000000000000, 246: 0x4010000000000000, 247: 0xc010000000000000,
+              248: 0x3fc45f306dc9c882}
+# flat apertures (the high 32 bits of a generic address); amdgpu programs SH_MEM_BASES with these
+SHARED_APERTURE, PRIVATE_APERTURE = 0x0001_0000, 0x0002_0000
+
+def const_value(n: int, lit: int | None, width: int, ftype: bool) -> int | None:
+  """The bits an inline constant or literal source supplies to an operand of this width (None: not a constant)."""
+  if 128 <= n <= 192: v = n - 128
+  elif 193 <= n <= 208: v = 192 - n
+  elif n in INLINE_F32: v = {16: INLINE_F16, 32: INLINE_F32, 64: INLINE_F64}[width][n]
+  elif n == 255:
+    lit = lit or 0
+    if width == 64: return (lit << 32) if ftype else lit  # f64 literals are the high half; integer ones zero-extend
+    return lit & ((1 << width) - 1)
+  elif n == 124: v = 0
+  else: return None
+  return v & ((1 << width) - 1)
+
+def raw_src(i: Inst, n: int, width: int, vec: bool, ftype: bool = False, hi: bool = False) -> Fn:
+  """Reader of a source operand's raw bits: uint16/32/64, shaped (waves, lanes|1) for vector ops, (waves,) for scalar."""
+  T = BITS[max(width, 32)] if width != 16 else u32
+  c = const_value(n, i.lit, 32 if width == 16 and n == 255 else width, ftype)
+  if width == 16 and n in INLINE_F32: c = INLINE_F16[n] if ftype else INLINE_F32[n] & 0xffff
+  if c is not None:
+    k = BITS[width](c)
+    return lambda st: k
+  if n >= 256:
+    r = n - 256
+    if width == 64: return lambda st: st.v[r].astype(u64) | (st.v[r + 1].astype(u64) << u64(32))
+    if width == 16: return (lambda st: (st.v[r] >> u32(16)).astype(u16)) if hi else (lambda st: st.v[r].astype(u16))
+    return lambda st: st.v[r]
+  if n == 253: get = lambda st: st.scc.astype(u32)
+  elif n == 251: get = lambda st: ((st.s[106] == 0) & ((st.s[107] == 0) | (st.L == 32))).astype(u32)
+  elif n == 252: get = lambda st: ((st.s[126] == 0) & ((st.s[127] == 0) | (st.L == 32))).astype(u32)
+  elif n in (235, 237):  # src_shared_base / src_private_base: the aperture's high half
+    ap = SHARED_APERTURE if n == 235 else PRIVATE_APERTURE
+    get64 = lambda st: np.full(st.W, u64(ap) << u64(32), u64)
+    if width == 64: return (lambda st: get64(st)[:, None]) if vec else get64
+    get = lambda st: np.full(st.W, u32(ap) if False else u32(0), u32)
+  elif n in (236, 238):
+    ap = SHARED_APERTURE if n == 236 else PRIVATE_APERTURE
+    get64 = lambda st: np.full(st.W, (u64(ap) << u64(32)) | u64(0xffffffff), u64)
+    if width == 64: return (lambda st: get64(st)[:, None]) if vec else get64
+    get = lambda st: np.full(st.W, u32(0xffffffff), u32)
+  elif n < 128:
+    r = n
+    if width == 64: get = lambda st: st.s64(r)
+    elif width == 16: get = (lambda st: (st.s[r] >> u32(16)).astype(u16)) if hi else (lambda st: st.s[r].astype(u16))
+    else: get = lambda st: st.s[r]
+  else:
+    raise EmuFault(f"illegal operand {n} at {i.addr:#x}", i.addr)
+  if vec: return lambda st: get(st)[:, None]
+  return get
+
+def typed_src(i: Inst, n: int, ty: str, k: int, vec: bool = True, mods: bool = True, hi: bool = False) -> Fn:
+  """Source with the type's view and the VOP3/VOPD input modifiers (abs, neg) applied."""
+  w = WIDTH[ty]
+  T = TYPES[ty]
+  raw = raw_src(i, n, w, vec, ty[0] == "f", hi)
+  sd = any(o[0] == "sdst" for o in i.ops)
+  ab = mods and i.fmt == "vop3" and not sd and (i.f.get("abs", 0) >> k) & 1
+  ng = mods and i.fmt in ("vop3", "vop3p") and (i.f.get("neg", 0) >> k) & 1
+  if i.dpp is not None and k == 0:
+    ab = ab or (i.dpp >> 21) & 1
+    ng = ng or (i.dpp >> 20) & 1
+  if i.dpp is not None and k == 1:
+    ab = ab or (i.dpp >> 23) & 1
+    ng = ng or (i.dpp >> 22) & 1
+  if ty[0] != "f":
+    return (lambda st: raw(st).view(T)) if w != 32 or T != u32 else raw
+  if ab and ng: return lambda st: -np.abs(raw(st).view(T))
+  if ab: return lambda st: np.abs(raw(st).view(T))
+  if ng: return lambda st: -(raw(st).view(T))
+  return lambda st: raw(st).view(T)
+
+def _dst_bits(val, ty: str):
+  T = TYPES[ty]
+  a = np.asarray(val)
+  if a.dtype != T: a = a.astype(T)
+  return a.view(BITS[WIDTH[ty]]) if WIDTH[ty] > 1 else a
+
+def vdst(i: Inst, r: int, ty: str, hi: bool = False) -> Callable[[State, object], None]:
+  """Writer of a VALU result of type ty into VGPR r (16-bit results go to the low or high half)."""
+  w = WIDTH[ty]
+  clamp = i.fmt == "vop3" and i.f.get("clamp") and ty[0] == "f"
+  omod = i.f.get("omod", 0) if i.fmt == "vop3" and ty[0] == "f" else 0
+  def post(val):
+    if omod: val = val * TYPES[ty]([1, 2, 4, 0.5][omod])
+    if clamp: val = np.where(np.isnan(val), TYPES[ty](0), np.clip(val, 0, 1))
+    return val
+  if w == 64:
+    def wr(st, val):
+      b = _dst_bits(post(val), ty)
+      st.wv(r, (b & u64(0xffffffff)).astype(u32)); st.wv(r + 1, (b >> u64(32)).astype(u32))
+    return wr
+  if w == 16:
+    def wr(st, val):
+      b = _dst_bits(post(val), ty).astype(u32)
+      old = st.v[r]
+      st.wv(r, (old & u32(0xffff)) | (b << u32(16)) if hi else (old & u32(0xffff0000)) | b)
+    return wr
+  return lambda st, val: st.wv(r, _dst_bits(post(val), ty))
+
+def _split(name: str) -> str:
+  for suf in ("_e32", "_e64", "_dpp", "_sdwa"):
+    if name.endswith(suf): name = name[: -len(suf)]
+  return name
+
+# ---- DPP ------------------------------------------------------------------------------------------------------------
+def _dpp_index(ctrl: int, L: int) -> tuple[np.ndarray, np.ndarray]:
+  """(source lane, valid) for every lane under a DPP16 control."""
+  lane = np.arange(L)
+  row, rl = lane // 16, lane % 16
+  valid = np.ones(L, bool)
+  if ctrl <= 0xff: src = (lane & ~3) | ((ctrl >> (2 * (lane & 3))) & 3)
+  elif 0x101 <= ctrl <= 0x10f: s = ctrl - 0x100; src = lane + s; valid = rl + s < 16
+  elif 0x111 <= ctrl <= 0x11f: s = ctrl - 0x110; src = lane - s; valid = rl - s >= 0
+  elif 0x121 <= ctrl <= 0x12f: s = ctrl - 0x120; src = row * 16 + (rl - s) % 16
+  elif ctrl == 0x140: src = row * 16 + 15 - rl
+  elif ctrl == 0x141: src = (lane & ~7) | (7 - (lane & 7))
+  elif 0x150 <= ctrl <= 0x15f: src = row * 16 + (ctrl - 0x150)
+  elif 0x160 <= ctrl <= 0x16f: src = row * 16 + (rl ^ (ctrl - 0x160))
+  else: raise EmuFault(f"unsupported DPP control {ctrl:#x}")
+  return np.where(valid, src, 0) % L, valid
+
+def dpp_wrap(i: Inst, fn: Fn, L: int) -> tuple[Fn, np.ndarray | None]:
+  """src0 read through the DPP lane permutation; also the per-lane write enable it implies."""
+  if i.dpp8 is not None:
+    sel = np.array([(i.dpp8 >> (8 + 3 * k)) & 7 for k in range(8)])
+    src = (np.arange(L) & ~7) | sel[np.arange(L) & 7]
+    return (lambda st: np.broadcast_to(fn(st), (st.W, st.L))[:, src]), None
+  ctrl, fi, bc = (i.dpp >> 8) & 0x1ff, (i.dpp >> 18) & 1, (i.dpp >> 19) & 1
+  bank_mask, row_mask = (i.dpp >> 24) & 0xf, (i.dpp >> 28) & 0xf
+  src, valid = _dpp_index(ctrl, L)
+  lane = np.arange(L)
+  enable = (((row_mask >> (lane // 16)) & 1) & ((bank_mask >> ((lane % 16) // 4)) & 1)).astype(bool)
+  def rd(st):
+    v = np.broadcast_to(fn(st), (st.W, st.L))[:, src]
+    ok = valid[None, :] & (st.exec_lanes()[:, src] if not fi else True)
+    return np.where(ok, v, v.dtype.type(0)), ok
+  return rd, enable
+
+# ---- VALU -----------------------------------------------------------------------------------------------------------
+def compile_valu(i: Inst, L: int, fam: str) -> Fn:
+  name = _split(i.name)
+  f = i.f
+  if i.fmt == "vopdx": return _vopd(i, L, fam)
+  if name in CMP: return _vopc(i, name, L)
+  special = _SPECIAL_VALU.get(name)
+  if special: return special(i, L, fam)
+  if name.startswith("v_pk_"): return _vop3p(i, name, L)
+  if name not in VOPS: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled", i.addr)
+  dty, stys, fn = VOPS[name]
+  opsel = f.get("opsel", 0) if i.fmt == "vop3" else 0
+  fields = ["src0", "src1", "src2"][: len(stys)]
+  if name.startswith("v_fmac_") or name.startswith("v_fmac_dx9"):
+    srcs = [typed_src(i, f["src0"], stys[0], 0, hi=bool(opsel & 1)), typed_src(i, f["src1"], stys[1], 1, hi=bool(opsel & 2)),
+            typed_src(i, f["vdst"] + 256, stys[2], 2, mods=False)]
+  elif name.startswith("v_fmamk_"):
+    srcs = [typed_src(i, f["src0"], stys[0], 0), typed_src(i, 255, stys[1], 1), typed_src(i, f["src1"], stys[2], 2)]
+  elif name.startswith("v_fmaak_"):
+    srcs = [typed_src(i, f["src0"], stys[0], 0), typed_src(i, f["src1"], stys[1], 1), typed_src(i, 255, stys[2], 2)]
+  else:
+    srcs = [typed_src(i, f[fl], t, k, hi=bool(opsel >> k & 1) and WIDTH[t] == 16) for k, (fl, t) in enumerate(zip(fields, stys))]
+  enable = None
+  if i.dpp is not None or i.dpp8 is not None:
+    rd, enable = dpp_wrap(i, srcs[0], L)
+    if i.dpp8 is not None: srcs[0] = rd
+    else:
+      holder = {}
+      def s0(st, rd=rd):
+        v, ok = rd(st); holder["ok"] = ok
+        return v
+      srcs[0] = s0
+  wr = vdst(i, f["vdst"], dty, hi=bool(opsel & 8) and WIDTH[dty] == 16)
+  if i.dpp is not None:
+    bc = (i.dpp >> 19) & 1
+    def run_dpp(st):
+      with np.errstate(all="ignore"): val = fn(*[s(st) for s in srcs])
+      ok = holder["ok"] | bool(bc)
+      em = st.emask & ok & enable[None, :]
+      save, st._em, st._full = st._em, em, bool(em.all())
+      wr(st, val)
+      st._em = None
+    return run_dpp
+  if len(srcs) == 1:
+    s0 = srcs[0]
+    def run1(st):
+      with np.errstate(all="ignore"): wr(st, fn(s0(st)))
+    return run1
+  if len(srcs) == 2:
+    s0, s1 = srcs
+    def run2(st):
+      with np.errstate(all="ignore"): wr(st, fn(s0(st), s1(st)))
+    return run2
+  s0, s1, s2 = srcs
+  def run3(st):
+    with np.errstate(all="ignore"): wr(st, fn(s0(st), s1(st), s2(st)))
+  return run3
+
+def _vopc(i: Inst, name: str, L: int) -> Fn:
+  ty, fn = CMP[name]
+  cls = "class" in name
+  a = typed_src(i, i.f["src0"], ty, 0)
+  b = typed_src(i, i.f["src1"], "u32" if cls else ty, 1)
+  if i.dpp is not None or i.dpp8 is not None:
+    rd, _ = dpp_wrap(i, a, L)
+    a = (lambda st, rd=rd: rd(st)[0]) if i.dpp is not None else rd
+  dst = 126 if name.startswith("v_cmpx") else (i.f["vdst"] if i.fmt == "vop3" else 106)
+  def run(st):
+    with np.errstate(all="ignore"): r = np.broadcast_to(fn(a(st), b(st)), (st.W, st.L))
+    st.wmask(dst, r)
+  return run
+
+def _mask_src(i: Inst, n: int) -> Callable[[State], np.ndarray]:
+  """A lane-mask operand (VCC or an SGPR pair) as (waves, lanes) bools."""
+  if n < 128: return lambda st: st.unpack(n)
+  c = const_value(n, i.lit, 64, False)
+  if c is None: raise EmuFault(f"illegal mask operand at {i.addr:#x}", i.addr)
+  return lambda st: ((np.uint64(c) >> np.arange(st.L, dtype=u64)) & u64(1)).astype(bool)[None, :]
+
+def _cndmask(i: Inst, L: int, fam: str) -> Fn:
+  f = i.f
+  vop3 = i.fmt == "vop3"
+  sel = _mask_src(i, f["src2"] if vop3 else 106)
+  ty = "f32" if vop3 and (f.get("abs") or f.get("neg")) else "u32"
+  a, b = typed_src(i, f["src0"], ty, 0), typed_src(i, f["src1"], ty, 1)
+  if i.dpp is not None or i.dpp8 is not None:
+    rd, _ = dpp_wrap(i, a, L)
+    a = (lambda st, rd=rd: rd(st)[0]) if i.dpp is not None else rd
+  wr = vdst(i, f["vdst"], ty)
+  return lambda st: wr(st, np.where(sel(st), b(st), a(st)))
+
+def _carry_op(i: Inst, L: int, fam: str) -> Fn:
+  name = _split(i.name)
+  f = i.f
+  vop3 = i.fmt == "vop3"
+  a, b = raw_src(i, f["src0"], 32, True), raw_src(i, f["src1"], 32, True)
+  if i.dpp is not None or i.dpp8 is not None:
+    rd, _ = dpp_wrap(i, a, L)
+    a = (lambda st, rd=rd: rd(st)[0]) if i.dpp is not None else rd
+  cin = None
+  if "_ci_" in name: cin = _mask_src(i, f["src2"] if vop3 else 106)
+  cout = f["sdst"] if vop3 else 106
+  r = f["vdst"]
+  sub, rev = "sub" in name, "subrev" in name
+  def run(st):
+    x, y = np.asarray(a(st), u64), np.asarray(b(st), u64)
+    if rev: x, y = y, x
+    c = cin(st).astype(u64) if cin else u64(0)
+    if sub:
+      res = x - y - c
+      carry = (y + c) > x
+    else:
+      res = x + y + c
+      carry = res >> u64(32) != 0
+    st.wmask(cout, np.broadcast_to(carry, (st.W, st.L)))
+    st.wv(r, (res & u64(0xffffffff)).astype(u32))
+  return run
+
+def _mad64(i: Inst, L: int, fam: str) -> Fn:
+  f = i.f
+  signed = "i64" in i.name
+  a, b, c = raw_src(i, f["src0"], 32, True), raw_src(i, f["src1"], 32, True), raw_src(i, f["src2"], 64, True)
+  r = f["vdst"]
+  def run(st):
+    x, y, z = np.asarray(a(st)), np.asarray(b(st)), np.asarray(c(st), u64)
+    if signed:
+      p = x.view(i32).astype(i64) * y.view(i32).astype(i64)
+      res = p.view(u64) + z
+      # overflow of the signed 64-bit sum
+      zs, rs = z.view(i64), res.view(i64)
+      carry = ((p >= 0) == (zs >= 0)) & ((rs >= 0) != (p >= 0))
+    else:
+      p = x.astype(u64) * y.astype(u64)
+      res = p + z
+      carry = res < p
+    st.wmask(f["sdst"], np.broadcast_to(carry, (st.W, st.L)))
+    st.wv(r, (res & u64(0xffffffff)).astype(u32)); st.wv(r + 1, (res >> u64(32)).astype(u32))
+  return run
+
+def _div_scale(i: Inst, L: int, fam: str) -> Fn:
+  t = "f64" if i.name.endswith("f64") else "f32"
+  f = i.f
+  s = [typed_src(i, f[k], t, n) for n, k in enumerate(("src0", "src1", "src2"))]
+  wr = vdst(i, f["vdst"], t)
+  def run(st):
+    d, vcc = fpmath.div_scale(s[0](st), s[1](st), s[2](st), TYPES[t])
+    st.wmask(f["sdst"], np.broadcast_to(vcc, (st.W, st.L)))
+    wr(st, d)
+  return run
+
+def _div_fmas(i: Inst, L: int, fam: str) -> Fn:
+  t = "f64" if i.name.endswith("f64") else "f32"
+  f = i.f
+  s = [typed_src(i, f[k], t, n) for n, k in enumerate(("src0", "src1", "src2"))]
+  wr = vdst(i, f["vdst"], t)
+  return lambda st: wr(st, fpmath.div_fmas(s[0](st), s[1](st), s[2](st), st.unpack(106), TYPES[t]))
+
+def _div_fixup(i: Inst, L: int, fam: str) -> Fn:
+  t = {"f64": "f64", "f32": "f32", "f16": "f16"}[i.name[-3:]]
+  f = i.f
+  s = [typed_src(i, f[k], t, n) for n, k in enumerate(("src0", "src1", "src2"))]
+  wr = vdst(i, f["vdst"], t)
+  if t == "f16": return lambda st: wr(st, fpmath.div_fixup(s[0](st).astype(f32), s[1](st).astype(f32), s[2](st).astype(f32), f32).astype(f16))
+  return lambda st: wr(st, fpmath.div_fixup(s[0](st), s[1](st), s[2](st), TYPES[t]))
+
+def _readlane(i: Inst, L: int, fam: str) -> Fn:
+  f = i.f
+  src = f["src0"] - 256
+  lane = raw_src(i, f["src1"], 32, False)
+  d = f["vdst"]
+  def run(st):
+    ln = (np.broadcast_to(lane(st), (st.W,)) % u32(st.L)).astype(np.int64)
+    st.ws(d, st.v[src][np.arange(st.W), ln])
+  return run
+
+def _readfirstlane(i: Inst, L: int, fam: str) -> Fn:
+  f = i.f
+  src = raw_src(i, f["src0"], 32, True)
+  d = f["vdst"]
+  def run(st):
+    ex = st.exec_lanes()
+    first = np.where(ex.any(1), ex.argmax(1), 0)
+    v = np.broadcast_to(src(st), (st.W, st.L))
+    st.ws(d, v[np.arange(st.W), first])
+  return run
+
+def _writelane(i: Inst, L: int, fam: str) -> Fn:
+  f = i.f
+  val, lane = raw_src(i, f["src0"], 32, False), raw_src(i, f["src1"], 32, False)
+  d = f["vdst"]
+  def run(st):
+    w = np.nonzero(st.selected())[0]
+    ln = (np.broadcast_to(lane(st), (st.W,)) % u32(st.L)).astype(np.int64)
+    st.v[d][w, ln[w]] = np.broadcast_to(val(st), (st.W,))[w]
+  return run
+
+def _mbcnt(i: Inst, L: int, fam: str) -> Fn:
+  f = i.f
+  hi = "hi" in i.name
+  a, b = raw_src(i, f["src0"], 32, True), raw_src(i, f["src1"], 32, True)
+  r = f["vdst"]
+  lane = np.arange(L)
+  if hi: m = np.where(lane >= 32, (np.uint64(1) << np.clip(lane - 32, 0, 63).astype(u64)) - u64(1), u64(0xffffffff)).astype(u64)
+  else: m = np.where(lane >= 32, u64(0xffffffff), (np.uint64(1) << np.clip(lane, 0, 63).astype(u64)) - u64(1)).astype(u64)
+  from rawgpu.drivers.emu.rdna.valu import _popc32
+  mask = (m & u64(0xffffffff)).astype(u32)
+  return lambda st: st.wv(r, _popc32(a(st) & mask) + b(st))
+
+def _permlane(i: Inst, L: int, fam: str) -> Fn:
+  f = i.f
+  x = "x16" in i.name
+  src = f["src0"] - 256
+  s1, s2 = raw_src(i, f["src1"], 32, False), raw_src(i, f["src2"], 32, False)
+  r = f["vdst"]
+  fi, bc = (f.get("opsel", 0) & 1), (f.get("opsel", 0) >> 1) & 1
+  lane = np.arange(L)
+  def run(st):
+    sel = (np.broadcast_to(s1(st), (st.W,)).astype(u64) | (np.broadcast_to(s2(st), (st.W,)).astype(u64) << u64(32)))
+    nib = ((sel[:, None] >> (u64(4) * (lane % 16).astype(u64))[None, :]) & u64(0xf)).astype(np.int64)
+    base = (lane // 16) * 16
+    if x: base = base ^ 16
+    srcl = (base[None, :] + nib) % st.L
+    v = np.take_along_axis(st.v[src], srcl, 1)
+    if not fi:
+      ok = np.take_along_axis(st.exec_lanes(), srcl, 1)
+      if bc: v = np.where(ok, v, u32(0)); st.wv(r, v)
+      else:
+        em = st.emask & ok
+        st._em, st._full = em, bool(em.all()); st.wv(r, v); st._em = None
+      return
+    st.wv(r, v)
+  return run
+
+def _swap(i: Inst, L: int, fam: str) -> Fn:
+  a, b = i.f["vdst"], i.f["src0"] - 256
+  def run(st):
+    x, y = st.v[a].copy(), st.v[b].copy()
+    st.wv(a, y); st.wv(b, x)
+  return run
+
+def _nop(i: Inst, L: int, fam: str) -> Fn:
+  return lambda st: None
+
+_SPECIAL_VALU = {
+  "v_cndmask_b32": _cndmask, "v_add_co_u32": _carry_op, "v_sub_co_u32": _carry_op, "v_subrev_co_u32": _carry_op,
+  "v_add_co_ci_u32": _carry_op, "v_sub_co_ci_u32": _carry_op, "v_subrev_co_ci_u32": _carry_op,
+  "v_mad_u64_u32": _mad64, "v_mad_i64_i32": _mad64, "v_mad_co_u64_u32": _mad64, "v_mad_co_i64_i32": _mad64, "v_div_scale_f32": _div_scale, "v_div_scale_f64": _div_scale,
+  "v_div_fmas_f32": _div_fmas, "v_div_fmas_f64": _div_fmas, "v_div_fixup_f32": _div_fixup, "v_div_fixup_f64": _div_fixup,
+  "v_div_fixup_f16": _div_fixup, "v_readlane_b32": _readlane, "v_readfirstlane_b32": _readfirstlane,
+  "v_writelane_b32": _writelane, "v_mbcnt_lo_u32_b32": _mbcnt, "v_mbcnt_hi_u32_b32": _mbcnt,
+  "v_permlane16_b32": _permlane, "v_permlanex16_b32": _permlane, "v_swap_b32": _swap, "v_nop": _nop,
+  "v_pipeflush": _nop, "v_cndmask_b16": _cndmask,
+}
+
+def _vopd(i: Inst, L: int, fam: str) -> Fn:
+  """Dual issue: both halves read their sources before either writes."""
+  halves = []
+  for h, sfx in ((i, "x"), (i.y, "y")):
+    name = h.name.replace("v_dual_", "v_")
+    f = h.f
+    s0 = f"src0{sfx}"; s1 = f"src1{sfx}"; d = f[f"vdst{sfx}"]
+    if name == "v_cndmask_b32":
+      a, b = raw_src(h, f[s0], 32, True), raw_src(h, f[s1], 32, True)
+      fn = (lambda a, b: lambda st: np.where(st.unpack(106), b(st), a(st)))(a, b)
+      halves.append((fn, d, "u32")); continue
+    dty, stys, op = VOPS[name]
+    if name.startswith("v_fmac"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, f[s1], "f32", 1), typed_src(h, d + 256, "f32", 2)]
+    elif name.startswith("v_fmamk"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, 255, "f32", 1), typed_src(h, f[s1], "f32", 2)]
+    elif name.startswith("v_fmaak"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, f[s1], "f32", 1), typed_src(h, 255, "f32", 2)]
+    elif len(stys) == 1: srcs = [typed_src(h, f[s0], stys[0], 0)]
+    else: srcs = [typed_src(h, f[s0], stys[0], 0), typed_src(h, f[s1], stys[1], 1)]
+    fn = (lambda op, srcs: lambda st: op(*[s(st) for s in srcs]))(op, srcs)
+    halves.append((fn, d, dty))
+  (fx, dx, tx), (fy, dy, ty) = halves
+  def run(st):
+    with np.errstate(all="ignore"):
+      vx, vy = fx(st), fy(st)
+    st.wv(dx, _dst_bits(vx, tx)); st.wv(dy, _dst_bits(vy, ty))
+  return run
+
+# ---- VOP3P: packed 16-bit math ------------------------------------------------------------------------------------
+_PK = {
+  "v_pk_add_f16": ("f16", 2, lambda a, b: a + b), "v_pk_mul_f16": ("f16", 2, lambda a, b: a * b),
+  "v_pk_fma_f16": ("f16", 3, lambda a, b, c: fpmath.fma_narrow(a, b, c, f16)),
+  "v_pk_max_f16": ("f16", 2, np.fmax), "v_pk_min_f16": ("f16", 2, np.fmin),
+  "v_pk_max_num_f16": ("f16", 2, np.fmax), "v_pk_min_num_f16": ("f16", 2, np.fmin),
+  "v_pk_add_u16": ("u16", 2, lambda a, b: a + b), "v_pk_sub_u16": ("u16", 2, lambda a, b: a - b),
+  "v_pk_add_i16": ("i16", 2, lambda a, b: a + b), "v_pk_sub_i16": ("i16", 2, lambda a, b: a - b),
+  "v_pk_mul_lo_u16": ("u16", 2, lambda a, b: a * b), "v_pk_mad_u16": ("u16", 3, lambda a, b, c: a * b + c),
+  "v_pk_mad_i16": ("i16", 3, lambda a, b, c: a * b + c),
+  "v_pk_max_u16": ("u16", 2, np.maximum), "v_pk_min_u16": ("u16", 2, np.minimum),
+  "v_pk_max_i16": ("i16", 2, np.maximum), "v_pk_min_i16": ("i16", 2, np.minimum),
+  "v_pk_lshlrev_b16": ("u16", 2, lambda s, x: x << (s & u16(15))), "v_pk_lshrrev_b16": ("u16", 2, lambda s, x: x >> (s & u16(15))),
+  "v_pk_ashrrev_i16": ("i16", 2, lambda s, x: x >> (s & np.int16(15))),
+}
+
+def _vop3p(i: Inst, name: str, L: int) -> Fn:
+  if name not in _PK: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled", i.addr)
+  ty, n, fn = _PK[name]
+  f = i.f
+  T = TYPES[ty]
+  raws = [raw_src(i, f[k], 32, True, ty[0] == "f") for k in ("src0", "src1", "src2")[:n]]
+  # an inline float constant feeds both halves as f16 in packed math
+  for k, fl in enumerate(("src0", "src1", "src2")[:n]):
+    if f[fl] in INLINE_F16 and ty == "f16": raws[k] = (lambda c: lambda st: u32(c))(INLINE_F16[f[fl]])
+  r = f["vdst"]
+  def half(st, k, hi):
+    v = np.asarray(raws[k](st), u32)
+    sel = (f["opsel_hi"] if hi else f["opsel"]) >> k & 1
+    h = ((v >> u32(16)) if sel else v).astype(u16).view(T)
+    if ty[0] == "f" and ((f["neg_hi"] if hi else f["neg"]) >> k) & 1: h = -h
+    return h
+  def run(st):
+    with np.errstate(all="ignore"):
+      lo = np.asarray(fn(*[half(st, k, False) for k in range(n)])).astype(T).view(u16).astype(u32)
+      hi = np.asarray(fn(*[half(st, k, True) for k in range(n)])).astype(T).view(u16).astype(u32)
+    st.wv(r, lo | (hi << u32(16)))
+  return run
+
+# ---- everything else --------------------------------------------------------------------------------------------
+def compile_inst(i: Inst, L: int, fam: str) -> Fn:
+  if i.fmt in ("vop1", "vop2", "vopc", "vop3", "vop3p", "vopdx"): return compile_valu(i, L, fam)
+  if i.fmt in ("sop1", "sop2", "sopc", "sopk", "sopp"): return salu.compile_salu(i, L, fam)
+  if i.fmt in ("smem", "ds", "flat", "global", "scratch", "mubuf"): return mem_ops.compile_mem(i, L, fam)
+  raise EmuFault(f"illegal instruction at {i.addr:#x}", i.addr)

@@ -1,0 +1,214 @@
+"""One compute dispatch: initial wave state from the registers the driver programmed, then all waves run together.
+
+Scheduling: the runnable waves with the lowest PC run the basic block at that PC as one vectorized group; waves
+that branched elsewhere wait their turn, so divergent waves reconverge where their PCs meet. s_barrier parks a
+wave until every live wave of its workgroup has arrived."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+import hashlib, re
+
+import numpy as np
+
+from rawgpu.drivers.emu.rdna.decode import decode_at, DecodeError, family
+from rawgpu.drivers.emu.rdna.state import State, EmuFault
+from rawgpu.drivers.emu.rdna.memory import GPUMemory, MemoryFault
+from rawgpu.drivers.emu.rdna.compile import compile_inst
+from rawgpu.drivers.emu.rdna.salu import END, BARRIER
+
+u32, u64 = np.uint32, np.uint64
+
+@dataclass
+class DispatchRegs:
+  """Raw register values the driver programmed, as the hardware sees them."""
+  arch: str                      # "gfx1100", "gfx1201", ...
+  pgm_addr: int                  # byte address (COMPUTE_PGM_LO/HI combined and shifted << 8)
+  rsrc1: int
+  rsrc2: int
+  rsrc3: int
+  user_data: list[int]           # COMPUTE_USER_DATA_0..15
+  num_thread: tuple[int, int, int]   # COMPUTE_NUM_THREAD_X/Y/Z (workgroup size)
+  grid: tuple[int, int, int]     # DISPATCH_DIRECT dims (workgroups; threads with USE_THREAD_DIMENSIONS)
+  start: tuple[int, int, int] = (0, 0, 0)   # COMPUTE_START_X/Y/Z
+  dispatch_initiator: int = 0    # COMPUTE_DISPATCH_INITIATOR
+  tmpring_size: int = 0          # COMPUTE_TMPRING_SIZE
+  scratch_base: int = 0
+
+@dataclass
+class DispatchResult:
+  ok: bool
+  fault: str | None
+  fault_addr: int | None
+  wave_instructions: int
+
+@dataclass
+class Fields:
+  """The register fields the emulator acts on (positions from the gc_11/12 sh_mask headers and AMDGPUUsage)."""
+  vgprs: int; user_sgprs: int; tgid_en: tuple[bool, bool, bool]; tg_size_en: bool; tidig_cnt: int
+  lds_bytes: int; scratch_en: bool; trap_present: bool; float_mode: int; wave32: bool; thread_dims: bool
+  scratch_wave_bytes: int
+
+def decode_regs(r: DispatchRegs) -> Fields:
+  """All bit-field decoding of rsrc1/2/3, DISPATCH_INITIATOR and TMPRING_SIZE in one place."""
+  wave32 = bool(r.dispatch_initiator >> 15 & 1)              # CS_W32_EN
+  granule = 8 if wave32 else 4                               # VGPR allocation granule, gfx10+
+  return Fields(
+    vgprs=min(256, ((r.rsrc1 & 0x3f) + 1) * granule),        # COMPUTE_PGM_RSRC1.VGPRS
+    float_mode=r.rsrc1 >> 12 & 0xff,                         # FLOAT_MODE
+    scratch_en=bool(r.rsrc2 & 1), user_sgprs=r.rsrc2 >> 1 & 0x1f, trap_present=bool(r.rsrc2 >> 6 & 1),
+    tgid_en=(bool(r.rsrc2 >> 7 & 1), bool(r.rsrc2 >> 8 & 1), bool(r.rsrc2 >> 9 & 1)), tg_size_en=bool(r.rsrc2 >> 10 & 1),
+    tidig_cnt=r.rsrc2 >> 11 & 3, lds_bytes=(r.rsrc2 >> 15 & 0x1ff) * 512,
+    wave32=wave32, thread_dims=bool(r.dispatch_initiator >> 5 & 1),
+    scratch_wave_bytes=(r.tmpring_size >> 12 & 0x7fff) * 256)  # WAVESIZE, 64-dword units
+
+class Program:
+  """Decoded and compiled basic blocks of one code image, built lazily per start PC."""
+  def __init__(self, arch: str, code: bytes, lanes: int):
+    self.arch, self.code, self.L, self.fam = arch, code, lanes, family(arch)
+    self.blocks: dict[int, tuple[list, bool]] = {}
+
+  def block(self, pc: int) -> tuple[list, bool]:
+    b = self.blocks.get(pc)
+    if b is None: b = self.blocks[pc] = self._build(pc)
+    return b
+
+  def _build(self, pc: int) -> tuple[list, bool]:
+    fns = []
+    while True:
+      try:
+        i = decode_at(self.arch, self.code, pc)
+        fn = compile_inst(i, self.L, self.fam)
+      except (DecodeError, EmuFault) as e:
+        msg = e.msg if isinstance(e, EmuFault) else f"illegal instruction at {pc:#x}: {e}"
+        def fault(st, msg=msg, pc=pc): raise EmuFault(msg, pc)
+        fault.terminator = True
+        fns.append((fault, pc, pc + 4))
+        return fns, True
+      fns.append((fn, pc, pc + i.size))
+      pc += i.size
+      if getattr(fn, "terminator", False): return fns, True
+      if len(fns) >= 256: return fns, False
+
+_CACHE: dict[tuple, Program] = {}
+
+def _fetch(mem: GPUMemory, addr: int, limit: int = 1 << 16) -> bytes:
+  out = b""
+  while len(out) < limit:
+    try: out += mem.read(addr + len(out), 4096)
+    except MemoryFault: break
+  return out
+
+def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int) -> Program:
+  code = _fetch(mem, addr)
+  if not code: raise EmuFault("page fault", addr)
+  key = (arch, lanes, hashlib.blake2b(code, digest_size=16).digest())
+  p = _CACHE.get(key)
+  if p is None:
+    if len(_CACHE) > 64: _CACHE.clear()
+    p = _CACHE[key] = Program(arch, code, lanes)
+  return p
+
+def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
+  fam = family(r.arch)
+  L = 32 if fl.wave32 else 64
+  nt = [max(1, int(x)) for x in r.num_thread]
+  if fl.thread_dims: ngrid = [max(0, -(-int(g) // t)) for g, t in zip(r.grid, nt)]
+  else: ngrid = [max(0, int(g)) for g in r.grid]
+  per_wg = nt[0] * nt[1] * nt[2]
+  wpg = -(-per_wg // L)
+  nwg = ngrid[0] * ngrid[1] * ngrid[2]
+  W = nwg * wpg
+  wg = np.repeat(np.arange(nwg, dtype=np.int64), wpg)
+  st = State(W, L, fl.vgprs, wg, fl.lds_bytes, mem, fam)
+  wgx, wgy, wgz = wg % ngrid[0], wg // ngrid[0] % max(ngrid[1], 1), wg // (ngrid[0] * max(ngrid[1], 1))
+  # work-items: linear id within the group -> x, y, z; lanes past the group's size start with EXEC off
+  lin = (np.arange(W) % wpg)[:, None] * L + np.arange(L)[None, :]
+  sx = np.full(W, nt[0]); sy = np.full(W, nt[1]); sz = np.full(W, nt[2])
+  if fl.thread_dims:  # the last group of each dimension may be partial
+    rem = [int(g) - (n - 1) * t for g, n, t in zip(r.grid, ngrid, nt)]
+    sx = np.where(wgx == ngrid[0] - 1, rem[0], nt[0]); sy = np.where(wgy == ngrid[1] - 1, rem[1], nt[1])
+    sz = np.where(wgz == ngrid[2] - 1, rem[2], nt[2])
+  tx, ty, tz = lin % nt[0], lin // nt[0] % nt[1], lin // (nt[0] * nt[1])
+  valid = (lin < per_wg) & (tx < sx[:, None]) & (ty < sy[:, None]) & (tz < sz[:, None])
+  tid = tx.astype(u32)
+  if fl.tidig_cnt >= 1: tid |= ty.astype(u32) << u32(10)
+  if fl.tidig_cnt >= 2: tid |= tz.astype(u32) << u32(20)
+  if st.nvgpr: st.v[0] = np.where(valid, tid, 0)
+  words = st.pack(valid)
+  st.s[126] = words[:, 0]
+  if L == 64: st.s[127] = words[:, 1]
+  ud = list(r.user_data) + [0] * 32
+  for k in range(fl.user_sgprs): st.s[k] = u32(ud[k] & 0xffffffff)
+  n = fl.user_sgprs
+  ids = [wgx + r.start[0], wgy + r.start[1], wgz + r.start[2]]
+  for k in range(3):
+    if fl.tgid_en[k]: st.s[n] = ids[k].astype(u32); n += 1
+  if fl.tg_size_en:  # workgroup info: wave id in group [4:0]... first-wave bit [10:6], waves in group [15:12]?
+    st.s[n] = ((np.arange(W) % wpg).astype(u32) << u32(6)) | u32(wpg); n += 1
+  if fl.scratch_en and fam == "gfx11":
+    st.s[n] = (np.arange(W) * fl.scratch_wave_bytes).astype(u32); n += 1
+  if fam == "gfx12":  # architected SGPRs: workgroup ids in TTMP9 and TTMP7 (AMDGPUUsage)
+    st.s[108 + 9] = ids[0].astype(u32)
+    st.s[108 + 7] = (ids[1].astype(u32) & u32(0xffff)) | (ids[2].astype(u32) << u32(16))
+  st.hwreg[1] = u32(fl.float_mode << 4 & 0xff0 | (fl.float_mode & 0xf))  # HW_REG_MODE: round then denorm
+  if fl.scratch_en and fl.scratch_wave_bytes:
+    st.scratch_lane_bytes = fl.scratch_wave_bytes // L
+    st.scratch = np.zeros(W * L * st.scratch_lane_bytes, np.uint8)
+  return st
+
+def run_waves(st: State, prog: Program, max_instructions: int | None) -> None:
+  while True:
+    live = ~st.done
+    if not live.any(): return
+    runnable = live & ~st.waiting
+    if not runnable.any():
+      st.waiting[:] = False  # every live wave is parked at a barrier: all groups may go
+      continue
+    pcs = np.where(runnable, st.pc, np.iinfo(np.int64).max)
+    p = int(pcs.min())
+    sel = pcs == p
+    nsel = int(sel.sum())
+    st.select(None if nsel == st.W else sel)
+    fns, _ = prog.block(p)
+    res = None
+    nxt = p
+    for fn, at, nxt in fns:
+      res = fn(st)
+    st.count += nsel * len(fns)
+    if max_instructions is not None and st.count > max_instructions:
+      raise EmuFault(f"instruction limit of {max_instructions} wave-instructions reached at {nxt:#x}", nxt)
+    if res is END: st.done |= sel
+    elif res is BARRIER:
+      st.waiting |= sel
+      st.pc[sel] = nxt
+      _release(st)
+    elif res is None: st.pc[sel] = nxt
+    elif isinstance(res, (int, np.integer)): st.pc[sel] = int(res)
+    else: st.pc[sel] = np.broadcast_to(res, (st.W,))[sel]
+
+def _release(st: State) -> None:
+  """Release the groups whose live waves are all at the barrier (ended waves count as arrived)."""
+  live = ~st.done
+  n_live = np.bincount(st.wg, weights=live, minlength=int(st.wg.max(initial=0)) + 1)
+  n_wait = np.bincount(st.wg, weights=st.waiting & live, minlength=len(n_live))
+  go = (n_live == n_wait)[st.wg]
+  st.waiting &= ~go
+
+def run_dispatch(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | None = None) -> DispatchResult:
+  """Run one dispatch to completion. Never raises for what the program does: faults come back in the result."""
+  st = None
+  try:
+    fl = decode_regs(regs)
+    st = init_state(mem, regs, fl)
+    if st.W == 0: return DispatchResult(True, None, None, 0)
+    prog = program_for(mem, regs.arch, regs.pgm_addr, st.L)
+    with np.errstate(all="ignore"):
+      run_waves(st, prog, max_instructions)
+    return DispatchResult(True, None, None, st.count)
+  except EmuFault as e:
+    if e.msg == "page fault": return DispatchResult(False, "page fault", e.addr, st.count if st is not None else 0)
+    # code offsets in the message become GPU virtual addresses
+    msg = re.sub(r"at 0x([0-9a-f]+)", lambda m: f"at {regs.pgm_addr + int(m.group(1), 16):#x}", e.msg)
+    addr = None if e.addr is None else regs.pgm_addr + e.addr
+    return DispatchResult(False, msg, addr, st.count if st is not None else 0)
+  except MemoryFault as e:
+    return DispatchResult(False, "page fault", e.addr, st.count if st is not None else 0)

@@ -1,0 +1,128 @@
+"""Floating-point helpers the hardware has and numpy lacks: fused multiply-add with one rounding, and the
+division helpers (div_scale / div_fmas / div_fixup) LLVM's correctly rounded division is built from."""
+from __future__ import annotations
+from fractions import Fraction
+
+import numpy as np
+
+f16, f32, f64 = np.float16, np.float32, np.float64
+u32, u64, i64 = np.uint32, np.uint64, np.int64
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  s = a + b
+  bb = s - a
+  return s, (a - (s - bb)) + (b - bb)
+
+def _round_odd_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """a + b in float64, rounded to odd: exact results stay, inexact ones get an odd last mantissa bit. Rounding that
+  to any precision of at most 51 bits gives the correctly rounded a + b."""
+  s, e = _two_sum(a, b)
+  fix = np.isfinite(s) & (e != 0) & ((s.view(u64) & u64(1)) == 0)
+  if fix.any():
+    s = np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
+  return s
+
+def fma_narrow(a, b, c, out_type) -> np.ndarray:
+  """fma for f32/f16 operands: the product is exact in float64, the sum is rounded to odd, then to out_type."""
+  a, b, c = (np.asarray(x, f64) for x in (a, b, c))
+  with np.errstate(all="ignore"):
+    return _round_odd_sum(a * b, np.broadcast_to(c, np.broadcast(a, b, c).shape)).astype(out_type)
+
+_SPLIT = f64(134217729.0)  # 2^27 + 1 (Veltkamp)
+
+def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  p = a * b
+  t = _SPLIT * a; ah = t - (t - a); al = a - ah
+  t = _SPLIT * b; bh = t - (t - b); bl = b - bh
+  return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+def _exact_fma(a: float, b: float, c: float) -> float:
+  return float(Fraction(a) * Fraction(b) + Fraction(c))  # Fraction -> float rounds to nearest even
+
+def fma64(a, b, c) -> np.ndarray:
+  """Correctly rounded float64 fma (Boldo & Melquiond's emulation with rounding to odd); operands whose exponent
+  range the error-free transforms cannot cover take an exact rational path."""
+  a, b, c = np.broadcast_arrays(*(np.asarray(x, f64) for x in (a, b, c)))
+  with np.errstate(all="ignore"):
+    uh, ul = _two_prod(a, b)
+    th, tl = _two_sum(c, uh)
+    z = th + _round_odd_sum(tl, ul)
+    plain = a * b + c
+    fin = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
+    ok = fin & (np.abs(a) < 2.0 ** 500) & (np.abs(b) < 2.0 ** 500) & (np.abs(c) < 2.0 ** 1000) & \
+         ((np.abs(uh) > 2.0 ** -900) | (uh == 0) & (a == 0) | (uh == 0) & (b == 0))
+    z = np.where(ok, z, plain)
+    z = np.where(ok & (z == 0), plain, z)  # sign of an exact zero follows IEEE's rule, as plain arithmetic does
+    slow = fin & ~ok
+  if slow.any():
+    z = np.array(z, copy=True)
+    for k in zip(*np.nonzero(slow)):
+      try: z[k] = _exact_fma(float(a[k]), float(b[k]), float(c[k]))
+      except OverflowError: z[k] = np.copysign(np.inf, float(a[k]) * float(b[k]) + float(c[k]))
+      if z[k] == 0: z[k] = plain[k]
+  return z
+
+# ---- division helpers (RDNA ISA pseudocode) -------------------------------------------------------------------
+def _exp(x: np.ndarray, bits: int, mant: int) -> np.ndarray:
+  raw = x.view(u32 if bits == 32 else u64)
+  return ((raw >> (u32(mant) if bits == 32 else u64(mant))) & ((1 << (bits - mant - 1)) - 1)).astype(np.int64)
+
+def div_scale(s0, s1, s2, ftype) -> tuple[np.ndarray, np.ndarray]:
+  """(scaled value, vcc) for v_div_scale_f32/f64: s1 denominator, s2 numerator, s0 one of them."""
+  bits, mant = (32, 23) if ftype == f32 else (64, 52)
+  big, tiny, sc = (96, 23, 64) if bits == 32 else (768, 53, 128)
+  s0, s1, s2 = np.broadcast_arrays(*(np.asarray(x, ftype) for x in (s0, s1, s2)))
+  with np.errstate(all="ignore"):
+    e1, e2 = _exp(s1, bits, mant), _exp(s2, bits, mant)
+    fmin = np.finfo(ftype).tiny
+    den1 = (s1 != 0) & (np.abs(s1) < fmin)
+    rcp = (ftype(1) / s1)
+    q = s2 / s1
+    rden = (rcp != 0) & (np.abs(rcp) < fmin) & np.isfinite(rcp)
+    qden = (q != 0) & (np.abs(q) < fmin)
+    d = s0.copy()
+    vcc = np.zeros(s0.shape, bool)
+    up, down = np.ldexp(s0, sc).astype(ftype), np.ldexp(s0, -sc).astype(ftype)
+    zero = (s2 == 0) | (s1 == 0)
+    c1 = ~zero & (e2 - e1 >= big)
+    c2 = ~zero & ~c1 & den1
+    c3 = ~zero & ~c1 & ~c2 & rden & qden
+    c4 = ~zero & ~c1 & ~c2 & ~c3 & rden
+    c5 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & qden
+    c6 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & ~c5 & (e2 <= tiny)
+    s0_is_s1 = (s0.view(u32 if bits == 32 else u64) == s1.view(u32 if bits == 32 else u64))
+    s0_is_s2 = (s0.view(u32 if bits == 32 else u64) == s2.view(u32 if bits == 32 else u64))
+    d = np.where(zero, ftype(np.nan), d)
+    d = np.where((c1 | c3) & s0_is_s1, up, d)
+    d = np.where(c2 | c6, up, d)
+    d = np.where(c4, down, d)
+    d = np.where(c5 & s0_is_s2, up, d)
+    vcc = c1 | c3 | c5
+  return d.astype(ftype), vcc
+
+def div_fmas(s0, s1, s2, vcc, ftype) -> np.ndarray:
+  r = fma_narrow(s0, s1, s2, f32) if ftype == f32 else fma64(s0, s1, s2)
+  with np.errstate(all="ignore"):
+    scaled = (r * ftype(2.0 ** (64 if ftype == f32 else 128))).astype(ftype)
+  return np.where(vcc, scaled, r).astype(ftype)
+
+def div_fixup(s0, s1, s2, ftype) -> np.ndarray:
+  """s0 quotient estimate, s1 denominator, s2 numerator."""
+  bits, mant = (32, 23) if ftype == f32 else (64, 52)
+  s0, s1, s2 = np.broadcast_arrays(*(np.asarray(x, ftype) for x in (s0, s1, s2)))
+  with np.errstate(all="ignore"):
+    neg = np.signbit(s1) ^ np.signbit(s2)
+    inf = np.where(neg, -np.inf, np.inf).astype(ftype)
+    zero = np.where(neg, ftype(-0.0), ftype(0.0))
+    d = np.where(neg, -np.abs(s0), np.abs(s0)).astype(ftype)
+    e1, e2 = _exp(s1, bits, mant), _exp(s2, bits, mant)
+    emax = (1 << (bits - mant - 1)) - 1
+    under = (e2 - e1 < -(150 if bits == 32 else 1075))
+    d = np.where(under & (s2 != 0), zero, d)
+    d = np.where(e1 == emax, np.where(np.isnan(s1), d, d), d)
+    d = np.where((np.abs(s1) == np.inf) | (s2 == 0), zero, d)
+    d = np.where((s1 == 0) | (np.abs(s2) == np.inf), inf, d)
+    d = np.where(((s1 == 0) & (s2 == 0)) | ((np.abs(s1) == np.inf) & (np.abs(s2) == np.inf)), ftype(np.nan), d)
+    d = np.where(np.isnan(s1), s1, d)
+    d = np.where(np.isnan(s2), s2, d)
+  return d.astype(ftype)

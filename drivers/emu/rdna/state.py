@@ -1,0 +1,106 @@
+"""Register state of every wave of a dispatch, held as numpy arrays so one instruction runs for all waves at once.
+
+SGPRs: s[reg, wave] (reg numbers are the operand encoding: 0-105 SGPRs, 106/107 VCC, 108-123 TTMP, 125 M0,
+126/127 EXEC). VGPRs: v[reg, wave, lane]. `sel` names the waves the current instruction runs for (None: all)."""
+from __future__ import annotations
+import numpy as np
+
+u32, u64 = np.uint32, np.uint64
+
+class EmuFault(Exception):
+  """A wave did something the hardware halts the dispatch for (illegal instruction, page fault, trap)."""
+  def __init__(self, msg: str, addr: int | None = None):
+    super().__init__(msg)
+    self.msg, self.addr = msg, addr
+
+class State:
+  def __init__(self, waves: int, lanes: int, nvgpr: int, wg_of_wave: np.ndarray, lds_bytes: int, mem, fam: str):
+    self.W, self.L, self.fam, self.mem = waves, lanes, fam, mem
+    self.s = np.zeros((128, waves), u32)
+    self.v = np.zeros((nvgpr, waves, lanes), u32)
+    self.nvgpr = nvgpr
+    self.scc = np.zeros(waves, bool)
+    self.pc = np.zeros(waves, np.int64)
+    self.done = np.zeros(waves, bool)
+    self.waiting = np.zeros(waves, bool)
+    self.wg = wg_of_wave
+    self.lds_bytes = lds_bytes
+    self.lds = np.zeros(max(1, int(wg_of_wave.max(initial=0)) + 1) * max(lds_bytes, 4) + 16, np.uint8)
+    self.lds_base = wg_of_wave.astype(np.int64) * max(lds_bytes, 4)
+    self.lane = np.arange(lanes, dtype=u32)
+    self.lane_bit = (u32(1) << (self.lane % u32(32)))
+    self.scratch: np.ndarray | None = None
+    self.scratch_lane_bytes = 0
+    self.hwreg = np.zeros((32, waves), u32)
+    self.sel: np.ndarray | None = None
+    self._em: np.ndarray | None = None
+    self._full = True
+    self.count = 0
+
+  # ---- which lanes an instruction touches ----------------------------------------------------------------------
+  def select(self, sel: np.ndarray | None) -> None:
+    self.sel, self._em = sel, None
+
+  def exec_lanes(self) -> np.ndarray:
+    """EXEC as (waves, lanes) bools."""
+    return self.unpack(126)
+
+  def unpack(self, r: int) -> np.ndarray:
+    lo = ((self.s[r][:, None] & self.lane_bit[: min(self.L, 32)]) != 0)
+    if self.L == 32: return lo
+    return np.concatenate([lo, (self.s[r + 1][:, None] & self.lane_bit[32:]) != 0], 1)
+
+  def pack(self, b: np.ndarray) -> np.ndarray:
+    """(waves, lanes) bools -> (waves, lanes/32) uint32 words."""
+    return np.packbits(np.ascontiguousarray(b, bool), axis=1, bitorder="little").view("<u4")
+
+  @property
+  def emask(self) -> np.ndarray:
+    if self._em is None:
+      em = self.exec_lanes()
+      if self.sel is not None: em = em & self.sel[:, None]
+      self._em = em
+      self._full = bool(em.all())
+    return self._em
+
+  @property
+  def full(self) -> bool:
+    self.emask
+    return self._full
+
+  def exec_changed(self) -> None:
+    self._em = None
+
+  # ---- write-back -------------------------------------------------------------------------------------------------
+  def wv(self, r: int, val) -> None:
+    """Write VGPR r for the active lanes of the selected waves."""
+    if self.full: self.v[r][...] = val
+    else: np.copyto(self.v[r], val, where=self.emask, casting="unsafe")
+
+  def ws(self, r: int, val) -> None:
+    """Write SGPR r (or a special register) for the selected waves."""
+    if r == 124: return  # NULL
+    if self.sel is None: self.s[r][...] = val
+    else: np.copyto(self.s[r], val, where=self.sel, casting="unsafe")
+    if r in (126, 127): self.exec_changed()
+
+  def ws64(self, r: int, val) -> None:
+    val = np.asarray(val).astype(u64, copy=False)
+    self.ws(r, (val & u64(0xffffffff)).astype(u32))
+    self.ws(r + 1, (val >> u64(32)).astype(u32))
+
+  def wscc(self, val) -> None:
+    if self.sel is None: self.scc[...] = val
+    else: np.copyto(self.scc, val, where=self.sel)
+
+  def wmask(self, r: int, b: np.ndarray) -> None:
+    """Write a per-lane result mask to SGPR r (pair in wave64); lanes outside EXEC read as 0."""
+    words = self.pack(b & self.exec_lanes())
+    self.ws(r, words[:, 0])
+    if self.L == 64: self.ws(r + 1, words[:, 1])
+
+  def s64(self, r: int) -> np.ndarray:
+    return self.s[r].astype(u64) | (self.s[r + 1].astype(u64) << u64(32))
+
+  def selected(self) -> np.ndarray:
+    return np.ones(self.W, bool) if self.sel is None else self.sel
