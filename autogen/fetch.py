@@ -2,7 +2,8 @@
 
 Nothing here runs at import time of the bindings: only `python -m rawgpu.autogen fetch` and the generator use it.
 Cache layout: <cache>/headers/<root>/<path inside the upstream tree>, cache = $RAWGPU_CACHE or ~/.cache/rawgpu.
-The apt state (private sources, lists, downloaded .debs) lives in <cache>/apt so the system's apt is untouched.
+The apt state (private sources, lists, downloaded .debs) lives in <cache>/apt-headers so neither the system's apt
+nor other rawgpu fetchers' apt folders are touched.
 """
 from __future__ import annotations
 
@@ -109,17 +110,20 @@ def _uris() -> tuple[str, str]:
   return main, sec
 
 
-def _apt_setup(adir: pathlib.Path) -> dict[str, str]:
+def _apt_setup(adir: pathlib.Path) -> tuple[dict[str, str], bool]:
+  """Write the private apt config; returns the environment and whether the sources changed (lists are stale)."""
   for d in ("lists/partial", "cache/archives/partial", "parts"): (adir / d).mkdir(parents=True, exist_ok=True)
   main, sec = _uris()
   comp = "Components: main contrib non-free non-free-firmware\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-  (adir / "parts" / "extra.sources").write_text(
-    f"Types: deb deb-src\nURIs: {main}\nSuites: bookworm bookworm-updates bookworm-backports\n{comp}\n"
-    f"Types: deb deb-src\nURIs: {sec}\nSuites: bookworm-security\n{comp}")
+  sources = (f"Types: deb deb-src\nURIs: {main}\nSuites: bookworm bookworm-updates bookworm-backports\n{comp}\n"
+             f"Types: deb deb-src\nURIs: {sec}\nSuites: bookworm-security\n{comp}")
+  sfile = adir / "parts" / "extra.sources"
+  changed = not sfile.exists() or sfile.read_text() != sources
+  if changed: sfile.write_text(sources)
   (adir / "apt.conf").write_text(
     f'Dir::Etc::SourceList "/dev/null";\nDir::Etc::SourceParts "{adir}/parts";\n'
     f'Dir::State::Lists "{adir}/lists";\nDir::Cache "{adir}/cache";\n')
-  return dict(os.environ, APT_CONFIG=str(adir / "apt.conf"), LC_ALL="C")
+  return dict(os.environ, APT_CONFIG=str(adir / "apt.conf"), LC_ALL="C"), changed
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: pathlib.Path | None = None) -> str:
@@ -256,40 +260,52 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
   """Download and extract the headers; returns the number of lock mismatches (0 = matches autogen/headers.lock)."""
   t0 = time.monotonic()
   cache = cache_dir()
-  adir = cache / "apt"
-  env = _apt_setup(adir)
+  adir = cache / "apt-headers"
+  env, changed = _apt_setup(adir)
   lists = adir / "lists"
-  if force or not any(lists.glob("*InRelease")) or time.time() - max(f.stat().st_mtime for f in lists.glob("*InRelease")) > 86400:
+  releases = list(lists.glob("*InRelease"))
+  if force or changed or not releases or time.time() - max(f.stat().st_mtime for f in releases) > 86400:
     print(f"apt-get update (private lists in {lists})", flush=True)
     _run(["apt-get", "update"], env)
   lock_pkgs, lock_files = read_lock()
   new_pkgs, new_files = {}, {}
   bad = 0
-  for p in PACKAGES:
-    if sources and p.source not in sources: continue
+  todo = [p for p in PACKAGES if not sources or p.source in sources]
+  plans = []  # downloads run one after another; extractions (xz-bound) overlap with them and each other
+  for p in todo:
     dest = cache / "headers" / p.root
-    stamp = dest / ".complete"
     version = _pick_version(p, env)
     # the stamp names the version and the member patterns: changing either extracts again
     want = f"{version} {hashlib.sha256(repr(p.members).encode()).hexdigest()[:16]}"
+    stamp = dest / ".complete"
     if stamp.exists() and stamp.read_text().strip() == want and not force:
       print(f"{p.name} {version}: already extracted in {dest}", flush=True)
+      archive = None
     else:
       t = time.monotonic()
       archive = _download(p, version, adir, env)
       print(f"{p.name} {version}: {archive.name} ({archive.stat().st_size >> 20} MiB) in {time.monotonic() - t:.1f} s", flush=True)
-      t = time.monotonic()
-      tmp = pathlib.Path(tempfile.mkdtemp(dir=cache, prefix=".extract-"))
-      try:
-        n = _extract(p, archive, tmp)
-        if n == 0: raise RawGPUError(f"no wanted files in {archive.name}; update the member patterns in autogen/fetch.py")
-        if dest.exists(): shutil.rmtree(dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp.rename(dest)
-      finally:
-        if tmp.exists(): shutil.rmtree(tmp)
-      stamp.write_text(want + "\n")
-      print(f"  extracted {n} files into {dest} in {time.monotonic() - t:.1f} s", flush=True)
+    plans.append((p, version, want, dest, archive))
+
+  def unpack(p: Package, want: str, dest: pathlib.Path, archive: pathlib.Path) -> None:
+    t = time.monotonic()
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=cache, prefix=".extract-"))
+    try:
+      n = _extract(p, archive, tmp)
+      if n == 0: raise RawGPUError(f"no wanted files in {archive.name}; update the member patterns in autogen/fetch.py")
+      if dest.exists(): shutil.rmtree(dest)
+      dest.parent.mkdir(parents=True, exist_ok=True)
+      tmp.rename(dest)
+    finally:
+      if tmp.exists(): shutil.rmtree(tmp)
+    (dest / ".complete").write_text(want + "\n")
+    print(f"  extracted {n} files of {p.name} into {dest} in {time.monotonic() - t:.1f} s", flush=True)
+
+  from concurrent.futures import ThreadPoolExecutor
+  with ThreadPoolExecutor(max_workers=3) as pool:
+    for f in [pool.submit(unpack, p, want, dest, archive) for p, _, want, dest, archive in plans if archive]:
+      f.result()
+  for p, version, _, dest, _ in plans:
     new_pkgs[p.source] = f"{p.name} {version}"
     hashes = {f"{p.root}/{k}": v for k, v in _hash_tree(dest).items()}
     new_files.update(hashes)
@@ -299,7 +315,7 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
             if lock_files.get(f) != hashes.get(f)]
     if lock_files and diff:
       bad += len(diff)
-      print(f"  {len(diff)} headers differ from autogen/headers.lock, e.g. {', '.join(diff[:3])}", flush=True)
+      print(f"  {len(diff)} headers of {p.name} differ from autogen/headers.lock, e.g. {', '.join(diff[:3])}", flush=True)
   write_lock(new_pkgs, new_files, cache / "headers" / "headers.lock")
   if write_repo_lock:
     if sources:  # keep the other sources' entries
