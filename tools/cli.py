@@ -8,6 +8,8 @@ EPILOG = """examples:
   rawgpu devices --json       the same as JSON
   rawgpu demo                 vector add + matmul on the first device (the emulated GPU when none is present)
   rawgpu demo --dev MOCKPCI+AMD::gfx1201
+  rawgpu bench --quick        every benchmark once at a tiny size (see rawgpu bench --help)
+  rawgpu decode pm4 ring.bin  PM4 packets of a dump, one per line (also sdma; isa for code objects)
 
 exit codes: 0 ok, 1 failure (the message says why), 2 bad usage, 3 not available in this build
 """
@@ -23,12 +25,124 @@ def cmd_devices(args) -> int:
   return 0
 
 
+BENCH_EPILOG = """benchmarks: launch, signal, copy, alloc and boot measure --dev; emu measures the emulated GPU (MOCKPCI);
+import needs no device. Each runs warm-up calls, then repeats, and reports median, min and max with the
+machine's description. A benchmark whose prerequisite is missing reports "skipped: <reason>", never a number.
+
+examples:
+  rawgpu bench --quick                          every benchmark once at a tiny size
+  rawgpu bench --dev MOCKPCI+AMD --json out.json
+  rawgpu bench --only import emu
+
+exit codes: 0 every figure measured or skipped with its reason, 1 a benchmark failed (stderr says which), 2 bad usage
+"""
+
+DECODE_EPILOG = """input: a binary file of little-endian dwords, or text holding hex words (0x1234abcd or 1234abcd, as hang
+reports print them); `-` reads stdin. isa takes an AMDGPU code object (.hsaco) or raw instruction bytes (--arch).
+
+examples:
+  rawgpu decode pm4 ring.bin
+  rawgpu decode sdma dump.txt --json
+  rawgpu decode isa kernels/gfx1100/vadd.hsaco
+  rawgpu decode isa code.bin --arch gfx1201
+
+exit codes: 0 ok, 1 failure (unreadable or malformed input), 2 bad usage, 3 the decoder is not in this build
+"""
+
+
+def cmd_bench(args) -> int:
+  from rawgpu.tools.bench import bench_main
+  return bench_main(args.dev or os.environ.get("DEV"), args.json, args.only, args.quick)
+
+
+def _read_input(path: str) -> bytes:
+  if path == "-": return sys.stdin.buffer.read()
+  try:
+    with open(path, "rb") as f: return f.read()
+  except OSError as e: raise RawGPUError(f"cannot read {path}: {e.strerror}") from e
+
+
+def _words(data: bytes) -> list[int]:
+  """Hex words from text, else the bytes as little-endian dwords."""
+  try: text = data.decode("ascii")
+  except UnicodeDecodeError: text = None
+  if text is not None and text.strip() and all(c in "0123456789abcdefABCDEFxX, \t\r\n:[]" for c in text):
+    try: return [int(t, 16) for t in text.replace(",", " ").replace("[", " ").replace("]", " ").split() if not t.endswith(":")]
+    except ValueError as e: raise RawGPUError(f"not a list of hex words: {e}") from e
+  if len(data) % 4: raise RawGPUError(f"{len(data)} bytes is not a whole number of dwords")
+  return list(memoryview(data).cast("I")) if sys.byteorder == "little" else [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
+
+
+def _isa(data: bytes, arch: str | None) -> list[dict]:
+  from rawgpu.drivers.emu.rdna.decode import decode_all
+  from rawgpu.drivers.emu.rdna.disasm import disasm
+  if data[:4] == b"\x7fELF":
+    from rawgpu.hcq.amd.elf import load_code_object
+    co = load_code_object(data, arch)
+    arch = arch or co.target
+    ends = sorted(v + m for v, m, fl, _ in co.segments if fl & 1)  # end of each executable segment
+    out = []
+    for name, k in sorted(co.kernels.items(), key=lambda kv: kv[1].code_offset):
+      end = min([e for e in ends if e > k.code_offset] + [o.code_offset for o in co.kernels.values() if o.code_offset > k.code_offset] or [len(co.image)])
+      out += [{"kernel": name, "offset": i.addr, "text": disasm(arch, i)} for i in decode_all(arch, co.image, k.code_offset, end)]
+    return out
+  if arch is None: raise RawGPUError("raw instruction bytes need --arch (e.g. --arch gfx1100)")
+  return [{"kernel": None, "offset": i.addr, "text": disasm(arch, i)} for i in decode_all(arch, data)]
+
+
+def cmd_decode(args) -> int:
+  data = _read_input(args.file)
+  try:
+    if args.stream == "pm4": from rawgpu.hcq.amd.pm4 import decode_pm4 as dec, format_packet as fmt
+    elif args.stream == "sdma": from rawgpu.hcq.amd.sdma import decode_sdma as dec, format_packet as fmt
+    else: dec = fmt = None
+  except ImportError as e:
+    print(f"rawgpu: decode {args.stream} is not available in this build ({e})", file=sys.stderr)
+    return 3
+  if dec is None:
+    try: rows = _isa(data, args.arch)
+    except ImportError as e:
+      print(f"rawgpu: decode isa is not available in this build ({e})", file=sys.stderr)
+      return 3
+    if args.json: print(json.dumps(rows, indent=2))
+    else:
+      kernel = object()
+      for r in rows:
+        if r["kernel"] != kernel and r["kernel"] is not None: print(f"{r['kernel']}:")
+        kernel = r["kernel"]
+        print(f"  {r['offset']:06x}  {r['text']}")
+    return 0
+  packets = dec(_words(data))
+  if args.json:
+    import dataclasses
+    print(json.dumps([dataclasses.asdict(p) for p in packets], indent=2, default=str))
+  else:
+    for p in packets: print(fmt(p))
+  return 1 if any(p.name == "TRUNCATED" for p in packets) else 0
+
+
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="rawgpu", description="rawgpu: drive GPUs from Python without a vendor runtime.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
   d = sub.add_parser("devices", help="list GPUs and the interfaces that can drive them")
   d.add_argument("--json", action="store_true", help="print JSON")
   d.set_defaults(fn=cmd_devices)
+  from rawgpu.tools.bench.core import ORDER
+  fmt = argparse.RawDescriptionHelpFormatter
+  b = sub.add_parser("bench", help="measure launches, signals, copies, the emulator, boot, alloc, import", epilog=BENCH_EPILOG, formatter_class=fmt,
+                     description="Run the benchmarks and print a table (and with --json FILE, one JSON record per figure).")
+  b.add_argument("--dev", metavar="DEV", help="the device to measure (DEV grammar, e.g. MOCKPCI+AMD; default: $DEV)")
+  b.add_argument("--json", metavar="FILE", help="also write the figures as a JSON list to FILE (- for stdout)")
+  b.add_argument("--only", nargs="+", choices=ORDER, metavar="NAME", help=f"only these benchmarks ({', '.join(ORDER)})")
+  b.add_argument("--quick", action="store_true", help="tiny sizes and few repeats: checks that everything runs, not how fast")
+  b.set_defaults(fn=cmd_bench)
+  c = sub.add_parser("decode", help="decode PM4 or SDMA command streams, disassemble RDNA code", epilog=DECODE_EPILOG, formatter_class=fmt,
+                     description="Print command packets or instructions one per line.")
+  c.add_argument("stream", choices=["pm4", "sdma", "isa"], help="what the input holds")
+  c.add_argument("file", help="input file (- for stdin)")
+  c.add_argument("--arch", help="isa: the target (gfx1100, gfx1201, ...); needed for raw bytes")
+  c.add_argument("--json", action="store_true", help="print JSON")
+  c.set_defaults(fn=cmd_decode)
   return p
 
 

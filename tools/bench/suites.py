@@ -1,0 +1,250 @@
+"""The benchmarks. Each measures through ctx (same warm-up, repeats and statistics every time); a missing
+prerequisite is a Skip with the reason. Device benchmarks take an opened rawgpu.hcq.Device from ctx.device().
+
+The launch path (Device.program and what it returns) is still being finished; these are written against the API as
+hcq documents it: `prg = dev.program(code, name)`, `prg(*args, global_size=(x, y, z), local_size=(x, y, z), wait=bool)`
+with global_size counting workgroups (tinygrad's convention), `dev.compute_queue().signal(signal, value).submit(dev)`.
+"""
+from __future__ import annotations
+import os, subprocess, sys, time
+import numpy as np
+from rawgpu.tools.bench.core import Ctx, Skip, benchmark, samples
+
+MOCK = "MOCKPCI+AMD"
+
+
+def _kernel(ctx: Ctx, dev, obj: str, name: str):
+  """(program, kernel facts) of a prebuilt kernel for the device's arch."""
+  with ctx.needs(f"prebuilt {obj}.hsaco for {dev.props.arch}"):
+    from rawgpu import kernels
+    from rawgpu.hcq.amd.elf import load_code_object
+    code = kernels.path(dev.props.arch, obj).read_bytes()
+    facts = load_code_object(code, dev.props.arch).kernels[name]
+  with ctx.needs("Device.program (the launch path)"): prg = dev.program(code, name)
+  return prg, facts
+
+
+def _launch(ctx: Ctx, prg, *args, global_size, local_size, wait: bool = True):
+  return prg(*args, global_size=global_size, local_size=local_size, wait=wait)
+
+
+def _first_launch(ctx: Ctx, prg, *args, **kw) -> None:
+  with ctx.needs("launching a program (the launch path)"): _launch(ctx, prg, *args, **kw)
+
+
+# ---- no device needed
+
+@benchmark("import")
+def bench_import(ctx: Ctx) -> None:
+  """time of `import rawgpu` and `import rawgpu.hcq` in a fresh interpreter"""
+  for case, stmt in (("rawgpu", "import rawgpu"), ("rawgpu.hcq", "import rawgpu.hcq"), ("rawgpu.hcq.Device", "from rawgpu.hcq import Device")):
+    code = f"import time; t = time.perf_counter(); {stmt}; print(repr(time.perf_counter() - t))"
+    def once(code=code) -> float:
+      r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+      if r.returncode != 0: raise RuntimeError(f"{stmt!r} failed in a fresh interpreter: {r.stderr.strip().splitlines()[-1:]}")
+      return float(r.stdout.strip().splitlines()[-1])
+    ctx.figure(case, "import time", "ms", samples(once, 1, ctx.repeats))
+
+
+def _code_regions(arch: str) -> list[tuple[bytes, int, int]]:
+  """(image, start, end) of the executable segment of every prebuilt code object for arch."""
+  from rawgpu import kernels
+  from rawgpu.hcq.amd.elf import load_code_object
+  out = []
+  for name in kernels.names(arch):
+    co = load_code_object(kernels.path(arch, name).read_bytes(), arch)
+    out += [(co.image, vaddr, vaddr + memsz) for vaddr, memsz, flags, _ in co.segments if flags & 1]  # PF_X
+  return out
+
+
+@benchmark("emu")
+def bench_emu(ctx: Ctx) -> None:
+  """the emulated GPU: RDNA decode and disassembly speed; vector add, matmul and a reduction on MOCKPCI"""
+  for arch in ("gfx1100", "gfx1201"):
+    try:
+      with ctx.needs("the RDNA decoder (rawgpu.drivers.emu.rdna)"):
+        from rawgpu.drivers.emu.rdna.decode import decode_all
+        from rawgpu.drivers.emu.rdna.disasm import disasm
+      with ctx.needs(f"prebuilt code objects for {arch}"): regions = _code_regions(arch)
+    except Skip as e:
+      ctx.skip(f"decode {arch}", str(e), "decode", "instructions/s", arch=arch); continue
+    insts = [i for img, a, b in regions for i in decode_all(arch, img, a, b)]
+    reps = 1 if ctx.quick else 5
+    def dec() -> None:
+      for img, a, b in regions * reps: decode_all(arch, img, a, b)
+    ctx.figure(f"decode {arch}", "decode", "instructions/s", samples(dec, ctx.warmup, ctx.repeats), work=len(insts) * reps, arch=arch)
+    ctx.figure(f"disasm {arch}", "disassemble", "instructions/s", samples(lambda: [disasm(arch, i) for i in insts], ctx.warmup, ctx.repeats), work=len(insts), arch=arch)
+  spec = ctx.dev_spec if ctx.dev_spec and ctx.dev_spec.upper().startswith("MOCKPCI") else MOCK
+  cases = (("vadd f32", _emu_vadd), ("matmul f32", _emu_matmul), ("reduce f32", _emu_reduce))
+  for case, fn in cases:
+    try: dev = ctx.device(spec)
+    except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s"); continue
+    try: fn(ctx, dev, case)
+    except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s", dev=dev)
+
+
+def _check(got: np.ndarray, want: np.ndarray, what: str, **tol) -> None:
+  """A benchmark whose kernel computed the wrong answer reports an error, not a speed."""
+  if not np.allclose(got, want, **tol): raise AssertionError(f"{what}: wrong result (max error {np.max(np.abs(got - want)):.3g})")
+
+
+def _emu_vadd(ctx: Ctx, dev, case: str) -> None:
+  n = ctx.size(1 << 12, 1 << 20)
+  prg, _ = _kernel(ctx, dev, "vadd", "vadd_f32")
+  rng = np.random.default_rng(0)
+  a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+  with ctx.needs("buffers (Device.alloc, Buffer.copyin)"):
+    A, B, C = (dev.alloc(4 * n) for _ in range(3))
+    A.copyin(a); B.copyin(b)
+  kw = dict(global_size=((n + 255) // 256, 1, 1), local_size=(256, 1, 1))
+  _first_launch(ctx, prg, A, B, C, n, **kw)
+  _check(C.numpy(np.float32), a + b, case, rtol=0, atol=0)
+  ctx.figure(f"{case} n={n}", "throughput", "elements/s", samples(lambda: _launch(ctx, prg, A, B, C, n, **kw), 1, ctx.repeats), work=n, dev=dev)
+
+
+def _emu_matmul(ctx: Ctx, dev, case: str) -> None:
+  n = ctx.size(32, 256)
+  prg, _ = _kernel(ctx, dev, "matmul", "matmul_naive_f32")
+  rng = np.random.default_rng(1)
+  a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+  with ctx.needs("buffers (Device.alloc, Buffer.copyin)"):
+    A, B, C = (dev.alloc(4 * n * n) for _ in range(3))
+    A.copyin(a); B.copyin(b)
+  kw = dict(global_size=((n + 15) // 16, (n + 15) // 16, 1), local_size=(16, 16, 1))
+  _first_launch(ctx, prg, A, B, C, n, n, n, **kw)
+  _check(C.numpy(np.float32).reshape(n, n), a @ b, case, rtol=1e-4, atol=1e-4)
+  ctx.figure(f"{case} naive {n}^3", "throughput", "elements/s", samples(lambda: _launch(ctx, prg, A, B, C, n, n, n, **kw), 1, ctx.repeats), work=n * n, dev=dev)
+
+
+def _emu_reduce(ctx: Ctx, dev, case: str) -> None:
+  n = ctx.size(1 << 12, 1 << 22)
+  prg, facts = _kernel(ctx, dev, "reduce", "reduce_sum_f32")
+  wg = (facts.meta.reqd_workgroup_size or (256, 1, 1))[0]
+  groups = (n + wg - 1) // wg
+  x = np.random.default_rng(2).random(n, dtype=np.float32)
+  with ctx.needs("buffers (Device.alloc, Buffer.copyin)"):
+    X, out = dev.alloc(4 * n), dev.alloc(4 * groups)
+    X.copyin(x)
+  kw = dict(global_size=(groups, 1, 1), local_size=(wg, 1, 1))
+  _first_launch(ctx, prg, X, out, n, **kw)
+  _check(out.numpy(np.float32).astype(np.float64).sum(), x.astype(np.float64).sum(), case, rtol=1e-4)
+  ctx.figure(f"{case} n={n}", "throughput", "elements/s", samples(lambda: _launch(ctx, prg, X, out, n, **kw), 1, ctx.repeats), work=n, dev=dev)
+
+
+# ---- on the device (--dev / DEV)
+
+@benchmark("launch")
+def bench_launch(ctx: Ctx) -> None:
+  """launch overhead of the empty kernel: enqueue only, and launch + wait"""
+  dev = ctx.device()
+  prg, _ = _kernel(ctx, dev, "empty", "empty")
+  kw = dict(global_size=(1, 1, 1), local_size=(1, 1, 1))
+  _first_launch(ctx, prg, **kw)
+  n = ctx.size(10, 1000)
+  def enqueue() -> float:
+    t0 = time.perf_counter()
+    for _ in range(n): _launch(ctx, prg, wait=False, **kw)
+    dt = time.perf_counter() - t0
+    dev.synchronize()
+    return dt / n
+  ctx.figure("empty kernel", "enqueue", "us", samples(enqueue, 1, ctx.repeats), dev=dev)
+  ctx.figure("empty kernel", "launch + wait", "us", samples(lambda: _launch(ctx, prg, wait=True, **kw), ctx.warmup, ctx.repeats * 4), dev=dev)
+
+
+@benchmark("signal")
+def bench_signal(ctx: Ctx) -> None:
+  """signals: a CPU wait that is already satisfied, and a queue signalling the timeline round trip"""
+  dev = ctx.device()
+  with ctx.needs("Device.new_signal"): sig = dev.new_signal("bench")
+  sig.value = 1
+  ctx.figure("cpu wait (satisfied)", "wait", "us", samples(lambda: sig.wait(1), ctx.warmup, ctx.repeats * 4), dev=dev)
+  for engine, make in (("compute", "compute_queue"), ("copy", "copy_queue")):
+    try:
+      def roundtrip() -> None:
+        v = dev.next_timeline()
+        getattr(dev, make)().signal(dev.timeline, v).submit(dev)
+        dev.timeline.wait(v)
+      with ctx.needs(f"Device.{make}().signal().submit()"): roundtrip()
+      ctx.figure(f"{engine} queue", "signal round trip", "us", samples(roundtrip, ctx.warmup, ctx.repeats * 4), dev=dev)
+    except Skip as e: ctx.skip(f"{engine} queue", str(e), "signal round trip", "us", dev=dev)
+
+
+@benchmark("copy")
+def bench_copy(ctx: Ctx) -> None:
+  """copy bandwidth: host to VRAM (copyin), VRAM to host (copyout), VRAM to VRAM (transfer)"""
+  dev = ctx.device()
+  size = ctx.size(1 << 20, 256 << 20)
+  host = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8)
+  back = np.empty(size, np.uint8)
+  with ctx.needs("Device.alloc"): a, b = dev.alloc(size), dev.alloc(size)
+  def copyin() -> None: a.copyin(host); dev.synchronize()
+  def copyout() -> None: a.copyout(back)
+  def transfer() -> None: dev.transfer(b, a); dev.synchronize()
+  mib = f"{size >> 20} MiB"
+  with ctx.needs("Buffer.copyin / copyout (the copy engine)"): copyin(); copyout()
+  if not np.array_equal(back, host): raise AssertionError("copyin then copyout did not return the same bytes")
+  ctx.figure(f"host->vram {mib}", "bandwidth", "GB/s", samples(copyin, ctx.warmup, ctx.repeats), work=size, dev=dev)
+  ctx.figure(f"vram->host {mib}", "bandwidth", "GB/s", samples(copyout, ctx.warmup, ctx.repeats), work=size, dev=dev)
+  try:
+    with ctx.needs("Device.transfer"): transfer()
+    if not np.array_equal(b.numpy(), host): raise AssertionError("transfer did not copy the bytes")
+    ctx.figure(f"vram->vram {mib}", "bandwidth", "GB/s", samples(transfer, ctx.warmup, ctx.repeats), work=size, dev=dev)
+  except Skip as e: ctx.skip(f"vram->vram {mib}", str(e), "bandwidth", "GB/s", dev=dev)
+  for buf in (a, b): buf.free()
+
+
+@benchmark("alloc")
+def bench_alloc(ctx: Ctx) -> None:
+  """Device.alloc and Buffer.free of VRAM and host memory"""
+  dev = ctx.device()
+  for host in (False, True):
+    for size in (4 << 10, 1 << 20, ctx.size(4 << 20, 64 << 20)):
+      case = f"{'host' if host else 'vram'} {size >> 20} MiB" if size >= 1 << 20 else f"{'host' if host else 'vram'} {size >> 10} KiB"
+      frees: list[float] = []
+      def once() -> float:
+        t0 = time.perf_counter()
+        buf = dev.alloc(size, host=host)
+        t1 = time.perf_counter()
+        buf.free()
+        frees.append(time.perf_counter() - t1)
+        return t1 - t0
+      try:
+        with ctx.needs("Device.alloc / Buffer.free"): once()
+      except Skip as e: ctx.skip(case, str(e), "alloc", "us", dev=dev); continue
+      frees.clear()
+      allocs = samples(once, ctx.warmup, ctx.repeats)
+      ctx.figure(case, "alloc", "us", allocs, dev=dev)
+      ctx.figure(case, "free", "us", frees[-len(allocs):], dev=dev)
+
+
+BOOT_CHILD = """
+import sys, time
+t = time.perf_counter()
+from rawgpu.hcq import Device
+d = Device(sys.argv[1])
+opened = time.perf_counter() - t
+d.close()
+print(repr(opened))
+"""
+
+
+@benchmark("boot")
+def bench_boot(ctx: Ctx) -> None:
+  """opening the device: in a new process (on MOCKPCI: a cold boot of a fresh board) and reopening in this one"""
+  spec = ctx.dev_spec
+  if spec is None: raise Skip("no device given: pass --dev (e.g. --dev MOCKPCI+AMD) or set DEV")
+  where = ctx.where(ctx.device())  # it opens at all, and what it is
+  ctx.close_device()  # while open, the board's lock is ours: another open would be refused
+  from rawgpu.hcq import Device
+  def reopen() -> float:
+    t0 = time.perf_counter()
+    d = Device(spec)
+    dt = time.perf_counter() - t0
+    d.close()
+    return dt
+  def fresh() -> float:
+    r = subprocess.run([sys.executable, "-c", BOOT_CHILD, spec], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0: raise RuntimeError(f"opening {spec} in a new process failed: {r.stderr.strip().splitlines()[-1:]}")
+    return float(r.stdout.strip().splitlines()[-1])
+  ctx.figure("new process", "open", "ms", samples(fresh, 0, ctx.size(1, 5)), where=where)
+  ctx.figure("reopen", "open", "ms", samples(reopen, 1, ctx.repeats), where=where)
