@@ -1,5 +1,6 @@
 """HWQueue: command words built once, patch slots rewritten on submit, optional binding into GPU memory."""
 from __future__ import annotations
+import functools
 from array import array
 from typing import TYPE_CHECKING, Callable
 from rawgpu.errors import RawGPUError
@@ -19,9 +20,10 @@ class HWQueue:
     self._cur: dict[str, int] = {}
     self._bound = None
 
-  def _add(self, emit: Callable[..., list[int]], **fields) -> "HWQueue":
+  def _add(self, emit: Callable[..., list[int]], *args: int, **fields) -> "HWQueue":
+    """Append a packet: emit(*args, **fields); any field may be a Var (a patch slot)."""
     if self._words is not None: raise RawGPUError("this queue was already submitted or bound; build a new one")
-    words, slots = locate(emit, fields)
+    words, slots = locate(functools.partial(emit, *args) if args else emit, fields)
     base = len(self._build)
     self._build += words
     for idx, name, shift in slots: self._slots.setdefault(name, []).append((base + idx, shift))

@@ -1,0 +1,117 @@
+"""The AMD side of a Device: compute (PM4) and copy (SDMA) queues, programs, kernargs, copies."""
+from __future__ import annotations
+from typing import TYPE_CHECKING
+from rawgpu.autogen.regs import ip_regs
+from rawgpu.errors import RawGPUError
+from rawgpu.hcq.amd.queues import AMDComputeQueue, AMDCopyQueue
+from rawgpu.hcq.buffer import Buffer
+
+if TYPE_CHECKING: from rawgpu.hcq.device import Device
+
+KERNARG_RING = 1 << 20
+STAGING = 2 << 20  # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
+
+
+class KernargRing:
+  """Kernel arguments in GPU-visible host memory, bump-allocated; on wrap, waits for the work that used it."""
+  def __init__(self, dev: "Device", size: int):
+    self.dev, self.mem = dev, dev.iface.alloc(size, host=True, uncached=True)
+    self.view, self.off, self.size = self.mem.cpu.cast("B"), 0, size
+    self.fence = 0  # timeline value whose completion frees everything allocated before the last wrap
+
+  def alloc(self, n: int) -> tuple[int, memoryview]:
+    n = (n + 255) & ~255
+    if self.off + n > self.size:
+      self.dev.wait_timeline(self.fence)
+      self.off, self.fence = 0, self.dev.timeline_value - 1
+    off, self.off = self.off, self.off + n
+    return self.mem.va + off, self.view[off:off + n]
+
+
+class AMDBackend:
+  def __init__(self, dev: "Device"):
+    self.dev, p = dev, dev.props
+    if "gc" not in p.ip_versions or "gc" not in p.ip_bases: raise RawGPUError(f"{dev}: the interface reported no GC version/register base")
+    self.gc = ip_regs("gc", *p.ip_versions["gc"])
+    self.gc_base = p.ip_bases["gc"]
+    self.gfx = p.ip_versions["gc"][0]
+    self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
+    self.kernargs = KernargRing(dev, KERNARG_RING)
+    self._staging: list[Buffer] | None = None
+
+  def reg(self, name: str) -> int:
+    """Absolute dword address of a GC register on this device."""
+    r = self.gc[name]
+    return self.gc_base[r.base_idx] + r.offset
+
+  def compute_queue(self) -> AMDComputeQueue: return AMDComputeQueue(self)
+  def copy_queue(self) -> AMDCopyQueue: return AMDCopyQueue(self)
+
+  def program(self, code: bytes, name: str | None = None):
+    from rawgpu.hcq.amd.program import AMDProgram
+    return AMDProgram(self, code, name)
+
+  def exec_template(self, prg, g, l, timing: bool) -> AMDComputeQueue:
+    from rawgpu.hcq.patch import Var
+    q = AMDComputeQueue(self)
+    if timing: q.t_start, q.t_end = self.dev.new_signal("start"), self.dev.new_signal("end")
+    if timing: q.timestamp(q.t_start)
+    q.exec(prg, Var("kernargs"), g, l)
+    if timing: q.timestamp(q.t_end)
+    q.signal(self.dev.timeline, Var("timeline"))
+    return q
+
+  def maps(self, buf: Buffer) -> bool: return False  # peer mappings: not yet
+
+  # ---- copies
+  def _staging_bufs(self) -> list[Buffer]:
+    if self._staging is None: self._staging = [self.dev.alloc(STAGING, host=True) for _ in range(2)]
+    return self._staging
+
+  def _sdma(self, dst_va: int, src_va: int, n: int) -> int:
+    v = self.dev.next_timeline()
+    AMDCopyQueue(self).copy(dst_va, src_va, n).signal(self.dev.timeline, v).submit(self.dev)
+    return v
+
+  def copyin(self, dst: Buffer, src: memoryview) -> None:
+    if dst.host and dst.mem.cpu is not None:
+      self.dev.wait_timeline(dst._root().last_use)
+      dst.mem.cpu.writebytes(dst.offset, src)
+      return
+    fences = [0, 0]
+    for i, off in enumerate(range(0, len(src), STAGING)):
+      st, n = self._staging_bufs()[i % 2], min(STAGING, len(src) - off)
+      self.dev.wait_timeline(fences[i % 2])
+      st.mem.cpu.writebytes(0, src[off:off + n])
+      fences[i % 2] = self._sdma(dst.va + off, st.va, n)
+      dst.used_until(fences[i % 2])
+    self.dev.wait_timeline(max(fences))
+
+  def copyout(self, dst: memoryview, src: Buffer) -> None:
+    self.dev.wait_timeline(src._root().last_use)
+    if src.host and src.mem.cpu is not None:
+      dst[:] = src.mem.cpu.readbytes(src.offset, len(dst))
+      return
+    bufs, pending = self._staging_bufs(), []
+    for i, off in enumerate(range(0, len(dst), STAGING)):
+      n = min(STAGING, len(dst) - off)
+      if len(pending) == 2: self._drain(dst, *pending.pop(0))
+      pending.append((off, n, bufs[i % 2], self._sdma(bufs[i % 2].va, src.va + off, n)))
+    for p in pending: self._drain(dst, *p)
+
+  def _drain(self, dst: memoryview, off: int, n: int, st: Buffer, fence: int) -> None:
+    self.dev.wait_timeline(fence)
+    dst[off:off + n] = st.mem.cpu.readbytes(0, n)
+
+  def transfer(self, dst: Buffer, src: Buffer, size: int) -> None:
+    if size > min(dst.size, src.size): raise RawGPUError(f"transfer of {size} bytes between buffers of {src.size} and {dst.size}")
+    v = self._sdma(dst.va, src.va, size)
+    dst.used_until(v); src.used_until(v)
+
+  def describe_history(self, rings) -> str:
+    from rawgpu.hcq.amd import decode
+    out = []
+    for engine, r in rings.items():
+      for words in r.history[-2:]:
+        out.append(f"[{engine}] " + decode.format_stream(list(words), "pm4" if engine == "compute" else "sdma").replace("\n", f"\n[{engine}] "))
+    return "\n".join(out) or "(nothing submitted)"

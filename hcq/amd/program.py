@@ -1,0 +1,101 @@
+"""AMD programs: a code object loaded once into GPU memory, launched with checked arguments."""
+from __future__ import annotations
+import struct
+from typing import TYPE_CHECKING
+from rawgpu.errors import CodeObjectError, RawGPUError
+from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
+from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
+from rawgpu.hcq.buffer import Buffer
+
+if TYPE_CHECKING: from rawgpu.hcq.amd.backend import AMDBackend
+
+# hidden (implicit) kernel arguments the dispatch fills in, by value kind (code object v5+)
+_HIDDEN = {
+  "hidden_block_count_x": lambda g, l: g[0], "hidden_block_count_y": lambda g, l: g[1], "hidden_block_count_z": lambda g, l: g[2],
+  "hidden_group_size_x": lambda g, l: l[0], "hidden_group_size_y": lambda g, l: l[1], "hidden_group_size_z": lambda g, l: l[2],
+  "hidden_grid_dims": lambda g, l: 1 + (g[1] * l[1] > 1 or g[2] * l[2] > 1) + (g[2] * l[2] > 1),
+}
+_INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+class AMDProgram:
+  def __init__(self, backend: "AMDBackend", code: bytes, name: str | None = None):
+    dev = backend.dev
+    self.backend, self.dev = backend, dev
+    co = load_code_object(code, target=dev.props.arch, name=name or "code object")
+    if name is None:
+      if len(co.kernels) != 1: raise CodeObjectError(f"the code object has kernels {', '.join(co.kernels)}: name the one to load")
+      name = next(iter(co.kernels))
+    if name not in co.kernels: raise CodeObjectError(f"no kernel {name!r} in the code object; it has {', '.join(co.kernels)}")
+    self.name, self.kernel = name, co.kernels[name]
+    self.limits = limits_for(dev.props.arch)
+    check_resources(self.kernel, self.limits)
+    self.image = dev.alloc(max(len(co.image), 256) + co.align)
+    base = (self.image.va + co.align - 1) // co.align * co.align
+    self.image.view(base - self.image.va, len(co.image)).copyin(co.image_at(base))
+    kd = self.kernel.descriptor
+    self.kd_va = base + self.kernel.descriptor_offset
+    self.code_va = self.kd_va + kd.kernel_code_entry_byte_offset
+    self.rsrc1, self.rsrc2, self.rsrc3 = kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2, kd.compute_pgm_rsrc3
+    self.wave32 = kd.wave32
+    self.lds = max(kd.group_segment_fixed_size, self.kernel.meta.group_segment_fixed_size)
+    self.scratch = max(kd.private_segment_fixed_size, self.kernel.meta.private_segment_fixed_size)
+    self.kernarg_size = max(kd.kernarg_size, self.kernel.meta.kernarg_segment_size, 16)
+    self.args = [a for a in self.kernel.meta.args if not a.hidden]
+    self.hidden = [a for a in self.kernel.meta.args if a.hidden]
+    self.user_sgprs = kd.user_sgprs()
+    unsupported = [n for n, _, _ in self.user_sgprs if n not in ("user_sgpr_kernarg_segment_ptr", "user_sgpr_dispatch_ptr")]
+    if unsupported: raise CodeObjectError(f"kernel {name} needs user SGPRs this runtime does not provide: {', '.join(unsupported)}")
+    self.needs_dispatch = any(n == "user_sgpr_dispatch_ptr" for n, _, _ in self.user_sgprs)
+    self.dispatch_offset = (self.kernarg_size + 63) & ~63  # the AQL packet follows the arguments
+    self._templates: dict = {}
+
+  def _pack_args(self, view: memoryview, args: tuple, g: tuple, l: tuple, launch: int) -> None:
+    if len(args) != len(self.args):
+      raise RawGPUError(f"kernel {self.name} takes {len(self.args)} arguments ({', '.join(a.name or a.value_kind for a in self.args)}), got {len(args)}")
+    for a, v in zip(self.args, args): self._pack_one(view, a, v, launch)
+    for a in self.hidden:
+      fill = _HIDDEN.get(a.value_kind)
+      if fill is not None and a.size in _INT: struct.pack_into("<" + _INT[a.size], view, a.offset, fill(g, l))
+
+  def _pack_one(self, view: memoryview, a: KernelArg, v, launch: int) -> None:
+    if a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic"):
+      if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is a pointer; pass a Buffer, not {type(v).__name__}")
+      if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} lives on {v.dev}, not mapped to {self.dev}")
+      v.used_until(launch)
+      struct.pack_into("<Q", view, a.offset, v.va)
+    elif isinstance(v, float):
+      if a.size not in (4, 8): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is {a.size} bytes, cannot take a float")
+      struct.pack_into("<f" if a.size == 4 else "<d", view, a.offset, v)
+    elif isinstance(v, int) and a.size in _INT:
+      if not -(1 << (8 * a.size - 1)) <= v < (1 << (8 * a.size)): raise RawGPUError(f"kernel {self.name}: {v} does not fit argument {a.name!r} ({a.size} bytes)")
+      struct.pack_into("<" + _INT[a.size], view, a.offset, v & ((1 << (8 * a.size)) - 1))
+    elif isinstance(v, (bytes, bytearray)) and len(v) == a.size: view[a.offset:a.offset + a.size] = v
+    else: raise RawGPUError(f"kernel {self.name}: argument {a.name!r} ({a.value_kind}, {a.size} bytes) cannot take {type(v).__name__}")
+
+  def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
+    """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits)."""
+    g, l = _dims(global_size), _dims(local_size)
+    check_launch(self.kernel, l, self.limits)
+    dev, be = self.dev, self.backend
+    ka_va, ka_view = be.kernargs.alloc(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
+    value = dev.next_timeline()
+    self._pack_args(ka_view, args, g, l, value)
+    values = {"kernargs": ka_va, "timeline": value}
+    if self.needs_dispatch:
+      fill_dispatch_packet(ka_view[self.dispatch_offset:], self, g, l, ka_va)
+      values["dispatch"] = ka_va + self.dispatch_offset
+    key = (g, l, timing)
+    q = self._templates.get(key)
+    if q is None: q = self._templates[key] = be.exec_template(self, g, l, timing)
+    q.submit(dev, values)
+    if not (wait or timing): return None
+    dev.wait_timeline(value)
+    if timing: return (q.t_end.timestamp - q.t_start.timestamp) / be.timestamp_hz
+    return None
+
+
+def _dims(d) -> tuple[int, int, int]:
+  t = (d,) if isinstance(d, int) else tuple(d)
+  if not 1 <= len(t) <= 3 or any(not isinstance(x, int) or x < 1 for x in t): raise RawGPUError(f"launch dimensions must be 1 to 3 positive ints, got {d!r}")
+  return (t + (1, 1))[:3]  # type: ignore[return-value]

@@ -1,0 +1,103 @@
+"""AMD queues: PM4 on the compute ring, SDMA on the copy ring. Packets come from hcq/amd/pm4.py and sdma.py."""
+from __future__ import annotations
+import ctypes
+from typing import TYPE_CHECKING
+from rawgpu.autogen.amd import hsa
+from rawgpu.hcq.amd import pm4
+from rawgpu.hcq.patch import Var
+from rawgpu.hcq.queue import HWQueue
+from rawgpu.hcq.signal import Signal
+
+if TYPE_CHECKING:
+  from rawgpu.hcq.amd.backend import AMDBackend
+  from rawgpu.hcq.amd.program import AMDProgram
+
+DISPATCH_PACKET_SIZE = ctypes.sizeof(hsa.hsa_kernel_dispatch_packet_t)
+
+
+def _split(v: int) -> tuple[int, int]: return v & 0xffffffff, v >> 32
+
+
+class AMDComputeQueue(HWQueue):
+  engine = "compute"
+
+  def __init__(self, backend: "AMDBackend"):
+    super().__init__()
+    self.be = backend
+
+  def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
+    """Stall the queue until signal >= value (the engine compares the low 32 bits)."""
+    return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL)
+
+  def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
+    """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
+    return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
+
+  def timestamp(self, signal: Signal) -> "AMDComputeQueue":
+    return self._add(pm4.release_mem, signal.timestamp_va, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
+
+  def memory_barrier(self) -> "AMDComputeQueue":
+    return self._add(pm4.acquire_mem, gen=self.be.gfx)
+
+  def exec(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size) -> "AMDComputeQueue":
+    """Dispatch prg over global_size workgroups; kernargs is the address of its argument block (usually a Var)."""
+    r, gx, gy, gz, lx, ly, lz = self.be.reg, *global_size, *local_size
+    self._add(pm4.acquire_mem, gen=self.be.gfx)
+    self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_LO"), *_split(prg.code_va >> 8))
+    self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_RSRC1"), prg.rsrc1, prg.rsrc2)
+    self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_RSRC3"), prg.rsrc3)
+    self._add(pm4.set_sh_reg, r("regCOMPUTE_TMPRING_SIZE"), 0)
+    if prg.user_sgprs:
+      self._add(lambda ka, dp: pm4.set_sh_reg(r("regCOMPUTE_USER_DATA_0"), *_user_data(prg, ka, dp)), ka=kernargs,
+                dp=Var("dispatch") if isinstance(kernargs, Var) else kernargs + prg.dispatch_offset)
+    self._add(pm4.set_sh_reg, r("regCOMPUTE_RESOURCE_LIMITS"), 0)
+    self._add(pm4.set_sh_reg, r("regCOMPUTE_START_X"), 0, 0, 0, lx, ly, lz)
+    self._add(pm4.dispatch_direct, gx, gy, gz, pm4.dispatch_initiator(prg.wave32, self.be.gfx))
+    return self._add(pm4.event_write, pm4.Event.CS_PARTIAL_FLUSH)
+
+  def _indirect(self, va: int, ndw: int) -> list[int]: return pm4.indirect_buffer(va, ndw)
+
+
+def _user_data(prg: "AMDProgram", kernargs: int, dispatch: int) -> list[int]:
+  """User SGPR values in the order the kernel descriptor enables them."""
+  words = [0] * sum(n for _, _, n in prg.user_sgprs)
+  for name, at, n in prg.user_sgprs:
+    if name == "user_sgpr_kernarg_segment_ptr": words[at:at + 2] = _split(kernargs)
+    elif name == "user_sgpr_dispatch_ptr": words[at:at + 2] = _split(dispatch)
+    # queue_ptr, dispatch_id, private segment: not provided by this runtime (zero), the loader refuses kernels needing them
+  return words
+
+
+def fill_dispatch_packet(view: memoryview, prg: "AMDProgram", g, l, kernargs: int) -> None:
+  """The AQL dispatch packet some kernels read through the dispatch pointer (sizes of the launch)."""
+  pkt = hsa.hsa_kernel_dispatch_packet_t.from_buffer(view)
+  pkt.workgroup_size_x, pkt.workgroup_size_y, pkt.workgroup_size_z = l
+  pkt.grid_size_x, pkt.grid_size_y, pkt.grid_size_z = g[0] * l[0], g[1] * l[1], g[2] * l[2]
+  pkt.group_segment_size, pkt.private_segment_size = prg.lds, prg.scratch
+  pkt.kernel_object, pkt.kernarg_address = prg.kd_va, kernargs
+  pkt.setup = 1 + (g[1] * l[1] > 1 or g[2] * l[2] > 1) + (g[2] * l[2] > 1)
+
+
+class AMDCopyQueue(HWQueue):
+  engine = "sdma"
+
+  def __init__(self, backend: "AMDBackend"):
+    super().__init__()
+    self.be = backend
+
+  def copy(self, dst: int, src: int, size: int) -> "AMDCopyQueue":
+    from rawgpu.hcq.amd import sdma
+    return self._add(sdma.copy_linear, dst, src, size)
+
+  def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
+    from rawgpu.hcq.amd import sdma
+    self._add(sdma.fence, signal.va, value=value & 0xffffffff if isinstance(value, int) else value)
+    return self._add(sdma.trap)
+
+  def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
+    from rawgpu.hcq.amd import sdma
+    return self._add(sdma.poll_regmem, signal.va, value=value)
+
+  def timestamp(self, signal: Signal) -> "AMDCopyQueue":
+    from rawgpu.hcq.amd import sdma
+    return self._add(sdma.timestamp, signal.timestamp_va)
