@@ -1,0 +1,252 @@
+"""SDMA packets (SDMA 5.x, 6.x and 7.x rings): one emitter per packet (lists of uint32), and a decoder.
+
+Every packet's dword layout comes from rawgpu.autogen.amd.sdma_v6 (the kernel's sdma_v6_0_0_pkt_open.h, which also
+describes SDMA 7): the fields of dword <NAME> of packet <PKT> are SDMA_PKT_<PKT>_<NAME>_<field>_{offset,mask,shift}.
+The packets used here have the same layout on SDMA 4 and 5 (vega10/navi10 headers) except that their count fields are
+22 bits wide, which the chunk sizes respect. Values amdgpu and Mesa program (fence mtype, poll retry) are noted.
+"""
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from rawgpu.autogen.amd import sdma_v6 as S
+
+MASK32 = 0xffffffff
+Version = tuple[int, int]
+
+
+class PollFunction(enum.IntEnum):
+  """POLL_REGMEM compare function (value & mask) OP reference."""
+  ALWAYS = 0
+  LESS = 1
+  LESS_EQUAL = 2
+  EQUAL = 3
+  NOT_EQUAL = 4
+  GREATER_EQUAL = 5
+  GREATER = 6
+
+
+MTYPE_UC = 3  # fences are written uncached (amdgpu's sdma_v*_ring_emit_fence)
+RETRY_FOREVER = 0xfff  # POLL_REGMEM retry_count that never gives up
+FILL_DWORDS = 2  # CONSTANT_FILL fillsize: the 32-bit pattern repeats (Mesa's radv_sdma_fill_buffer)
+
+
+def copy_max_bytes(version: Version) -> int:
+  """Largest COPY_LINEAR per packet: 30-bit count from SDMA 5.2, 22-bit before (minus the last 255 bytes, see Mesa)."""
+  return 0x3fffff00 if version >= (5, 2) else 0x3fff00
+
+
+def fill_max_bytes(version: Version) -> int:
+  return ((1 << 30) - 1 if version >= (6, 0) else (1 << 22) - 1) & ~3
+
+
+# ---- packet layouts, read from the generated module
+
+@dataclass(frozen=True)
+class Field:
+  name: str
+  dword: int
+  shift: int
+  mask: int  # unshifted
+
+  def get(self, words: list[int]) -> int: return (words[self.dword] >> self.shift) & self.mask
+
+
+def _fields(pkt: str, dw: str) -> list[Field]:
+  out = []
+  for name in vars(S):
+    m = re.fullmatch(rf"SDMA_PKT_{pkt}_{dw}_([a-z][a-z0-9_]*)_offset", name)
+    if m:
+      base = f"SDMA_PKT_{pkt}_{dw}_{m[1]}"
+      out.append(Field(m[1], getattr(S, base + "_offset"), getattr(S, base + "_shift"), getattr(S, base + "_mask")))
+  return out
+
+
+@dataclass(frozen=True)
+class Layout:
+  name: str  # the header's packet name (SDMA_PKT_<name>_*)
+  op: int
+  sub_op: int
+  dwords: tuple[str, ...]  # dword names in order; a trailing data/count tail is described by `tail`
+  tail: str = ""  # "write": DW_3 count+1 data dwords follow; "nop": count dwords follow
+  fields: tuple[Field, ...] = ()
+
+
+def _layout(name: str, op: int, sub_op: int, dwords: tuple[str, ...], tail: str = "") -> Layout:
+  fs = tuple(f for dw in dwords for f in _fields(name, dw))
+  return Layout(name, op, sub_op, dwords, tail, fs)
+
+
+LAYOUTS = [
+  _layout("COPY_LINEAR", S.SDMA_OP_COPY, S.SDMA_SUBOP_COPY_LINEAR,
+          ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST_ADDR_LO", "DST_ADDR_HI")),
+  _layout("CONSTANT_FILL", S.SDMA_OP_CONST_FILL, 0, ("HEADER", "DST_ADDR_LO", "DST_ADDR_HI", "DATA", "COUNT")),
+  _layout("FENCE", S.SDMA_OP_FENCE, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "DATA")),
+  _layout("POLL_REGMEM", S.SDMA_OP_POLL_REGMEM, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "VALUE", "MASK", "DW5")),
+  _layout("TIMESTAMP_SET", S.SDMA_OP_TIMESTAMP, S.SDMA_SUBOP_TIMESTAMP_SET, ("HEADER", "INIT_DATA_LO", "INIT_DATA_HI")),
+  _layout("TIMESTAMP_GET", S.SDMA_OP_TIMESTAMP, S.SDMA_SUBOP_TIMESTAMP_GET, ("HEADER", "WRITE_ADDR_LO", "WRITE_ADDR_HI")),
+  _layout("TIMESTAMP_GET_GLOBAL", S.SDMA_OP_TIMESTAMP, S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL,
+          ("HEADER", "WRITE_ADDR_LO", "WRITE_ADDR_HI")),
+  _layout("WRITE_UNTILED", S.SDMA_OP_WRITE, S.SDMA_SUBOP_WRITE_LINEAR, ("HEADER", "DST_ADDR_LO", "DST_ADDR_HI", "DW_3"), "write"),
+  _layout("TRAP", S.SDMA_OP_TRAP, 0, ("HEADER", "INT_CONTEXT")),
+  _layout("NOP", S.SDMA_OP_NOP, 0, ("HEADER",), "nop"),
+]
+BY_NAME = {lay.name: lay for lay in LAYOUTS}
+BY_OP = {(lay.op, lay.sub_op): lay for lay in LAYOUTS}
+
+
+def _pack(name: str, **values: int) -> list[int]:
+  """The fixed dwords of packet `name` with its op/sub_op and the given fields (by their header names)."""
+  lay = BY_NAME[name]
+  words = [0] * len(lay.dwords)
+  values = {"op": lay.op, "sub_op": lay.sub_op, **values}
+  known = {f.name: f for f in lay.fields}
+  for k, v in values.items():
+    f = known.get(k)
+    if f is None: raise ValueError(f"SDMA {name} has no field {k!r}; fields: {', '.join(known)}")
+    if v < 0 or v > f.mask: raise ValueError(f"SDMA {name}.{k} = {v:#x} does not fit its {f.mask.bit_length()} bits")
+    words[f.dword] |= v << f.shift
+  return words
+
+
+# ---- emitters
+
+def copy_linear(dst: int, src: int, nbytes: int, version: Version = (6, 0), tmz: bool = False) -> list[int]:
+  """Copy nbytes from src to dst, as as many COPY_LINEAR packets as the engine's count field needs."""
+  if nbytes <= 0: raise ValueError(f"copy of {nbytes} bytes")
+  out, step = [], copy_max_bytes(version)
+  for off in range(0, nbytes, step):
+    n = min(step, nbytes - off)
+    s, d = src + off, dst + off
+    out += _pack("COPY_LINEAR", tmz=int(tmz), cpv=int(version >= (7, 0)), count=n - 1,  # count is bytes-1 (SDMA 4+)
+                 src_addr_31_0=s & MASK32, src_addr_63_32=s >> 32, dst_addr_31_0=d & MASK32, dst_addr_63_32=d >> 32)
+  return out
+
+
+def const_fill(dst: int, value: int, nbytes: int, version: Version = (6, 0)) -> list[int]:
+  """Fill nbytes (a multiple of 4) at dst with the 32-bit value."""
+  if nbytes <= 0 or nbytes % 4 or dst % 4: raise ValueError(f"fill of {nbytes} bytes at {dst:#x}: needs dword size and address")
+  out, step = [], fill_max_bytes(version)
+  for off in range(0, nbytes, step):
+    n, d = min(step, nbytes - off), dst + off
+    out += _pack("CONSTANT_FILL", fillsize=FILL_DWORDS, dst_addr_31_0=d & MASK32, dst_addr_63_32=d >> 32,
+                 src_data_31_0=value & MASK32, count=n - 1)  # bytes-1, even when filling dwords
+  return out
+
+
+def fence(addr: int, value: int, mtype: int = MTYPE_UC) -> list[int]:
+  """Write the 32-bit value to addr once everything before has completed."""
+  if addr % 4: raise ValueError(f"SDMA fence address {addr:#x} is not dword aligned")
+  return _pack("FENCE", mtype=mtype, addr_31_0=addr & MASK32, addr_63_32=addr >> 32, data=value & MASK32)
+
+
+def poll_regmem(addr: int, ref: int, mask: int = MASK32, function: PollFunction = PollFunction.EQUAL, memory: bool = True,
+                interval: int = 4, retry_count: int = RETRY_FOREVER, hdp_flush: bool = False) -> list[int]:
+  """Stall until (memory at addr, or register addr) & mask compares with ref; hdp_flush=True is the HDP flush form."""
+  if memory and addr % 4: raise ValueError(f"POLL_REGMEM address {addr:#x} is not dword aligned")
+  return _pack("POLL_REGMEM", hdp_flush=int(hdp_flush), func=int(function), mem_poll=int(memory), addr_31_0=addr & MASK32,
+               addr_63_32=addr >> 32, value=ref & MASK32, mask=mask & MASK32, interval=interval, retry_count=retry_count)
+
+
+def timestamp(addr: int, global_clock: bool = True) -> list[int]:
+  """Write the engine's 64-bit timestamp (the global GPU clock by default) to addr (8-byte aligned)."""
+  if addr % 8: raise ValueError(f"SDMA timestamp address {addr:#x} is not 8-byte aligned")
+  name = "TIMESTAMP_GET_GLOBAL" if global_clock else "TIMESTAMP_GET"
+  return _pack(name, write_addr_31_3=(addr & MASK32) >> 3, write_addr_63_32=addr >> 32)
+
+
+def timestamp_set(value: int) -> list[int]:
+  return _pack("TIMESTAMP_SET", init_data_31_0=value & MASK32, init_data_63_32=(value >> 32) & MASK32)
+
+
+def write_linear(addr: int, *values: int) -> list[int]:
+  """Write the dwords values to linear memory at addr."""
+  if not values: raise ValueError("SDMA WRITE needs at least one dword")
+  if addr % 4: raise ValueError(f"SDMA write address {addr:#x} is not dword aligned")
+  head = _pack("WRITE_UNTILED", dst_addr_31_0=addr & MASK32, dst_addr_63_32=addr >> 32, count=len(values) - 1)
+  return head + [v & MASK32 for v in values]
+
+
+def trap(int_context: int = 0) -> list[int]:
+  """Raise an SDMA trap interrupt carrying int_context."""
+  return _pack("TRAP", int_context=int_context)
+
+
+def nop(dwords: int = 1) -> list[int]:
+  """Padding of exactly `dwords` dwords: one NOP whose count skips the zeros after it (burst NOP)."""
+  if dwords < 1: raise ValueError("a NOP is at least one dword")
+  return _pack("NOP", count=dwords - 1) + [0] * (dwords - 1)
+
+
+# ---- decoder
+
+@dataclass
+class Packet:
+  offset: int
+  name: str  # layout name, "UNKNOWN" or "TRUNCATED"
+  words: list[int]
+  fields: dict[str, int] = field(default_factory=dict)
+  data: list[int] = field(default_factory=list)
+  error: str = ""
+
+
+def _length(lay: Layout, words: list[int], i: int) -> int | None:
+  """Dwords in the packet at words[i], or None when its fixed part is already cut off."""
+  n = len(lay.dwords)
+  if i + n > len(words): return None
+  count = next((f for f in lay.fields if f.name == "count"), None)
+  if lay.tail == "nop": return 1 + count.get(words[i:i + 1])
+  if lay.tail == "write": return n + count.get(words[i:i + n]) + 1
+  return n
+
+
+def decode_sdma(words: Iterable[int]) -> list[Packet]:
+  """Split an SDMA stream into packets. Never raises: an unknown opcode ends decoding (SDMA packets carry no length)."""
+  w = [int(x) & MASK32 for x in words]
+  out, i = [], 0
+  while i < len(w):
+    op, sub_op = w[i] & 0xff, (w[i] >> 8) & 0xff
+    lay = BY_OP.get((op, sub_op))
+    if lay is None:
+      out.append(Packet(i, "UNKNOWN", w[i:], error=f"unknown op {op} sub_op {sub_op}; the rest is not decoded"))
+      break
+    n = _length(lay, w, i)
+    if n is None or i + n > len(w):
+      out.append(Packet(i, "TRUNCATED", w[i:], error=f"{lay.name} needs {n or len(lay.dwords)} dwords, {len(w) - i} left"))
+      break
+    pkt = w[i:i + n]
+    p = Packet(i, lay.name, pkt, {f.name: f.get(pkt) for f in lay.fields})
+    if lay.tail: p.data = pkt[len(lay.dwords):]
+    for lo, hi, full in (("src_addr_31_0", "src_addr_63_32", "src_addr"), ("dst_addr_31_0", "dst_addr_63_32", "dst_addr"),
+                         ("addr_31_0", "addr_63_32", "addr"), ("init_data_31_0", "init_data_63_32", "init_data")):
+      if lo in p.fields: p.fields[full] = p.fields[lo] | p.fields[hi] << 32
+    if "write_addr_31_3" in p.fields: p.fields["write_addr"] = p.fields["write_addr_31_3"] << 3 | p.fields["write_addr_63_32"] << 32
+    out.append(p)
+    i += n
+  return out
+
+
+_HIDDEN = re.compile(r".*_(31_0|63_32|31_3)$|^op$|^sub_op$")
+
+
+def format_packet(p: Packet) -> str:
+  parts = [f"{p.offset:05x}", p.name]
+  for k, v in p.fields.items():
+    if _HIDDEN.match(k) or (v == 0 and k not in ("count",)): continue
+    text = f"{k}={v:#x}"
+    if p.name == "POLL_REGMEM" and k == "func" and v in PollFunction._value2member_map_: text += f"({PollFunction(v).name})"
+    if k == "count" and p.name in ("COPY_LINEAR", "CONSTANT_FILL"): text += f"({v + 1} bytes)"
+    parts.append(text)
+  if p.data and p.name != "NOP": parts.append("data=[" + " ".join(f"{d:#x}" for d in p.data[:16]) + (" ...]" if len(p.data) > 16 else "]"))
+  if p.error: parts.append(f"!! {p.error}")
+  return " ".join(parts)
+
+
+def format_sdma(stream: Iterable[int] | list[Packet]) -> str:
+  """The stream (or decoded packets) one packet per line, for hang reports and `rawgpu decode`."""
+  items = list(stream)
+  packets = items if items and isinstance(items[0], Packet) else decode_sdma(items)
+  return "\n".join(format_packet(p) for p in packets)
