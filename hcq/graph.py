@@ -1,0 +1,81 @@
+"""Graph: kernel launches recorded once, replayed with new inputs by patching only (one submission per replay).
+
+    g = Graph(dev)
+    x = g.input("x")                       # a placeholder: a Buffer or a scalar given at replay
+    g.exec(prg, x, out, 1024, global_size=4, local_size=256)
+    g.replay(x=buf_a); g.replay(x=buf_b)
+"""
+from __future__ import annotations
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from rawgpu.errors import RawGPUError
+from rawgpu.hcq.buffer import Buffer
+from rawgpu.hcq.patch import Var
+
+if TYPE_CHECKING: from rawgpu.hcq.device import Device
+
+
+@dataclass(frozen=True)
+class Input:
+  name: str
+
+
+class Graph:
+  def __init__(self, dev: "Device"):
+    self.dev = dev
+    self.q = dev.compute_queue()
+    self.launches: list[tuple] = []              # (program, args, g, l)
+    self.sites: dict[str, list[tuple]] = {}      # input name -> [(kernarg view, KernelArg, program)]
+    self.cur: dict[str, object] = {}
+    self.ka = None
+    self.last = 0                                # timeline value of the last replay
+
+  def input(self, name: str) -> Input: return Input(name)
+
+  def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> "Graph":
+    if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
+    from rawgpu.hcq.amd.program import _dims
+    self.launches.append((prg, args, _dims(global_size), _dims(local_size)))
+    return self
+
+  def _build(self) -> None:
+    from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
+    sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
+    self.ka = self.dev.alloc(sum(sizes), host=True, uncached=True)
+    view, off = self.ka.mem.cpu.cast("B"), 0
+    for (prg, args, g, l), size in zip(self.launches, sizes):
+      kv, ka_va = view[off:off + size], self.ka.va + off
+      prg.check_arg_count(args)
+      for a, meta in zip(args, prg.args):
+        if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg))  # written at replay
+        else: prg._pack_one(kv, meta, a, 0)
+      prg._pack_hidden(kv, g, l)
+      if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
+      self.q.exec(prg, ka_va, g, l)
+      off += size
+    self.q.signal(self.dev.timeline, Var("timeline"))
+    self.q.bind(self.dev)
+
+  def replay(self, **inputs) -> int:
+    """Run the graph with these inputs; returns the timeline value that marks its completion."""
+    if self.ka is None: self._build()
+    missing = set(self.sites) - set(inputs) - set(self.cur)
+    if missing: raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
+    unknown = set(inputs) - set(self.sites)
+    if unknown: raise RawGPUError(f"the graph has no input(s) {', '.join(sorted(unknown))}; it has {', '.join(sorted(self.sites)) or 'none'}")
+    self.dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
+    value = self.dev.next_timeline()
+    for name, v in inputs.items():
+      if self.cur.get(name) is v: continue
+      for kv, meta, prg in self.sites[name]: prg._pack_one(kv, meta, v, value)
+      self.cur[name] = v
+    for v in self.cur.values():
+      if isinstance(v, Buffer): v.used_until(value)
+    for _, args, _, _ in self.launches:
+      for a in args:
+        if isinstance(a, Buffer): a.used_until(value)
+    self.q.submit(self.dev, {"timeline": value})
+    self.last = value
+    return value
+
