@@ -195,3 +195,40 @@ def test_code_object_versions_and_generic_targets(tmp_path, mcpu, cov, runs_on):
     with pytest.raises(CodeObjectError, match="xnack on"): load_code_object(compile_cl(tmp_path, mcpu, cov), target="gfx942:xnack-")
   if mcpu == "gfx11-generic":
     with pytest.raises(CodeObjectError, match="built for gfx11-generic"): load_code_object(co and compile_cl(tmp_path, mcpu, cov), target="gfx1201")
+
+
+META = "  .amdgpu_metadata\n---\namdhsa.version: [1, 2]\namdhsa.kernels: []\n...\n  .end_amdgpu_metadata\n"
+
+
+need_asm = pytest.mark.skipif(shutil.which("llvm-mc-19") is None or shutil.which(LLD) is None,
+                              reason="llvm-mc-19/ld.lld-19 not installed (apt-get install llvm-19 lld-19)")
+
+
+def assemble(tmp_path: Path, text: str) -> Path:
+  (tmp_path / "r.s").write_text(text + META)
+  subprocess.run(["llvm-mc-19", "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-filetype=obj", "r.s", "-o", "r.o"],
+                 cwd=tmp_path, check=True, capture_output=True)
+  subprocess.run([LLD, "-shared", "r.o", "-o", "r.hsaco"], cwd=tmp_path, check=True, capture_output=True)
+  return tmp_path / "r.hsaco"
+
+
+@need_asm
+@need_readelf
+def test_abs64_relocations_against_symbols(tmp_path):
+  # a default-visibility symbol is preemptible, so ld.lld leaves R_AMDGPU_ABS64 against it
+  path = assemble(tmp_path, "  .data\n  .p2align 3\n  .globl target\ntarget:\n  .quad 0\n  .globl table\ntable:\n"
+                            "  .quad target+8\n  .quad target\n")
+  co = load_code_object(path.read_bytes(), target="gfx1100")
+  ref = re.findall(r"^([0-9a-f]{16})\s+[0-9a-f]{16} (R_AMDGPU_\w+)\s+([0-9a-f]{16}) (\w+) \+ (\d+)$",
+                   tool(READELF, "-r", "-W", str(path)), re.M)
+  assert [r.type_name for r in co.relocations] == [t for _, t, _, _, _ in ref] == ["R_AMDGPU_ABS64"] * 2
+  base = 0x123400000000
+  img = co.image_at(base)
+  for off, _, sym_value, name, addend in ref:
+    assert struct.unpack_from("<Q", img, int(off, 16))[0] == base + int(sym_value, 16) + int(addend)
+
+
+@need_asm
+def test_undefined_symbols_are_rejected(tmp_path):
+  path = assemble(tmp_path, "  .data\n  .p2align 3\n  .quad missing\n")
+  with pytest.raises(CodeObjectError, match="undefined symbol 'missing'"): load_code_object(path.read_bytes())
