@@ -1,0 +1,122 @@
+"""GFX: wait for the RLC autoload, start the MEC, and run compute queues straight on hardware queue descriptors
+(gfx_v11_0.c / gfx_v12_0.c: wait_for_rlc_autoload_complete, cp_compute_enable, compute_mqd_init, kiq_init_register).
+
+Queue N lives at MEC 1, pipe 0, queue N, with 64-bit doorbell MEC_RING0 + N. The MQD buffer exists for the CP to
+save state into; the HQD registers are programmed directly, as the KIQ would from the MQD.
+"""
+from __future__ import annotations
+from dataclasses import dataclass
+from rawgpu.drivers.am import facts as F
+from rawgpu.drivers.am.block import Block
+from rawgpu.errors import RawGPUError
+
+MAX_QUEUES = 8
+MQD_SIZE = 0x1000
+
+
+@dataclass
+class ComputeQueue:
+  queue: int
+  ring: int           # VRAM paddr
+  size: int
+  ptrs: int           # page: rptr report at +0, wptr poll at +0x100
+  eop: int
+  mqd: int
+  doorbell: int       # dword index in the doorbell BAR
+
+
+class GFX(Block):
+  name = "gfx"
+  warm_init = True
+
+  def init_sw(self) -> None:
+    self.queues: dict[int, ComputeQueue] = {}
+
+  def gc(self, n: str): return self.reg("gc", n)
+
+  def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0) -> None:
+    self.gc("regGRBM_GFX_CNTL").write(MEID=me, PIPEID=pipe, QUEUEID=queue, VMID=vmid)
+
+  def init_hw(self) -> None:
+    d = self.dev
+    if not d.warm:
+      d.step("gfx: rlc autoload", lambda: d.wait(lambda: self.gc("regCP_STAT").read() == 0 and
+                                                 self.gc("regRLC_RLCS_BOOTLOAD_STATUS").fields()["BOOTLOAD_COMPLETE"] == 1,
+                                                 "RLC autoload of the GFX firmware", timeout=10.0))
+    # address mode and apertures for VMID 0 (gfx_v11_0_constants_init)
+    self.grbm_select(vmid=0)
+    self.gc("regSH_MEM_CONFIG").write(ADDRESS_MODE=F.SH_MEM_ADDRESS_MODE_64, ALIGNMENT_MODE=F.SH_MEM_ALIGNMENT_MODE_UNALIGNED, INITIAL_INST_PREFETCH=3)
+    self.gc("regSH_MEM_BASES").write(PRIVATE_BASE=F.PRIVATE_APERTURE_START >> 48, SHARED_BASE=F.SHARED_APERTURE_START >> 48)
+    self.grbm_select()
+    # MEC doorbell window, then un-halt the MEC pipes
+    self.gc("regCP_MEC_DOORBELL_RANGE_LOWER").write((F.AMDGPU_NAVI10_DOORBELL_KIQ * 2) << 2)
+    self.gc("regCP_MEC_DOORBELL_RANGE_UPPER").write((F.AMDGPU_NAVI10_DOORBELL_USERQUEUE_END * 2) << 2)
+    self.mec_enable(True)
+    for q in list(self.queues.values()): self.program_hqd(q)
+
+  def mec_enable(self, on: bool) -> None:
+    kw = {"MEC_INVALIDATE_ICACHE": int(not on), "MEC_HALT": int(not on)}
+    for p in range(4): kw[f"MEC_PIPE{p}_RESET"], kw[f"MEC_PIPE{p}_ACTIVE"] = int(not on), int(on)
+    self.gc("regCP_MEC_RS64_CNTL").update(**kw)
+
+  def mec_running(self) -> bool: return self.gc("regCP_MEC_RS64_CNTL").fields()["MEC_HALT"] == 0
+
+  def new_queue(self, size: int) -> ComputeQueue:
+    free = [i for i in range(MAX_QUEUES) if i not in self.queues]
+    if not free: raise RawGPUError(f"{self.dev.bus}: all {MAX_QUEUES} compute queues are in use")
+    if size & (size - 1) or size < 0x1000: raise RawGPUError(f"compute ring size {size:#x} must be a power of two >= 4 KiB")
+    d, n = self.dev, free[0]
+    q = ComputeQueue(n, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), d.valloc_phys(F.GFX11_MEC_HPD_SIZE, align=0x1000),
+                     d.valloc_phys(MQD_SIZE), (F.AMDGPU_NAVI10_DOORBELL_MEC_RING0 + n) * 2)
+    for paddr, sz in ((q.ring, size), (q.ptrs, 0x1000), (q.eop, F.GFX11_MEC_HPD_SIZE), (q.mqd, MQD_SIZE)): d.vram(paddr, sz)[:] = bytes(sz)
+    self.queues[n] = q
+    self.program_hqd(q)
+    return q
+
+  def program_hqd(self, q: ComputeQueue) -> None:
+    d, gc = self.dev, self.gc
+    mc = d.gmc.mc
+    self.grbm_select(me=1, pipe=0, queue=q.queue)
+    try:
+      gc("regCP_PQ_WPTR_POLL_CNTL").update(EN=0)
+      if gc("regCP_HQD_ACTIVE").read() & 1:   # a queue left running: drain it first
+        gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
+        d.wait(lambda: (gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
+        gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
+      gc("regCP_HQD_EOP_BASE_ADDR").write((mc(q.eop) >> 8) & 0xffffffff)
+      gc("regCP_HQD_EOP_BASE_ADDR_HI").write(mc(q.eop) >> 40)
+      gc("regCP_HQD_EOP_CONTROL").write(EOP_SIZE=(F.GFX11_MEC_HPD_SIZE // 4).bit_length() - 2)
+      gc("regCP_MQD_BASE_ADDR").write(mc(q.mqd) & 0xfffffffc)
+      gc("regCP_MQD_BASE_ADDR_HI").write(mc(q.mqd) >> 32)
+      gc("regCP_MQD_CONTROL").write(VMID=0)
+      gc("regCP_HQD_PQ_BASE").write((mc(q.ring) >> 8) & 0xffffffff)
+      gc("regCP_HQD_PQ_BASE_HI").write(mc(q.ring) >> 40)
+      gc("regCP_HQD_PQ_CONTROL").write(QUEUE_SIZE=(q.size // 4).bit_length() - 2, RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2,
+                                       UNORD_DISPATCH=1, TUNNEL_DISPATCH=0, PRIV_STATE=1, KMD_QUEUE=1)
+      gc("regCP_HQD_PQ_RPTR_REPORT_ADDR").write(mc(q.ptrs) & 0xfffffffc)
+      gc("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI").write((mc(q.ptrs) >> 32) & 0xffff)
+      gc("regCP_HQD_PQ_WPTR_POLL_ADDR").write(mc(q.ptrs + 0x100) & 0xfffffffc)
+      gc("regCP_HQD_PQ_WPTR_POLL_ADDR_HI").write((mc(q.ptrs + 0x100) >> 32) & 0xffff)
+      gc("regCP_HQD_PQ_DOORBELL_CONTROL").write(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1, DOORBELL_SOURCE=0, DOORBELL_HIT=0)
+      gc("regCP_HQD_PQ_RPTR").write(0)
+      gc("regCP_HQD_PQ_WPTR_LO").write(0)
+      gc("regCP_HQD_PQ_WPTR_HI").write(0)
+      gc("regCP_HQD_VMID").write(0)
+      gc("regCP_HQD_PERSISTENT_STATE").update(PRELOAD_SIZE=0x55)
+      gc("regCP_HQD_IB_CONTROL").update(MIN_IB_AVAIL_SIZE=3)
+      gc("regCP_HQD_ACTIVE").write(ACTIVE=1)
+    finally: self.grbm_select()
+
+  def free_queue(self, q: ComputeQueue) -> None:
+    self.grbm_select(me=1, pipe=0, queue=q.queue)
+    try:
+      if self.gc("regCP_HQD_ACTIVE").read() & 1:
+        self.gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
+        self.dev.wait(lambda: (self.gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
+        self.gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
+    finally: self.grbm_select()
+    self.queues.pop(q.queue, None)
+
+  def fini(self) -> None:
+    for q in list(self.queues.values()): self.free_queue(q)
+    self.mec_enable(False)

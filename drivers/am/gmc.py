@@ -1,0 +1,101 @@
+"""GMC: the two VM hubs (GC and MM), their system apertures, VMID 0 page tables and TLB invalidation
+(gmc_v11_0.c / gmc_v12_0.c with gfxhub_v3_0.c / mmhub_v3_0.c / gfxhub_v12_0.c / mmhub_v4_1_0.c).
+
+Every engine reaches memory through VMID 0 and the page tables of rawgpu.drivers.am.mm; VRAM is also reachable at
+its MC address through the system aperture (PSP, IH and the page walker use MC/physical addresses).
+"""
+from __future__ import annotations
+from rawgpu.drivers.am import mm
+from rawgpu.drivers.am.block import Block
+from rawgpu.errors import DeviceFault
+
+HUBS = {"GC": "gc", "MM": "mmhub"}     # register prefix -> register table
+INV_ENG = 17                           # the invalidation engine the driver keeps for itself (as amdgpu's KIQ path)
+
+
+class GMC(Block):
+  name = "gmc"
+
+  def init_sw(self) -> None:
+    d = self.dev
+    self.fb_base = (self.reg("mmhub", "regMMMC_VM_FB_LOCATION_BASE").read() & 0xffffff) << 24
+    self.fb_top = (self.reg("mmhub", "regMMMC_VM_FB_LOCATION_TOP").read() & 0xffffff) << 24
+    self.vram_base_offset = (self.reg("mmhub", "regMMMC_VM_FB_OFFSET").read() & 0xffffff) << 24
+    self.scratch_page = d.boot_alloc(mm.PAGE)     # where unmapped system-aperture accesses land
+    self.dummy_page = d.boot_alloc(mm.PAGE)       # where faulting accesses are redirected
+    self.hub_ready = {"GC": False, "MM": False}
+
+  def mc(self, paddr: int) -> int: return self.fb_base + paddr
+
+  def init_hw(self) -> None:
+    self.init_hub("MM")
+    self.init_hub("GC")
+
+  def init_hub(self, hub: str) -> None:
+    ip, p = HUBS[hub], f"reg{hub}"
+    r = lambda n: self.reg(ip, p + n)
+    w64 = lambda lo, hi, v: self.dev.regs.write64(ip, p + lo, p + hi, v)
+    # system aperture: AGP off, VRAM MC range, default page for stray accesses
+    r("MC_VM_AGP_BASE").write(0)
+    r("MC_VM_AGP_BOT").write(0xffffff)
+    r("MC_VM_AGP_TOP").write(0)
+    r("MC_VM_SYSTEM_APERTURE_LOW_ADDR").write(self.fb_base >> 18)
+    r("MC_VM_SYSTEM_APERTURE_HIGH_ADDR").write(self.fb_top >> 18)
+    w64("MC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_LSB", "MC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_MSB", (self.scratch_page + self.vram_base_offset) >> 12)
+    w64("VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", "VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", (self.dummy_page + self.vram_base_offset) >> 12)
+    r("VM_L2_PROTECTION_FAULT_CNTL2").update(ACTIVE_PAGE_MIGRATION_PTE_READ_RETRY=1)
+    # L1 TLB and L2 cache
+    r("MC_VM_MX_L1_TLB_CNTL").update(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3, ENABLE_ADVANCED_DRIVER_MODEL=1,
+                                     SYSTEM_APERTURE_UNMAPPED_ACCESS=0, MTYPE=3)
+    r("VM_L2_CNTL").update(ENABLE_L2_CACHE=1, ENABLE_L2_FRAGMENT_PROCESSING=0, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1,
+                           L2_PDE0_CACHE_TAG_GENERATION_MODE=0, PDE_FAULT_CLASSIFICATION=0, CONTEXT1_IDENTITY_ACCESS_MODE=1,
+                           IDENTITY_MODE_FRAGMENT_SIZE=0)
+    r("VM_L2_CNTL2").update(INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1)
+    r("VM_L2_CNTL3").write(BANK_SELECT=9, L2_CACHE_BIGK_FRAGMENT_SIZE=6, L2_CACHE_4K_ASSOCIATIVITY=1, L2_CACHE_BIGK_ASSOCIATIVITY=1)
+    r("VM_L2_CNTL4").write(L2_CACHE_4K_PARTITION_COUNT=1)
+    r("VM_L2_CNTL5").write(WALKER_PRIORITY_CLIENT_ID=0x1ff)
+    # VMID 0: our 4-level tables over the process VA window, faults reported and redirected to the dummy page
+    w64("VM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
+    w64("VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
+    w64("VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32", (self.dev.pt.root + self.vram_base_offset) | 1)
+    faults = {f"{x}_PROTECTION_FAULT_ENABLE_{k}": 1 for x in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
+              for k in ("INTERRUPT", "DEFAULT")}
+    r("VM_CONTEXT0_CNTL").write(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=mm.LEVELS - 1, PAGE_TABLE_BLOCK_SIZE=0, **faults)
+    # no identity aperture for context 1
+    w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32", 0xf_ffff_ffff)
+    w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_HI32", 0)
+    w64("VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_LO32", "VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_HI32", 0)
+    for eng in range(18): w64(f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_LO32", f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_HI32", 0x1f_ffff_ffff)
+    self.hub_ready[hub] = True
+
+  def flush_tlb(self, vmid: int = 0) -> None:
+    """Invalidate VMID's translations in both hubs (gmc_v11_0_flush_vm_hub: semaphore on MM, request, wait for ack)."""
+    self.dev.soc.flush_hdp()
+    for hub in ("MM", "GC"):
+      if not self.hub_ready[hub]: continue
+      ip, p = HUBS[hub], f"reg{hub}"
+      req = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_REQ")
+      sem = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_SEM") if hub == "MM" else None
+      if sem is not None: self.dev.wait(lambda: sem.read() & 1, f"{hub} hub invalidation semaphore")
+      req.write(PER_VMID_INVALIDATE_REQ=1 << vmid, FLUSH_TYPE=0, INVALIDATE_L2_PTES=1, INVALIDATE_L2_PDE0=1,
+                INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1, CLEAR_PROTECTION_FAULT_STATUS_ADDR=0)
+      ack = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_ACK")
+      self.dev.wait(lambda: ack.read() & (1 << vmid), f"{hub} hub TLB invalidation")
+      if sem is not None: sem.write(0)
+
+  def fault_status(self, hub: str) -> dict[str, int]:
+    """Decode and clear the hub's L2 protection fault status (the IH entry carries the address)."""
+    ip, p = HUBS[hub], f"reg{hub}"
+    name = p + "VM_L2_PROTECTION_FAULT_STATUS"
+    st = self.reg(ip, name if self.dev.regs.has(ip, name) else name + "_LO32")
+    fields = st.fields()
+    self.reg(ip, p + "VM_L2_PROTECTION_FAULT_CNTL").update(CLEAR_PROTECTION_FAULT_STATUS_ADDR=1)
+    return fields
+
+  def raise_fault(self, hub: str, addr: int, client: str) -> None:
+    st = self.fault_status(hub)
+    kind = "write" if st.get("RW") else "read"
+    what = [k for k in ("MORE_FAULTS", "WALKER_ERROR", "PERMISSION_FAULTS", "MAPPING_ERROR") if st.get(k)]
+    raise DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, hub {hub}, client id {st.get('CID', 0)}, "
+                      f"VMID {st.get('VMID', 0)}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
+                      "check the buffer's lifetime and the kernel's indexing")

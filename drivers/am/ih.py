@@ -1,0 +1,73 @@
+"""IH: the interrupt handler ring (ih_v6_0.c / ih_v7_0.c). The OSS writes 32-byte IV entries into a VRAM ring and
+the write pointer to a writeback slot; AM polls it (no MSI in userspace) and turns VM faults into DeviceFault.
+"""
+from __future__ import annotations
+import struct
+from rawgpu.drivers.am import facts as F
+from rawgpu.drivers.am.block import Block
+
+RING_SIZE = 256 << 10
+ENTRY = 32
+DOORBELL_IH = F.AMDGPU_NAVI10_DOORBELL_IH
+
+
+class IH(Block):
+  name = "ih"
+
+  def init_sw(self) -> None:
+    d = self.dev
+    self.ring = d.boot_alloc(RING_SIZE, align=RING_SIZE)
+    self.wptr_wb = d.boot_alloc(0x1000)          # wptr writeback at +0
+    self.rptr = 0
+
+  def init_hw(self) -> None:
+    r = lambda n: self.reg("osssys", n)
+    d = self.dev
+    self.reg("nbio", "regBIF_BX0_INTERRUPT_CNTL2").write(d.gmc.mc(d.gmc.dummy_page) >> 8)
+    self.reg("nbio", "regBIF_BX0_INTERRUPT_CNTL").update(IH_DUMMY_RD_OVERRIDE=0, IH_REQ_NONSNOOP_EN=0)
+    mc = d.gmc.mc(self.ring)
+    r("regIH_RB_BASE").write(mc >> 8)
+    r("regIH_RB_BASE_HI").write((mc >> 40) & 0xff)
+    cntl = r("regIH_RB_CNTL")
+    cntl.write(cntl.reg.modify(0, MC_SPACE=4, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=1, RB_SIZE=(RING_SIZE // 4).bit_length() - 1,
+                               WPTR_WRITEBACK_ENABLE=1, MC_SNOOP=1, MC_RO=0, MC_VMID=0, RPTR_REARM=0))
+    wb = d.gmc.mc(self.wptr_wb)
+    r("regIH_RB_WPTR_ADDR_LO").write(wb & 0xffffffff)
+    r("regIH_RB_WPTR_ADDR_HI").write((wb >> 32) & 0xffff)
+    r("regIH_RB_WPTR").write(0)
+    r("regIH_RB_RPTR").write(0)
+    r("regIH_DOORBELL_RPTR").write(OFFSET=DOORBELL_IH * 2, ENABLE=1)
+    d.soc.doorbell_range(1, awid=0, offset=DOORBELL_IH * 2, size=2, awaddr=0)
+    # enable: clear the overflow latch with a 0 -> 1 edge, then turn the ring and its interrupt on
+    v = cntl.reg.modify(cntl.read(), RB_ENABLE=1, WPTR_OVERFLOW_CLEAR=0)
+    cntl.write(v)
+    cntl.write(cntl.reg.modify(v, WPTR_OVERFLOW_CLEAR=1))
+    cntl.write(cntl.reg.modify(v, WPTR_OVERFLOW_CLEAR=0, ENABLE_INTR=1))
+    self.rptr = 0
+
+  def sync(self) -> None:
+    """Warm boot: the ring kept running; skip what a previous owner left in it."""
+    self.rptr = self._wptr()
+
+  def _wptr(self) -> int:
+    return struct.unpack_from("<I", self.dev.vram(self.wptr_wb, 4))[0] & (RING_SIZE - 1) & ~(ENTRY - 1)
+
+  def poll(self) -> list[dict]:
+    """Consume every pending IV entry; returns them decoded (client, source, ring, vmid, src_data)."""
+    out = []
+    wptr = self._wptr()
+    while self.rptr != wptr:
+      dw = struct.unpack_from("<8I", self.dev.vram(self.ring + self.rptr, ENTRY))
+      out.append({"client_id": dw[0] & 0xff, "src_id": (dw[0] >> 8) & 0xff, "ring_id": (dw[0] >> 16) & 0xff,
+                  "vmid": (dw[0] >> 24) & 0xf, "vmid_src": dw[0] >> 31, "pasid": dw[3] & 0xffff, "src_data": dw[4:8]})
+      self.rptr = (self.rptr + ENTRY) & (RING_SIZE - 1)
+    if out: self.reg("osssys", "regIH_RB_RPTR").write(self.rptr)
+    return out
+
+  def check_faults(self) -> None:
+    for iv in self.poll():
+      if iv["client_id"] in (F.SOC21_IH_CLIENTID_VMC, F.SOC21_IH_CLIENTID_GFX) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
+        sd = iv["src_data"]
+        addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
+        hub = "MM" if iv["client_id"] == F.SOC21_IH_CLIENTID_VMC else "GC"
+        self.dev.gmc.raise_fault(hub, addr, f"{'sdma/mm' if hub == 'MM' else 'gfx'} client ring {iv['ring_id']} vmid {iv['vmid']}")

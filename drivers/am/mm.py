@@ -1,0 +1,159 @@
+"""GPU memory: the VRAM allocator, the process-wide GPU VA space, and 4-level page tables with huge pages.
+
+Page tables follow the gfx10+ layout (amdgpu_vm.h): PDB2 -> PDB1 -> PDB0 -> PTB, 9 index bits per level over 4 KiB
+pages (48-bit VA). A PDB0 entry with the PDE_PTE bit maps 2 MiB directly (a huge page; its fragment field says
+2 MiB), a PDB1 entry with PDE_PTE maps 1 GiB. gfx12 moved the PDE_PTE bit to bit 63 and the MTYPE field.
+"""
+from __future__ import annotations
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+from rawgpu.drivers.am import facts as F
+from rawgpu.errors import RawGPUError
+
+PAGE = 0x1000
+LEVELS = 4
+ADDR_MASK = 0x0000_FFFF_FFFF_F000
+
+
+def round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
+
+
+class RangeAllocator:
+  """First-fit allocator over [base, base+size): free ranges sorted by address, coalesced on free."""
+  def __init__(self, size: int, base: int = 0, what: str = "memory"):
+    self.base, self.size, self.what = base, size, what
+    self.free_list: list[tuple[int, int]] = [(base, size)]
+    self.used: dict[int, int] = {}
+    self.lock = threading.Lock()
+
+  def alloc(self, size: int, align: int = PAGE, below: int | None = None) -> int:
+    size = round_up(max(size, 1), PAGE)
+    with self.lock:
+      for i, (start, sz) in enumerate(self.free_list):
+        a = round_up(start, align)
+        if a + size <= start + sz and (below is None or a + size <= below):
+          parts = [(start, a - start)] if a > start else []
+          if a + size < start + sz: parts.append((a + size, start + sz - a - size))
+          self.free_list[i:i + 1] = parts
+          self.used[a] = size
+          return a
+    raise MemoryError(f"out of {self.what}: no free {size:#x}-byte range (aligned {align:#x})")
+
+  def free(self, addr: int) -> None:
+    with self.lock:
+      size = self.used.pop(addr, None)
+      if size is None: raise RawGPUError(f"{self.what}: double free or foreign address {addr:#x}")
+      fl = self.free_list
+      fl.append((addr, size)); fl.sort()
+      merged: list[tuple[int, int]] = []
+      for s, z in fl:
+        if merged and merged[-1][0] + merged[-1][1] == s: merged[-1] = (merged[-1][0], merged[-1][1] + z)
+        else: merged.append((s, z))
+      self.free_list[:] = merged
+
+  @property
+  def free_bytes(self) -> int: return sum(z for _, z in self.free_list)
+
+
+# One GPU VA space for every device in the process: a buffer has the same VA on all boards it is mapped on.
+VA_BASE, VA_SIZE = 0x7F00_0000_0000, 1 << 40
+VA = RangeAllocator(VA_SIZE, VA_BASE, "GPU virtual address space")
+
+
+@dataclass
+class PTEFlags:
+  gfx12: bool = False
+
+  def leaf(self, level: int, *, system: bool = False, snooped: bool = False, uncached: bool = False, frag: int = 0) -> int:
+    f = F.AMDGPU_PTE_VALID | F.AMDGPU_PTE_READABLE | F.AMDGPU_PTE_WRITEABLE | F.AMDGPU_PTE_EXECUTABLE | ((frag & 0x1f) << F.AMDGPU_PTE_FRAG_SHIFT)
+    if system: f |= F.AMDGPU_PTE_SYSTEM
+    if snooped: f |= F.AMDGPU_PTE_SNOOPED
+    if self.gfx12:
+      if uncached: f |= F.MTYPE_UC << F.AMDGPU_PTE_MTYPE_GFX12_SHIFT
+      if level != LEVELS - 1: f |= F.AMDGPU_PDE_PTE_GFX12
+    else:
+      if uncached: f |= F.MTYPE_UC << F.AMDGPU_PTE_MTYPE_NV10_SHIFT
+      if level != LEVELS - 1: f |= F.AMDGPU_PDE_PTE
+    return f
+
+  def is_huge(self, entry: int) -> bool: return bool(entry & (F.AMDGPU_PDE_PTE_GFX12 if self.gfx12 else F.AMDGPU_PDE_PTE))
+
+
+def level_shift(level: int) -> int: return 12 + 9 * (LEVELS - 1 - level)   # PDB2: 39, PDB1: 30, PDB0: 21, PTB: 12
+
+
+@dataclass
+class Mapping:
+  va: int
+  size: int
+  chunks: list[tuple[int, int]]   # (physical or bus address, size) in VA order
+  system: bool = False
+  huge: bool = False
+  ptes: list[tuple[int, int]] = field(default_factory=list)   # (table paddr, index) written, for unmap
+
+
+class PageTables:
+  """Page tables in VRAM. `mem(paddr, size)` gives a CPU view of VRAM (BAR0); tables live in `alloc`ed pages."""
+  def __init__(self, mem: Callable[[int, int], memoryview], alloc: Callable[[], int], free: Callable[[int], None], flags: PTEFlags, root: int | None = None):
+    self.mem, self._alloc, self._free, self.flags = mem, alloc, free, flags
+    self.root = root if root is not None else self._new_table()
+
+  def _new_table(self) -> int:
+    p = self._alloc()
+    self.mem(p, PAGE)[:] = bytes(PAGE)
+    return p
+
+  def _entries(self, table: int) -> memoryview: return self.mem(table, PAGE).cast("Q")
+
+  def _walk(self, va: int, level: int, create: bool) -> int | None:
+    """The table at `level` that holds va's entry, creating intermediate tables if asked."""
+    table = self.root
+    for lv in range(level):
+      ents = self._entries(table)
+      idx = ((va - VA_BASE) >> level_shift(lv)) & 0x1ff
+      e = ents[idx]
+      if not e & F.AMDGPU_PTE_VALID:
+        if not create: return None
+        nt = self._new_table()
+        ents[idx] = nt | F.AMDGPU_PTE_VALID
+        e = ents[idx]
+      elif self.flags.is_huge(e): raise RawGPUError(f"GPU VA {va:#x}: already covered by a huge page at level {lv}")
+      table = e & ADDR_MASK
+    return table
+
+  def map(self, va: int, chunks: list[tuple[int, int]], *, system: bool = False, snooped: bool = False, uncached: bool = False) -> Mapping:
+    m = Mapping(va, sum(s for _, s in chunks), chunks, system)
+    cur = va
+    for addr, size in chunks:
+      off = 0
+      while off < size:
+        # a 2 MiB huge page where VA, address and remaining size all line up, else 4 KiB pages
+        lvl = LEVELS - 2 if (cur | (addr + off)) & ((1 << 21) - 1) == 0 and size - off >= (1 << 21) else LEVELS - 1
+        step = 1 << level_shift(lvl)
+        table = self._walk(cur, lvl, create=True)
+        assert table is not None
+        idx = ((cur - VA_BASE) >> level_shift(lvl)) & 0x1ff
+        ents = self._entries(table)
+        if ents[idx] & F.AMDGPU_PTE_VALID: raise RawGPUError(f"GPU VA {cur:#x} is already mapped")
+        frag = 9 if lvl == LEVELS - 2 else 0
+        ents[idx] = ((addr + off) & ADDR_MASK) | self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=frag)
+        m.ptes.append((table, idx))
+        m.huge |= lvl != LEVELS - 1
+        cur, off = cur + step, off + step
+    return m
+
+  def unmap(self, m: Mapping) -> None:
+    for table, idx in m.ptes: self._entries(table)[idx] = 0
+    m.ptes.clear()
+
+  def translate(self, va: int) -> int | None:
+    """The physical/bus address va maps to (a CPU-side page walk, used by fault reports and tests)."""
+    table = self.root
+    for lv in range(LEVELS):
+      e = self._entries(table)[((va - VA_BASE) >> level_shift(lv)) & 0x1ff]
+      if not e & F.AMDGPU_PTE_VALID: return None
+      if lv == LEVELS - 1 or self.flags.is_huge(e):
+        return (e & ADDR_MASK & ~((1 << level_shift(lv)) - 1)) + (va & ((1 << level_shift(lv)) - 1))
+      table = e & ADDR_MASK
+    return None

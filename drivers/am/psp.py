@@ -1,0 +1,148 @@
+"""PSP: the security processor that loads every other firmware (psp_v13_0.c / psp_v14_0.c, amdgpu_psp.c).
+
+Cold boot: hand the bootloader each SOS component through the 1 MiB private buffer (C2PMSG_35/36), start the
+GPCOM ring (C2PMSG_64/67/69/70/71), load the TOC to learn the TMR size, set up the TMR, then load SMU and every GFX
+and SDMA image with LOAD_IP_FW, and finish with AUTOLOAD_RLC so the RLC boots the CP, IMU and SDMA engines.
+"""
+from __future__ import annotations
+import ctypes, struct
+from rawgpu.drivers.am import facts as F
+from rawgpu.drivers.am.block import Block
+from rawgpu.errors import DeviceTimeout, FirmwareError
+
+RING_SIZE = 0x1000
+FW_TYPE = F.PSP_FW_TYPE
+# bootloader order (psp_hw_start): key database, SPL, system driver, SOC/INTF/DBG/RAS/IPKEYMGR drivers, then SOS
+BL_ORDER = (("PSP_FW_TYPE_PSP_KDB", "PSP_BL__LOAD_KEY_DATABASE"), ("PSP_FW_TYPE_PSP_SPL", "PSP_BL__LOAD_TOS_SPL_TABLE"),
+            ("PSP_FW_TYPE_PSP_SYS_DRV", "PSP_BL__LOAD_SYSDRV"), ("PSP_FW_TYPE_PSP_SOC_DRV", "PSP_BL__LOAD_SOCDRV"),
+            ("PSP_FW_TYPE_PSP_INTF_DRV", "PSP_BL__LOAD_INTFDRV"), ("PSP_FW_TYPE_PSP_DBG_DRV", "PSP_BL__LOAD_DBGDRV"),
+            ("PSP_FW_TYPE_PSP_RAS_DRV", "PSP_BL__LOAD_RASDRV"), ("PSP_FW_TYPE_PSP_IPKEYMGR_DRV", "PSP_BL__LOAD_IPKEYMGRDRV"))
+
+
+class PSP(Block):
+  name = "psp"
+
+  def init_sw(self) -> None:
+    d = self.dev
+    self.fw_buf = d.boot_alloc(F.PSP_1_MEG, align=F.PSP_1_MEG)      # the bootloader's private buffer
+    self.ring = d.boot_alloc(RING_SIZE)
+    self.cmd = d.boot_alloc(0x1000)
+    self.fence = d.boot_alloc(0x1000)
+    self.tmr: int | None = None
+    self.fence_value = 0
+
+  def msg(self, n: int):
+    name = f"regMP0_SMN_C2PMSG_{n}"
+    return self.reg("mp0", name if self.dev.regs.has("mp0", name) else f"regMPASP_SMN_C2PMSG_{n}")  # MP 14 names them MPASP
+
+  def sos_alive(self) -> bool: return self.msg(81).read() != 0
+
+  # ---- bootloader
+  def _wait_bootloader(self, what: str) -> None:
+    self.dev.wait(lambda: self.msg(35).read() & 0x80000000, f"PSP bootloader ready ({what})", timeout=10.0)
+
+  def _load_component(self, data: bytes, cmd: int, what: str) -> None:
+    if len(data) > F.PSP_1_MEG: raise FirmwareError(f"PSP component {what} is {len(data)} bytes, more than the 1 MiB bootloader buffer")
+    self._wait_bootloader(what)
+    buf = self.dev.vram(self.fw_buf, F.PSP_1_MEG)
+    buf[:len(data)] = data
+    buf[len(data):] = bytes(F.PSP_1_MEG - len(data))
+    self.dev.soc.flush_hdp()
+    self.msg(36).write(self.dev.gmc.mc(self.fw_buf) >> 20)
+    self.msg(35).write(cmd)
+
+  def boot_sos(self) -> None:
+    sos = self.dev.fw.sos
+    v13 = self.dev.ips["mp0"][0] == 13
+    for comp, cmd in BL_ORDER:
+      if v13 and comp == "PSP_FW_TYPE_PSP_IPKEYMGR_DRV": continue   # PSP 13 bootloaders have no such command
+      # PSP 13 hands the SPL command the key database image (psp_v13_0_bootloader_load_spl does exactly this)
+      src = "PSP_FW_TYPE_PSP_KDB" if v13 and comp == "PSP_FW_TYPE_PSP_SPL" else comp
+      if FW_TYPE[comp] in sos and (data := sos.get(FW_TYPE[src])) is not None:
+        self._load_component(data, F.PSP_BL[cmd], comp)
+        self._wait_bootloader(comp)
+    self._load_component(sos[FW_TYPE["PSP_FW_TYPE_PSP_SOS"]], F.PSP_BL["PSP_BL__LOAD_SOSDRV"], "SOS")
+    self.dev.wait(lambda: self.msg(81).read() != 0, "PSP secure OS start (C2PMSG_81)", timeout=10.0)
+
+  # ---- GPCOM ring
+  def ring_create(self) -> None:
+    self.dev.wait(lambda: self.msg(64).read() & 0x80000000, "PSP ready for ring creation")
+    mc = self.dev.gmc.mc(self.ring)
+    self.dev.vram(self.ring, RING_SIZE)[:] = bytes(RING_SIZE)
+    self.msg(69).write(mc & 0xffffffff)
+    self.msg(70).write(mc >> 32)
+    self.msg(71).write(RING_SIZE)
+    self.msg(64).write(F.PSP_RING_TYPE__KM << 16)
+    self.dev.wait(lambda: self.msg(64).read() & 0x80000000, "PSP ring creation")
+    if (st := self.msg(64).read() & 0xffff) != 0:
+      raise DeviceTimeout(f"{self.dev.bus}: PSP refused to create its ring (status {st:#x}); reset the board (rawgpu resets it on the next open)")
+
+  def ring_stop(self) -> None:
+    self.msg(64).write(F.GFX_CTRL_CMD_ID_DESTROY_RINGS)
+    self.dev.wait(lambda: self.msg(64).read() & 0x80000000, "PSP ring destroy")
+
+  def submit(self, cmd_id: str, member: str | None = None, **fields) -> dict:
+    """One GPCOM command: build the 1 KiB command buffer, write a ring frame, bump the write pointer, wait the fence."""
+    d = self.dev
+    cmd = F.PSP_CMD(buf_size=ctypes.sizeof(F.PSP_CMD), buf_version=F.PSP_GFX_CMD_BUF_VERSION, cmd_id=F.GFX_CMD_ID[cmd_id])
+    if member is not None:
+      body = getattr(cmd.cmd, member)
+      for k, v in fields.items():
+        obj, _, leaf = k.rpartition("__")
+        target = getattr(body, obj) if obj else body
+        if not hasattr(type(target), leaf): raise AttributeError(f"{type(target).__name__} has no field {leaf}")
+        setattr(target, leaf, v)
+    d.vram(self.cmd, ctypes.sizeof(cmd))[:] = bytes(cmd)
+    self.fence_value += 1
+    wptr = self.msg(67).read()
+    slot = (wptr % (RING_SIZE // 4)) * 4
+    cmd_mc, fence_mc = d.gmc.mc(self.cmd), d.gmc.mc(self.fence)
+    d.vram(self.ring + slot, F.PSP_RB_FRAME.size)[:] = F.PSP_RB_FRAME.pack(
+      cmd_buf_addr_lo=cmd_mc & 0xffffffff, cmd_buf_addr_hi=cmd_mc >> 32, fence_addr_lo=fence_mc & 0xffffffff,
+      fence_addr_hi=fence_mc >> 32, fence_value=self.fence_value)
+    d.soc.flush_hdp()
+    self.msg(67).write((wptr + F.PSP_RB_FRAME.size // 4) % (RING_SIZE // 4))
+    fence = d.vram(self.fence, 4)
+    d.wait(lambda: struct.unpack("<I", fence)[0] == self.fence_value, f"PSP command {cmd_id}", timeout=5.0)
+    resp = F.PSP_RESP.parse(bytes(d.vram(self.cmd + F.PSP_CMD.resp.offset, F.PSP_RESP.size)))
+    if resp["status"] != 0:
+      what = f" (firmware type {fields['fw_type']})" if "fw_type" in fields else ""
+      raise FirmwareError(f"{d.bus}: PSP rejected {cmd_id}{what} with status {resp['status']:#x}; "
+                          f"the firmware does not match this board ({self.dev.fw_hint()})")
+    return resp
+
+  def _copy(self, data: bytes) -> int:
+    buf = self.dev.vram(self.fw_buf, F.PSP_1_MEG)
+    buf[:len(data)] = data
+    return self.dev.gmc.mc(self.fw_buf)
+
+  def load_ip_fw(self, fw_type: int, data: bytes) -> None:
+    mc = self._copy(data)
+    self.submit("GFX_CMD_ID_LOAD_IP_FW", "cmd_load_ip_fw", fw_phy_addr_lo=mc & 0xffffffff, fw_phy_addr_hi=mc >> 32,
+                fw_size=len(data), fw_type=fw_type)
+
+  def setup_tmr(self) -> None:
+    size = F.PSP_TMR_SIZE
+    if (toc := self.dev.fw.sos.get(FW_TYPE["PSP_FW_TYPE_PSP_TOC"])) is not None:
+      mc = self._copy(toc)
+      resp = self.submit("GFX_CMD_ID_LOAD_TOC", "cmd_load_toc", toc_phy_addr_lo=mc & 0xffffffff, toc_phy_addr_hi=mc >> 32, toc_size=len(toc))
+      size = resp["tmr_size"] or size
+    if self.tmr is None: self.tmr = self.dev.boot_alloc(size, align=F.PSP_TMR_ALIGNMENT)
+    # PSP 14.0.2/14.0.3 set the TMR up at boot time themselves (amdgpu_psp.c psp_early_init: boot_time_tmr stays true)
+    if self.dev.ips["mp0"][:2] == (14, 0): return
+    mc = self.dev.gmc.mc(self.tmr)
+    pa = self.tmr + self.dev.gmc.vram_base_offset
+    self.submit("GFX_CMD_ID_SETUP_TMR", "cmd_setup_tmr", buf_phy_addr_lo=mc & 0xffffffff, buf_phy_addr_hi=mc >> 32,
+                buf_size=size, bitfield__virt_phy_addr=1, system_phy_addr_lo=pa & 0xffffffff, system_phy_addr_hi=pa >> 32)
+
+  def init_hw(self) -> None:
+    self.dev.step("psp: bootloader", self.boot_sos)
+    self.dev.step("psp: ring", self.ring_create)
+    self.dev.step("psp: tmr", self.setup_tmr)
+    fw = self.dev.fw
+    assert fw.smu is not None
+    self.dev.step("psp: smu firmware", lambda: self.load_ip_fw(fw.smu.fw_type, fw.smu.data))
+
+  def load_gfx_firmware(self) -> None:
+    for u in self.dev.fw.images: self.load_ip_fw(u.fw_type, u.data)
+    self.submit("GFX_CMD_ID_AUTOLOAD_RLC")

@@ -1,0 +1,87 @@
+"""SDMA: one ring per engine on queue 0 (sdma_v6_0.c / sdma_v7_0.c gfx_resume). Write pointers are in bytes."""
+from __future__ import annotations
+from dataclasses import dataclass
+from rawgpu.drivers.am import facts as F
+from rawgpu.drivers.am.block import Block
+from rawgpu.errors import RawGPUError
+
+SDMA1_REG_OFFSET = 0x600      # sdma_v6_0.c / sdma_v7_0.c: engine 1 registers follow engine 0's at this dword distance
+
+
+@dataclass
+class SDMAQueue:
+  engine: int
+  ring: int
+  size: int
+  ptrs: int          # rptr writeback at +0, wptr poll at +0x100
+  doorbell: int      # dword index
+
+
+class SDMA(Block):
+  name = "sdma"
+  warm_init = True
+
+  def init_sw(self) -> None:
+    self.queues: dict[int, SDMAQueue] = {}
+    self.engines = max(1, min(2, self.dev.disc.count("sdma")))
+
+  def r(self, engine: int, name: str):
+    b = self.dev.regs.reg("gc", name)
+    return type(b)(b.regs, b.reg, b.addr + engine * SDMA1_REG_OFFSET)
+
+  def init_hw(self) -> None:
+    for e in range(self.engines): self.halt(e, False)
+    for q in list(self.queues.values()): self.program(q)
+
+  def halt(self, e: int, on: bool) -> None:
+    if self.dev.regs.has("gc", "regSDMA0_F32_CNTL"): self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), TH1_RESET=int(on))
+    else: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=int(on))   # SDMA 7 renamed the microcontroller control
+
+  def new_queue(self, size: int) -> SDMAQueue:
+    free = [e for e in range(self.engines) if e not in self.queues]
+    if not free: raise RawGPUError(f"{self.dev.bus}: all {self.engines} SDMA engines already have a ring")
+    if size & (size - 1) or size < 0x1000: raise RawGPUError(f"SDMA ring size {size:#x} must be a power of two >= 4 KiB")
+    d, e = self.dev, free[0]
+    q = SDMAQueue(e, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000),
+                  (F.AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0 << 1) + e * F.SDMA_DOORBELL_RANGE * 2)
+    d.vram(q.ring, size)[:] = bytes(size)
+    d.vram(q.ptrs, 0x1000)[:] = bytes(0x1000)
+    self.queues[e] = q
+    self.program(q)
+    return q
+
+  def program(self, q: SDMAQueue) -> None:
+    e, mc, r = q.engine, self.dev.gmc.mc, lambda n: self.r(q.engine, n)
+    if self.dev.regs.has("gc", "regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL"): r("regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL").write(0)
+    cntl = r("regSDMA0_QUEUE0_RB_CNTL")
+    v = cntl.reg.modify(cntl.read(), RB_ENABLE=0, RB_SIZE=(q.size // 4).bit_length() - 1, RB_PRIV=1)
+    cntl.write(v)
+    for n in ("RB_RPTR", "RB_RPTR_HI", "RB_WPTR", "RB_WPTR_HI"): r(f"regSDMA0_QUEUE0_{n}").write(0)
+    r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_LO").write(mc(q.ptrs + 0x100) & 0xffffffff)
+    r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_HI").write(mc(q.ptrs + 0x100) >> 32)
+    r("regSDMA0_QUEUE0_RB_RPTR_ADDR_HI").write(mc(q.ptrs) >> 32)
+    r("regSDMA0_QUEUE0_RB_RPTR_ADDR_LO").write(mc(q.ptrs) & 0xfffffffc)
+    v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, F32_WPTR_POLL_ENABLE=1)
+    r("regSDMA0_QUEUE0_RB_BASE").write((mc(q.ring) >> 8) & 0xffffffff)
+    r("regSDMA0_QUEUE0_RB_BASE_HI").write(mc(q.ring) >> 40)
+    r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(1)
+    r("regSDMA0_QUEUE0_RB_WPTR").write(0)
+    r("regSDMA0_QUEUE0_RB_WPTR_HI").write(0)
+    r("regSDMA0_QUEUE0_DOORBELL").update(ENABLE=1)
+    r("regSDMA0_QUEUE0_DOORBELL_OFFSET").update(OFFSET=q.doorbell)
+    if e == 0: self.dev.soc.doorbell_range(2, awid=0xe, offset=q.doorbell, size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
+    r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(0)
+    r("regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
+    self.halt(e, False)
+    cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
+    r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)
+
+  def free_queue(self, q: SDMAQueue) -> None:
+    cntl = self.r(q.engine, "regSDMA0_QUEUE0_RB_CNTL")
+    cntl.update(RB_ENABLE=0)
+    self.r(q.engine, "regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
+    self.queues.pop(q.engine, None)
+
+  def fini(self) -> None:
+    for q in list(self.queues.values()): self.free_queue(q)
+    for e in range(self.engines): self.halt(e, True)

@@ -1,0 +1,56 @@
+"""SMU (MP1): power management firmware, driven by a message mailbox (smu_cmn.c, smu_v13_0_0_ppt.c, smu_v14_0_2_ppt.c).
+
+Message: clear the response (C2PMSG_90), write the argument (C2PMSG_82) and the message (C2PMSG_66), wait for a
+non-zero response; 1 is OK, 0xFF/0xFE/0xFD/0xFC are failures. Mode 1 reset goes through the debug mailbox
+(C2PMSG_75/53/54) on SMU 14 and as a normal message on SMU 13.
+"""
+from __future__ import annotations
+import time
+from rawgpu.drivers.am import facts as F
+from rawgpu.drivers.am.block import Block
+from rawgpu.errors import DeviceFault, DeviceTimeout
+
+MSG = F.PPSMC_MSG
+RESULTS = {v: k for k, v in F.PPSMC_RESULT.items()}
+MODE1_RESET_WAIT_S = 0.5       # SMU13_MODE1_RESET_WAIT_TIME_IN_MS
+
+
+class SMU(Block):
+  name = "smu"
+
+  def init_sw(self) -> None:
+    self.driver_table = self.dev.boot_alloc(0x4000)
+
+  def mb(self, n: int): return self.reg("mp1", f"regMP1_SMN_C2PMSG_{n}")
+
+  def send(self, msg: str | int, arg: int = 0, timeout: float = 2.0) -> int:
+    num = MSG[msg] if isinstance(msg, str) else msg
+    resp = self.mb(90)
+    resp.write(0)
+    self.mb(82).write(arg)
+    self.mb(66).write(num)
+    try: self.dev.wait(lambda: resp.read() != 0, f"SMU message {msg}", timeout=timeout)
+    except DeviceTimeout: raise
+    r = resp.read()
+    if r != F.PPSMC_RESULT["PPSMC_Result_OK"]:
+      raise DeviceFault(f"{self.dev.bus}: SMU answered {msg} ({num:#x}, arg {arg:#x}) with {RESULTS.get(r, hex(r))}; "
+                        "the power firmware is in a bad state: power-cycle or reset the board")
+    return self.mb(82).read()
+
+  def alive(self) -> bool:
+    try: self.send("PPSMC_MSG_GetSmuVersion", timeout=0.1)
+    except (DeviceTimeout, DeviceFault): return False
+    return True
+
+  def init_hw(self) -> None:
+    self.version = self.send("PPSMC_MSG_GetSmuVersion", timeout=5.0)
+    mc = self.dev.gmc.mc(self.driver_table)
+    self.send("PPSMC_MSG_SetDriverDramAddrHigh", mc >> 32)
+    self.send("PPSMC_MSG_SetDriverDramAddrLow", mc & 0xffffffff)
+    self.send("PPSMC_MSG_EnableAllSmuFeatures")
+
+  def mode1_reset(self) -> None:
+    if self.dev.ips["mp1"][0] >= 14:
+      self.mb(53).write(0); self.mb(75).write(F.DEBUGSMC_MSG_Mode1Reset); self.mb(54).write(0)
+    else: self.send(F.PPSMC_MSG_Mode1Reset_V13)
+    time.sleep(self.dev.reset_wait_s if self.dev.reset_wait_s is not None else MODE1_RESET_WAIT_S)

@@ -1,0 +1,26 @@
+"""SOC glue in the NBIO: doorbell aperture, HDP flush remap, interrupt control (nbio_v4_3.c, soc21.c)."""
+from __future__ import annotations
+from rawgpu.drivers.am import facts as F
+from rawgpu.drivers.am.block import Block
+
+
+class SOC(Block):
+  name = "soc"
+
+  def init_hw(self) -> None:
+    nb = lambda n: self.reg("nbio", n)
+    # HDP flush registers appear in the register hole so the CPU (and queues) can flush with one write
+    nb("regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL").write(F.MMIO_REG_HOLE_OFFSET + F.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL)
+    nb("regBIF_BX0_REMAP_HDP_REG_FLUSH_CNTL").write(F.MMIO_REG_HOLE_OFFSET + F.KFD_MMIO_REMAP_HDP_REG_FLUSH_CNTL)
+    nb("regRCC_DEV0_EPF0_RCC_DOORBELL_APER_EN").write(BIF_DOORBELL_APER_EN=1)
+
+  def flush_hdp(self) -> None:
+    """Make CPU writes to VRAM through the BAR visible to the GPU engines (hdp_v6_0_flush_hdp)."""
+    self.dev.regs.wreg((F.MMIO_REG_HOLE_OFFSET + F.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL) // 4, 0)
+
+  def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int) -> None:
+    """An NBIO S2A doorbell routing entry: doorbells [offset, offset+size) go to the engine with this AWID."""
+    name = f"regS2A_DOORBELL_ENTRY_{port}_CTRL"
+    r = self.reg("nbio", name if self.dev.regs.has("nbio", name) else f"regGDC_S2A0_S2A_DOORBELL_ENTRY_{port}_CTRL")  # NBIF 6.3.1 name
+    p = f"S2A_DOORBELL_PORT{port}_"
+    r.write(**{p + "ENABLE": 1, p + "AWID": awid, p + "RANGE_OFFSET": offset, p + "RANGE_SIZE": size, p + "AWADDR_31_28_VALUE": awaddr})
