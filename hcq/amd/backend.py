@@ -35,6 +35,7 @@ class AMDBackend:
     self.gc = ip_regs("gc", *p.ip_versions["gc"])
     self.gc_base = p.ip_bases["gc"]
     self.gfx = p.ip_versions["gc"][0]
+    self.sdma_version = p.ip_versions.get("sdma", (6, 0, 0))[:2]
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
     self._staging: list[Buffer] | None = None
@@ -109,9 +110,10 @@ class AMDBackend:
     dst.used_until(v); src.used_until(v)
 
   def describe_history(self, rings) -> str:
-    from rawgpu.hcq.amd import decode
+    from rawgpu.hcq.amd import pm4, sdma
     out = []
     for engine, r in rings.items():
+      fmt = pm4.format_pm4 if engine == "compute" else sdma.format_sdma
       for words in r.history[-2:]:
-        out.append(f"[{engine}] " + decode.format_stream(list(words), "pm4" if engine == "compute" else "sdma").replace("\n", f"\n[{engine}] "))
+        out.append(f"[{engine}] " + fmt(list(words)).replace("\n", f"\n[{engine}] "))
     return "\n".join(out) or "(nothing submitted)"

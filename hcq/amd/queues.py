@@ -87,7 +87,7 @@ class AMDCopyQueue(HWQueue):
 
   def copy(self, dst: int, src: int, size: int) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.copy_linear, dst, src, size)
+    return self._add(sdma.copy_linear, dst, src, size, version=self.be.sdma_version)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
@@ -96,7 +96,7 @@ class AMDCopyQueue(HWQueue):
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.poll_regmem, signal.va, value=value)
+    return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL)
 
   def timestamp(self, signal: Signal) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
