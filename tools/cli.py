@@ -50,6 +50,15 @@ exit codes: 0 ok, 1 failure (unreadable or malformed input), 2 bad usage, 3 the 
 """
 
 
+def cmd_demo(args) -> int:
+  from rawgpu.tools import demo
+  res = demo.run(args.dev, args.size)
+  if args.json:
+    print(json.dumps(res, indent=2))
+    return 0 if res["vadd_ok"] and res["matmul_ok"] else 1
+  return demo.report(res)
+
+
 def cmd_bench(args) -> int:
   from rawgpu.tools.bench import bench_main
   return bench_main(args.dev or os.environ.get("DEV"), args.json, args.only, args.quick)
@@ -129,6 +138,15 @@ def _parser() -> argparse.ArgumentParser:
   d.set_defaults(fn=cmd_devices)
   from rawgpu.tools.bench.core import ORDER
   fmt = argparse.RawDescriptionHelpFormatter
+  m = sub.add_parser("demo", help="run vector add and matmul on the first device and check them against numpy",
+                     description="Boot the first real GPU (or, when there is none, the built-in emulated one, labelled as such), "
+                     "run vector add and matmul from kernels/, check them against numpy and print boot time, launch overhead, "
+                     "kernel times and copy bandwidth.", epilog="examples:\n  rawgpu demo\n  rawgpu demo --dev MOCKPCI+AMD::gfx1201\n  rawgpu demo --json",
+                     formatter_class=fmt)
+  m.add_argument("--dev", help="device to use (DEV grammar, e.g. PCI+AMD, MOCKPCI+AMD::gfx1201); default: first real GPU, else emulated")
+  m.add_argument("--size", type=int, help="vector add length (default: 2^14 emulated, 2^22 real)")
+  m.add_argument("--json", action="store_true", help="print the results as JSON")
+  m.set_defaults(fn=cmd_demo)
   b = sub.add_parser("bench", help="measure launches, signals, copies, the emulator, boot, alloc, import", epilog=BENCH_EPILOG, formatter_class=fmt,
                      description="Run the benchmarks and print a table (and with --json FILE, one JSON record per figure).")
   b.add_argument("--dev", metavar="DEV", help="the device to measure (DEV grammar, e.g. MOCKPCI+AMD; default: $DEV)")
