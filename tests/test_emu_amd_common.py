@@ -140,3 +140,72 @@ def test_surprise_removal_reads_all_ones(dev):
   dev.board.inject("surprise_removal")
   assert dev.mmio.read32(dev.addr("gc", "regSCRATCH_REG0") * 4) == 0xffffffff
   assert dev.pci.config_read(0, 4) == 0xffffffff
+
+
+# ---- packet constants straight from the kernel headers (not from the model or the generated modules)
+def header_defines(rel: str, prefix: str) -> dict[str, int]:
+  import re
+  text = (linux_root() / rel).read_text()
+  out = {}
+  for m in re.finditer(rf"#define\s+({prefix}\w*)\s+(0x[0-9a-fA-F]+|\d+)\b", text): out[m.group(1)] = int(m.group(2), 0)
+  return out
+
+
+def nvd() -> dict[str, int]: return header_defines("drivers/gpu/drm/amd/amdgpu/nvd.h", "PACKET3_")
+def sdma_defs() -> dict[str, int]: return header_defines("drivers/gpu/drm/amd/amdgpu/sdma_v6_0_0_pkt_open.h", "SDMA_")
+
+
+def pkt3(op: int, body: list[int]) -> list[int]:
+  """PACKET3(op, n) of soc15d.h/nvd.h: type 3, count = body dwords - 1."""
+  return [(3 << 30) | (((len(body) - 1) & 0x3fff) << 16) | ((op & 0xff) << 8)] + [b & 0xffffffff for b in body]
+
+
+def fb_base(d: Dev) -> int: return (d.rd("gc", "regGCMC_VM_FB_LOCATION_BASE") & 0xffffff) << 24
+
+
+def gc_system_aperture(d: Dev) -> int:
+  """VMID 0 reaches VRAM by MC address through the system aperture (gfxhub_v3_0_init_system_aperture_regs)."""
+  fb = fb_base(d)
+  d.wr("gc", "regGCMC_VM_SYSTEM_APERTURE_LOW_ADDR", fb >> 18)
+  d.wr("gc", "regGCMC_VM_SYSTEM_APERTURE_HIGH_ADDR", (fb + d.vram_size - 1) >> 18)
+  d.wr("gc", "regGCMC_VM_MX_L1_TLB_CNTL", ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3)
+  return fb
+
+
+class ComputeRing:
+  """A MEC1 pipe 0 compute queue programmed through its HQD registers (the path gfx_v11_0_kiq_init_register and
+  tinygrad's AM take), ring and report words in VRAM."""
+  def __init__(self, d: Dev, ring_off: int = 0x200000, ring_bytes: int = 0x1000, db: int = 8, queue: int = 0, rptr_off: int = 0x1ff000):
+    self.d, self.ring_off, self.ndw, self.db, self.wptr, self.queue = d, ring_off, ring_bytes // 4, db, 0, queue
+    fb = gc_system_aperture(d)
+    self.fb, self.rptr_off = fb, rptr_off
+    d.wr("nbio", "regRCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
+    d.wr("gc", "regCP_MEC_DOORBELL_RANGE_LOWER", 0)
+    d.wr("gc", "regCP_MEC_DOORBELL_RANGE_UPPER", 0x1000)
+    d.wr("gc", "regCP_MEC_RS64_CNTL", MEC_PIPE0_ACTIVE=1)
+    d.wr("gc", "regGRBM_GFX_CNTL", MEID=1, PIPEID=0, QUEUEID=queue)
+    ring = fb + ring_off
+    d.wr("gc", "regCP_HQD_PQ_BASE", (ring >> 8) & 0xffffffff); d.wr("gc", "regCP_HQD_PQ_BASE_HI", ring >> 40)
+    d.wr("gc", "regCP_HQD_PQ_CONTROL", QUEUE_SIZE=self.ndw.bit_length() - 2, RPTR_BLOCK_SIZE=5)
+    d.wr("gc", "regCP_HQD_PQ_RPTR_REPORT_ADDR", (fb + rptr_off) & 0xffffffff); d.wr("gc", "regCP_HQD_PQ_RPTR_REPORT_ADDR_HI", (fb + rptr_off) >> 32)
+    d.wr("gc", "regCP_HQD_PQ_DOORBELL_CONTROL", DOORBELL_OFFSET=db, DOORBELL_EN=1)
+    d.wr("gc", "regCP_HQD_VMID", 0); d.wr("gc", "regCP_HQD_PQ_RPTR", 0)
+    d.wr("gc", "regCP_HQD_PQ_WPTR_LO", 0); d.wr("gc", "regCP_HQD_PQ_WPTR_HI", 0)
+    d.wr("gc", "regCP_HQD_ACTIVE", 1)
+    d.wr("gc", "regGRBM_GFX_CNTL", 0)
+
+  def mc(self, vram_off: int) -> int: return self.fb + vram_off
+
+  def submit(self, dwords: list[int], ring_doorbell: bool = True) -> None:
+    for v in dwords:
+      self.d.vram.write32(self.ring_off + 4 * (self.wptr % self.ndw), v)
+      self.wptr += 1
+    if ring_doorbell: self.d.db.write64(self.db * 4, self.wptr)
+
+  def hqd(self, name: str) -> int:
+    self.d.wr("gc", "regGRBM_GFX_CNTL", MEID=1, PIPEID=0, QUEUEID=self.queue)
+    v = self.d.rd("gc", name)
+    self.d.wr("gc", "regGRBM_GFX_CNTL", 0)
+    return v
+
+  def run(self) -> None: self.d.board.run_until_idle()

@@ -29,7 +29,7 @@ class AMDBoard:
   cls = 0x030000
 
   def __init__(self, arch: str = "gfx1100", host: HostRAM | None = None, vram_size: int = 512 << 20, bar0_size: int | None = None,
-               cus: int | None = None, deterministic: bool = False):
+               cus: int | None = None, deterministic: bool = False, firmware: str = "cold"):
     self.asic: Asic = get_asic(arch)
     self.arch, self.device = arch, self.asic.device
     if vram_size & (vram_size - 1) or vram_size < (64 << 20): raise ValueError("vram_size must be a power of two >= 64 MiB")
@@ -57,10 +57,16 @@ class AMDBoard:
     self.faults: dict[str, Any] = {}
     self.doorbells: dict[int, int] = {}
     self.engines: list[Engine] = []
+    self.fw_loaded: set[int] = set()            # GFX_FW_TYPE_* ids the PSP has loaded
     total_wgp = self.asic.num_se * self.asic.num_sa_per_se * self.asic.wgp_per_sa
     self.cus = min(cus or 2 * total_wgp, 2 * total_wgp)
     self.regs = RegFile(self.asic)
+    if firmware not in ("cold", "loaded"): raise ValueError("firmware must be 'cold' or 'loaded'")
+    self.firmware_state = firmware
+    self._mode1_pending = False
+    self._busy_ns, self._t_last = 0, 0
     self._build()
+    if firmware == "loaded": self.preload_firmware()
     self._event = threading.Event()
     self._stop = False
     self._thread: threading.Thread | None = None
@@ -81,7 +87,8 @@ class AMDBoard:
       self.blocks.append(blk)
       if hasattr(blk, "step"): self.engines.append(blk)
 
-  BLOCKS: list[tuple[str, str, str]] = [("gmc", "GMC", "gmc"), ("ih", "IH", "ih")]
+  BLOCKS: list[tuple[str, str, str]] = [("gmc", "GMC", "gmc"), ("ih", "IH", "ih"), ("gfx", "GFX", "gfx"), ("sdma", "SDMA", "sdma"),
+                                          ("psp", "PSP", "psp"), ("smu", "SMU", "smu")]
 
   # ---- pcibus.Board
   def config_read(self, off: int, size: int) -> int:
@@ -95,7 +102,7 @@ class AMDBoard:
     """Function-level reset from sysfs: the board returns to its power-on state (VRAM content is not cleared)."""
     with self.lock:
       self.stop_worker()
-      self.doorbells.clear(); self.engines.clear(); self.faults.clear()
+      self.doorbells.clear(); self.engines.clear(); self.faults.clear(); self.fw_loaded.clear()
       self.regs = RegFile(self.asic)
       self._build()
 
@@ -169,7 +176,34 @@ class AMDBoard:
     for e in list(self.engines):
       if self.removed: return False
       with self.lock: progressed |= bool(e.step())
+    if self._mode1_pending:
+      self._mode1_pending = False
+      self._mode1_reset()
     return progressed
+
+  def request_mode1_reset(self) -> None: self._mode1_pending = True
+
+  def _mode1_reset(self) -> None:
+    # Mode 1: the whole ASIC but the PCI configuration restarts; firmware is gone, VRAM keeps its content.
+    with self.lock:
+      cfg = self.cfg
+      self.doorbells.clear(); self.engines.clear(); self.fw_loaded.clear()
+      self.regs = RegFile(self.asic)
+      self._build()
+      self.cfg = cfg
+      self.mode1_resets = getattr(self, "mode1_resets", 0) + 1
+
+  def preload_firmware(self) -> None:
+    """The state a previous driver leaves: sOS running, SMU up, every GFX/SDMA image loaded and the RLC autoloaded."""
+    from rawgpu.drivers.emu.amd import psp
+    self.psp.preload(); self.smu.preload()
+    self.fw_loaded |= {psp.FW_SMU, psp.FW_RLC_G, psp.FW_IMU_I, psp.FW_IMU_D, psp.FW_SDMA_TH0, psp.FW_SDMA_TH1,
+                       psp.FW_RS64_MEC, psp.FW_RS64_PFP, psp.FW_RS64_ME}
+    self.gfx.autoload(self.fw_loaded, psp.AUTOLOAD_REQUIRED)
+
+  def activity(self) -> float:
+    """Fraction of recent time the engines had work (0..1), for the SMU's metrics."""
+    return 1.0 if any(e.busy() for e in self.engines) else 0.0
 
   def step(self) -> bool:
     """Deterministic mode: run one unit of work on each engine. True if anything happened."""

@@ -1,0 +1,318 @@
+"""GFX: GRBM selection, RLC bootload status, the MEC (RS64) and its compute queues (HQDs).
+
+HQD registers are banked by GRBM_GFX_CNTL (ME, pipe, queue) and SH_MEM_* by VMID, as amdgpu's soc21_grbm_select
+programs them. A queue runs when its HQD is active, the MEC firmware was loaded and autoloaded by the RLC, and the MEC
+is unhalted with the pipe active. On a doorbell in the MEC doorbell range the queue fetches PM4 from its ring up to the
+write pointer; the read pointer is reported to CP_HQD_PQ_RPTR and to the report address in memory.
+"""
+from __future__ import annotations
+import struct
+from typing import TYPE_CHECKING
+from rawgpu.drivers.emu.pcibus import BusError
+from rawgpu.drivers.emu.amd import pm4
+from rawgpu.drivers.emu.amd.gmc import Fault, VMMemory
+from rawgpu.drivers.emu.amd.psp import FW_RS64_MEC
+if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
+
+IH_CLIENT_GRBM_CP, SRC_CP_EOP, SRC_CP_BAD_OPCODE = 0x14, 181, 183
+MAX_IB_DEPTH = 2
+
+
+class ComputeQueue:
+  def __init__(self, gfx: "GFX", me: int, pipe: int, queue: int):
+    self.gfx, self.board, self.me, self.pipe, self.queue = gfx, gfx.b, me, pipe, queue
+    self.bank: dict[int, int] = gfx.hqd_bank(me, pipe, queue)
+    self.sh: dict[int, int] = {}
+    self.active = False
+    self.rptr = 0                       # dwords consumed, not wrapped
+    self.wptr = 0
+    self.ib: list[list[int]] = []       # [addr, end, vmid] for each IB level
+    self.wait_armed = False
+    self.hung: str | None = None
+    self.waiting = False
+    self.dispatches = 0
+
+  # ---- HQD state
+  def g(self, name: str) -> int: return self.bank.get(self.gfx.hqd_addr[name], 0)
+  def s(self, name: str, v: int) -> None: self.bank[self.gfx.hqd_addr[name]] = v & 0xffffffff
+
+  def activate(self) -> None:
+    self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
+    self.rptr = self.g("regCP_HQD_PQ_RPTR")
+    self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
+
+  @property
+  def vmid(self) -> int: return self.g("regCP_HQD_VMID") & 0xf
+  @property
+  def ring_dw(self) -> int: return 2 << (self.g("regCP_HQD_PQ_CONTROL") & 0x3f)
+  @property
+  def ring_base(self) -> int: return ((self.g("regCP_HQD_PQ_BASE_HI") << 32) | self.g("regCP_HQD_PQ_BASE")) << 8
+
+  def doorbell_index(self) -> int | None:
+    v = self.g("regCP_HQD_PQ_DOORBELL_CONTROL")
+    s_en, m_en = self.gfx.db_en
+    if not v & m_en: return None
+    s, m = self.gfx.db_off
+    return (v & m) >> s
+
+  # ---- what the packets touch
+  def hub(self): return self.board.gmc.gc
+  def mem_read(self, a: int, n: int) -> bytes: return self.hub().read(self.vmid, a, n)
+  def mem_write(self, a: int, data: bytes) -> None: self.hub().write(self.vmid, a, data)
+  def mem_read32(self, a: int) -> int: return self.hub().read32(self.vmid, a)
+  def mem_read64(self, a: int) -> int: return self.hub().read64(self.vmid, a)
+  def mem_write32(self, a: int, v: int) -> None: self.hub().write32(self.vmid, a, v)
+  def mem_write64(self, a: int, v: int) -> None: self.hub().write64(self.vmid, a, v)
+  def reg_read(self, a: int) -> int: return self.board.regs.read(a)
+  def reg_write(self, a: int, v: int) -> None: self.board.regs.write(a, v & 0xffffffff)
+  def clock(self) -> int: return self.board.clock.now()
+
+  def push_ib(self, addr: int, size: int, vmid: int) -> None:
+    if len(self.ib) >= MAX_IB_DEPTH: raise pm4.BadPacket("INDIRECT_BUFFER nested too deep")
+    if size: self.ib.append([addr, addr + 4 * size, vmid])
+
+  def eop_interrupt(self, ctx: int) -> None:
+    cntl = self.board.regs.vals.get(self.gfx.pipe_int_cntl[self.pipe], 0)
+    if cntl & self.gfx.ts_int_en:
+      self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_EOP, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), data=(ctx, 0, 0, 0))
+
+  def dispatch(self, x: int, y: int, z: int, initiator: int) -> None:
+    g = self.gfx
+    sh = self.sh.get
+    wg = tuple(sh(a, 0) & 0xffff for a in g.num_thread)
+    grid = (x, y, z)
+    if initiator & g.use_thread_dims: grid = tuple(-(-n // max(w, 1)) for n, w in zip(grid, wg))
+    self.dispatches += 1
+    try:
+      from rawgpu.drivers.emu.rdna import DispatchRegs, run_dispatch
+    except ImportError as e:
+      self.halt(f"dispatch: compute units unavailable ({e})"); raise pm4.BadPacket("no compute units") from None
+    regs = DispatchRegs(arch=self.board.arch, pgm_addr=((sh(g.pgm_hi, 0) << 32) | sh(g.pgm_lo, 0)) << 8,
+                        rsrc1=sh(g.rsrc[0], 0), rsrc2=sh(g.rsrc[1], 0), rsrc3=sh(g.rsrc[2], 0),
+                        user_data=[sh(a, 0) for a in g.user_data], num_thread=wg, grid=grid,
+                        start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
+                        tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8)
+    mem = VMMemory(self.hub(), self.vmid)
+    res = run_dispatch(mem, regs)
+    if not res.ok:
+      self.last_fault = (res.fault, res.fault_addr)
+      raise pm4.BadPacket(f"wave fault: {res.fault} at {res.fault_addr:#x}" if res.fault_addr is not None else f"wave fault: {res.fault}")
+
+  def halt(self, why: str) -> None:
+    self.hung = why
+    a = self.gfx.pipe_int_status.get(self.pipe)
+    if a is not None and "opcode" in why: self.board.regs.vals[a] = self.board.regs.vals.get(a, 0) | self.gfx.opcode_err_stat
+
+  # ---- fetch/execute
+  def _stream(self) -> tuple[int, int, int, bool]:
+    """(address of next dword, dwords available, vmid, in IB)"""
+    while self.ib:
+      a, end, vmid = self.ib[-1]
+      if a < end: return a, (end - a) // 4, vmid, True
+      self.ib.pop()
+    n = self.ring_dw
+    return self.ring_base + 4 * (self.rptr % n), self.wptr - self.rptr, self.vmid, False
+
+  def _read_dw(self, addr: int, count: int, vmid: int, ib: bool) -> list[int]:
+    if ib: return list(struct.unpack(f"<{count}I", self.hub().read(vmid, addr, 4 * count)))
+    n, base, out = self.ring_dw, self.ring_base, []
+    first = self.rptr % n
+    while count:
+      take = min(count, n - first)
+      out += struct.unpack(f"<{take}I", self.hub().read(vmid, base + 4 * first, 4 * take))
+      count -= take; first = 0
+    return out
+
+  def busy(self) -> bool: return self.active and self.hung is None and (self.waiting or self.wptr != self.rptr or bool(self.ib))
+
+  def step(self) -> bool:
+    if not self.active or self.hung is not None or "hung_queue" in self.board.faults and self._fault_engine() == "compute": return False
+    addr, avail, vmid, ib = self._stream()
+    if avail <= 0: return False
+    try:
+      hdr = self._read_dw(addr, 1, vmid, ib)[0]
+      typ = hdr >> 30
+      if typ == 2: body, ndw, op = [], 1, pm4.NOP           # type-2 filler
+      elif typ == 3:
+        op, ndw = (hdr >> 8) & 0xff, ((hdr >> 16) & 0x3fff) + 2
+        if ndw > avail:
+          if ib: raise pm4.BadPacket("packet runs past the end of the indirect buffer")
+          return False                                       # rest of the packet not written yet
+        body = self._read_dw(addr, ndw, vmid, ib)[1:]
+      else: raise pm4.BadPacket(f"type-{typ} packet header {hdr:#010x}")
+      h = pm4.HANDLERS.get(op)
+      if h is None: raise pm4.BadPacket(f"unknown opcode {op:#x} (header {hdr:#010x})")
+      if op == pm4.INDIRECT_BUFFER: self._advance(ib, ndw)   # the IB starts after its packet was consumed
+      done = h(self, body)
+      if not done:
+        self.waiting = True
+        return False
+      self.waiting = False
+      if op != pm4.INDIRECT_BUFFER: self._advance(ib, ndw)
+    except pm4.BadPacket as e:
+      self.halt(f"opcode error: {e}" if "opcode" in str(e) or "type-" in str(e) else str(e))
+      if "opcode" in str(e) or "type-" in str(e):
+        cntl = self.board.regs.vals.get(self.gfx.pipe_int_cntl[self.pipe], 0)
+        if cntl & self.gfx.opcode_int_en:
+          self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_BAD_OPCODE, ring_id=(self.me << 2) | self.pipe | (self.queue << 4))
+      return True
+    except (Fault, BusError) as e:
+      self.halt(f"memory fault: {e}")
+      self.s("regCP_HQD_ERROR", self.g("regCP_HQD_ERROR") | self.gfx.err_pq)
+      return True
+    return True
+
+  def _advance(self, ib: bool, ndw: int) -> None:
+    if ib:
+      self.ib[-1][0] += 4 * ndw
+      return
+    self.rptr += ndw
+    off = self.rptr % self.ring_dw
+    self.s("regCP_HQD_PQ_RPTR", off)
+    rep = (self.g("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI") << 32) | self.g("regCP_HQD_PQ_RPTR_REPORT_ADDR")
+    if rep:
+      try: self.mem_write32(rep & ~3, off)
+      except (Fault, BusError): pass
+
+  def _fault_engine(self) -> str:
+    f = self.board.faults.get("hung_queue")
+    return f.get("engine", "compute") if isinstance(f, dict) else "compute"
+
+
+class GFX:
+  def __init__(self, board: "AMDBoard"):
+    self.b = b = board
+    r = board.regs
+    t = r.tables["gc"]
+    self.grbm = t["regGRBM_GFX_CNTL"]
+    self.sel = (0, 0, 0, 0)                       # me, pipe, queue, vmid
+    r.hook("gc", "regGRBM_GFX_CNTL", wr=self._grbm_wr)
+    # banked registers
+    self.hqd_names = [n for n in t.names() if (n.startswith("regCP_HQD_") or n.startswith("regCP_MQD_")) and "GFX" not in n
+                      and t[n].base_idx is not None]
+    self.hqd_addr = {n: r.addr("gc", n) for n in self.hqd_names}
+    self.banks: dict[tuple[int, int, int], dict[int, int]] = {}
+    self.queues: dict[tuple[int, int, int], ComputeQueue] = {}
+    for n, a in self.hqd_addr.items():
+      r.rd[a] = self._hqd_rd
+      r.wr[a] = self._hqd_wr
+    self.a_active, self.a_dequeue = self.hqd_addr["regCP_HQD_ACTIVE"], self.hqd_addr["regCP_HQD_DEQUEUE_REQUEST"]
+    self.a_wptr_lo, self.a_wptr_hi = self.hqd_addr["regCP_HQD_PQ_WPTR_LO"], self.hqd_addr["regCP_HQD_PQ_WPTR_HI"]
+    self.vm_banks: dict[int, dict[int, int]] = {}
+    for n in ("regSH_MEM_CONFIG", "regSH_MEM_BASES"):
+      a = r.addr("gc", n); r.rd[a] = self._vm_rd; r.wr[a] = self._vm_wr
+    self.pc_banks: dict[int, dict[int, int]] = {}
+    for n in ("regCP_MEC_RS64_PRGRM_CNTR_START", "regCP_MEC_RS64_PRGRM_CNTR_START_HI"):
+      a = r.addr("gc", n); r.rd[a] = self._pc_rd; r.wr[a] = self._pc_wr
+    self.db_off = t["regCP_HQD_PQ_DOORBELL_CONTROL"].fields["DOORBELL_OFFSET"]
+    self.db_en = t["regCP_HQD_PQ_DOORBELL_CONTROL"].fields["DOORBELL_EN"]
+    self.a_db_lo, self.a_db_hi = r.addr("gc", "regCP_MEC_DOORBELL_RANGE_LOWER"), r.addr("gc", "regCP_MEC_DOORBELL_RANGE_UPPER")
+    self.err_pq = t["regCP_HQD_ERROR"].fields["PQ_UTCL1_ERROR"][1]
+    # MEC control and interrupts
+    self.a_mec = r.addr("gc", "regCP_MEC_RS64_CNTL")
+    r.vals[self.a_mec] = t["regCP_MEC_RS64_CNTL"].encode(MEC_HALT=1)        # halted until the driver starts it
+    self.mec_halt = t["regCP_MEC_RS64_CNTL"].fields["MEC_HALT"][1]
+    self.pipes = [p for p in range(4) if f"regCP_ME1_PIPE{p}_INT_CNTL" in t]
+    self.mec_active = [t["regCP_MEC_RS64_CNTL"].fields[f"MEC_PIPE{p}_ACTIVE"][1] for p in self.pipes]
+    self.pipe_int_cntl = {p: r.addr("gc", f"regCP_ME1_PIPE{p}_INT_CNTL") for p in self.pipes}
+    self.pipe_int_status = {p: r.addr("gc", f"regCP_ME1_PIPE{p}_INT_STATUS") for p in self.pipes if f"regCP_ME1_PIPE{p}_INT_STATUS" in t}
+    f = t["regCP_ME1_PIPE0_INT_CNTL"].fields
+    self.ts_int_en, self.opcode_int_en = f["TIME_STAMP_INT_ENABLE"][1], f["OPCODE_ERROR_INT_ENABLE"][1]
+    st = t["regCP_ME1_PIPE0_INT_STATUS"].fields if "regCP_ME1_PIPE0_INT_STATUS" in t else {}
+    self.opcode_err_stat = st.get("OPCODE_ERROR_INT_STAT", (0, 0))[1]
+    r.hook("gc", "regCP_STAT", rd=self._cp_stat)
+    r.hook("gc", "regGRBM_SOFT_RESET", wr=self._soft_reset)
+    self.cp_stat_busy = t["regCP_STAT"].fields["MEQ_BUSY"][1] | t["regCP_STAT"].fields["ROQ_RING_BUSY"][1]
+    # RLC
+    self.bootload = t["regRLC_RLCS_BOOTLOAD_STATUS"]
+    self.a_bootload = r.addr("gc", "regRLC_RLCS_BOOTLOAD_STATUS")
+    r.hook("gc", "regRLC_RLCS_BOOTLOAD_STATUS", wr=lambda a, v: None)
+    r.hook("gc", "regRLC_SAFE_MODE", wr=self._safe_mode)
+    r.hook("gc", "regRLC_GPU_CLOCK_COUNT_LSB", rd=lambda a: board.clock.now() & 0xffffffff)
+    r.hook("gc", "regRLC_GPU_CLOCK_COUNT_MSB", rd=lambda a: board.clock.now() >> 32)
+    # dispatch registers (absolute addresses: SET_SH_REG offsets land on the same numbers)
+    self.pgm_lo, self.pgm_hi = r.addr("gc", "regCOMPUTE_PGM_LO"), r.addr("gc", "regCOMPUTE_PGM_HI")
+    self.rsrc = [r.addr("gc", f"regCOMPUTE_PGM_RSRC{i}") for i in (1, 2, 3)]
+    self.user_data = [r.addr("gc", f"regCOMPUTE_USER_DATA_{i}") for i in range(16)]
+    self.num_thread = [r.addr("gc", f"regCOMPUTE_NUM_THREAD_{c}") for c in "XYZ"]
+    self.start = [r.addr("gc", f"regCOMPUTE_START_{c}") for c in "XYZ"]
+    self.tmpring = r.addr("gc", "regCOMPUTE_TMPRING_SIZE")
+    self.scratch_lo, self.scratch_hi = r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_LO"), r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_HI")
+    self.use_thread_dims = t["regCOMPUTE_DISPATCH_INITIATOR"].fields["USE_THREAD_DIMENSIONS"][1]
+    self.autoload_done = False
+
+  # ---- GRBM selection and banks
+  def _grbm_wr(self, a: int, v: int) -> None:
+    self.b.regs.vals[a] = v
+    d = self.grbm.decode(v)
+    self.sel = (d["MEID"], d["PIPEID"], d["QUEUEID"], d["VMID"])
+
+  def hqd_bank(self, me: int, pipe: int, queue: int) -> dict[int, int]:
+    return self.banks.setdefault((me, pipe, queue), {})
+
+  def _hqd_rd(self, a: int) -> int:
+    me, pipe, queue, _ = self.sel
+    return self.banks.get((me, pipe, queue), {}).get(a, 0)
+
+  def _hqd_wr(self, a: int, v: int) -> None:
+    me, pipe, queue, _ = self.sel
+    key = (me, pipe, queue)
+    bank = self.hqd_bank(*key)
+    bank[a] = v
+    if me != 1: return                            # only MEC1 compute queues are modelled
+    q = self.queues.get(key)
+    if a == self.a_active:
+      if v & 1:
+        if q is None: q = self.queues[key] = ComputeQueue(self, *key)
+        q.activate()
+      elif q is not None: q.active = False
+    elif a == self.a_dequeue and v & 0xf and q is not None:
+      q.active = False; bank[self.a_active] = 0
+    elif a in (self.a_wptr_lo, self.a_wptr_hi) and q is not None and q.active:
+      q.wptr = bank.get(self.a_wptr_lo, 0) | (bank.get(self.a_wptr_hi, 0) << 32)
+
+  def _vm_rd(self, a: int) -> int: return self.vm_banks.get(self.sel[3], {}).get(a, 0)
+  def _vm_wr(self, a: int, v: int) -> None: self.vm_banks.setdefault(self.sel[3], {})[a] = v
+  def _pc_rd(self, a: int) -> int: return self.pc_banks.get(self.sel[1], {}).get(a, 0)
+  def _pc_wr(self, a: int, v: int) -> None: self.pc_banks.setdefault(self.sel[1], {})[a] = v
+
+  def _cp_stat(self, a: int) -> int: return self.cp_stat_busy if any(q.busy() for q in self.queues.values()) else 0
+
+  def _soft_reset(self, a: int, v: int) -> None:
+    self.b.regs.vals[a] = v
+    if v & 1:                                     # SOFT_RESET_CP: every HQD drops its queue
+      for q in self.queues.values(): q.active = False
+      for bank in self.banks.values(): bank[self.a_active] = 0
+    if hasattr(self.b, "sdma"): self.b.sdma.soft_reset(v)
+
+  def _safe_mode(self, a: int, v: int) -> None:
+    self.b.regs.vals[a] = v & ~1                  # CMD bit reads back 0 once the RLC acknowledged
+
+  # ---- RLC autoload (requested by the PSP)
+  def autoload(self, loaded: set[int], required: set[int]) -> bool:
+    ok = required <= loaded
+    self.autoload_done = ok
+    if ok: self.b.regs.vals[self.a_bootload] = self.bootload.encode(BOOTLOAD_COMPLETE=1, GFX_INIT_DONE=1, RLC_GPM_IRAM_LOADED=1, RLC_GPM_IRAM_DONE=1)
+    return ok
+
+  def mec_running(self, pipe: int) -> bool:
+    c = self.b.regs.vals.get(self.a_mec, 0)
+    return (self.autoload_done and FW_RS64_MEC in self.b.fw_loaded and pipe < len(self.mec_active) and not c & self.mec_halt
+            and bool(c & self.mec_active[pipe]))
+
+  # ---- engine interface
+  def doorbell(self, idx: int, value: int) -> None:
+    lo, hi = self.b.regs.vals.get(self.a_db_lo, 0), self.b.regs.vals.get(self.a_db_hi, 0)
+    if not lo <= idx * 4 <= hi: return
+    for q in self.queues.values():
+      if q.active and q.doorbell_index() == idx:
+        q.wptr = value
+        q.bank[self.a_wptr_lo], q.bank[self.a_wptr_hi] = value & 0xffffffff, value >> 32
+
+  def busy(self) -> bool: return any(q.busy() for q in self.queues.values())
+
+  def step(self) -> bool:
+    progressed = False
+    for q in list(self.queues.values()):
+      if q.active and self.mec_running(q.pipe): progressed |= q.step()
+    return progressed

@@ -1,0 +1,177 @@
+"""PM4 type-3 packets as the MEC executes them for a compute queue (opcodes and fields from nvd.h / soc15d.h).
+
+Each handler gets the queue and the packet body; it returns False to retry the same packet later (WAIT_REG_MEM not
+yet satisfied), True when done. An unknown opcode or a malformed body is raised as BadPacket; the queue then halts.
+"""
+from __future__ import annotations
+from typing import TYPE_CHECKING, Callable
+if TYPE_CHECKING: from rawgpu.drivers.emu.amd.gfx import ComputeQueue
+
+from rawgpu.autogen.amd import pm4 as P
+
+NOP, SET_BASE, CLEAR_STATE, DISPATCH_DIRECT = P.PACKET3_NOP, P.PACKET3_SET_BASE, P.PACKET3_CLEAR_STATE, P.PACKET3_DISPATCH_DIRECT
+CONTEXT_CONTROL, WRITE_DATA, WAIT_REG_MEM, INDIRECT_BUFFER = P.PACKET3_CONTEXT_CONTROL, P.PACKET3_WRITE_DATA, P.PACKET3_WAIT_REG_MEM, P.PACKET3_INDIRECT_BUFFER
+COPY_DATA, PFP_SYNC_ME, EVENT_WRITE, RELEASE_MEM = P.PACKET3_COPY_DATA, P.PACKET3_PFP_SYNC_ME, P.PACKET3_EVENT_WRITE, P.PACKET3_RELEASE_MEM
+DMA_DATA, ACQUIRE_MEM, SET_CONFIG_REG, SET_SH_REG = P.PACKET3_DMA_DATA, P.PACKET3_ACQUIRE_MEM, P.PACKET3_SET_CONFIG_REG, P.PACKET3_SET_SH_REG
+SET_UCONFIG_REG, INVALIDATE_TLBS, SET_SH_REG_INDEX = P.PACKET3_SET_UCONFIG_REG, P.PACKET3_INVALIDATE_TLBS, P.PACKET3_SET_SH_REG_INDEX
+SET_Q_PREEMPTION_MODE = P.PACKET3_SET_Q_PREEMPTION_MODE
+SH_START, UCONFIG_START, CONFIG_START = P.PACKET3_SET_SH_REG_START, P.PACKET3_SET_UCONFIG_REG_START, P.PACKET3_SET_CONFIG_REG_START
+GPU_CLOCK_SRC = 9          # COPY_DATA source: 64-bit GPU timestamp counter
+
+
+class BadPacket(Exception):
+  pass
+
+
+def _cmp(func: int, v: int, ref: int) -> bool:
+  # WAIT_REG_MEM_FUNCTION: 0 always, 1 <, 2 <=, 3 ==, 4 !=, 5 >=, 6 >
+  if func == 0: return True
+  if func == 1: return v < ref
+  if func == 2: return v <= ref
+  if func == 3: return v == ref
+  if func == 4: return v != ref
+  if func == 5: return v >= ref
+  if func == 6: return v > ref
+  raise BadPacket(f"WAIT_REG_MEM function {func}")
+
+
+def _need(body: list[int], n: int, name: str) -> None:
+  if len(body) < n: raise BadPacket(f"{name} needs {n} body dwords, has {len(body)}")
+
+
+def nop(q: "ComputeQueue", body: list[int]) -> bool: return True
+
+
+def set_sh_reg(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 1, "SET_SH_REG")
+  base = SH_START + (body[0] & 0xffff)
+  for i, v in enumerate(body[1:]): q.sh[base + i] = v
+  return True
+
+
+def set_uconfig_reg(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 1, "SET_UCONFIG_REG")
+  base = UCONFIG_START + (body[0] & 0xffff)
+  for i, v in enumerate(body[1:]): q.reg_write(base + i, v)
+  return True
+
+
+def set_config_reg(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 1, "SET_CONFIG_REG")
+  base = CONFIG_START + (body[0] & 0xffff)
+  for i, v in enumerate(body[1:]): q.reg_write(base + i, v)
+  return True
+
+
+def dispatch_direct(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 4, "DISPATCH_DIRECT")
+  q.dispatch(body[0], body[1], body[2], body[3])
+  return True
+
+
+def write_data(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 3, "WRITE_DATA")
+  ctl, lo, hi, data = body[0], body[1], body[2], body[3:]
+  dst, one = (ctl >> 8) & 0xf, bool(ctl & (1 << 16))
+  if dst == 0:                                               # register (dword address in the CP's space)
+    for i, v in enumerate(data): q.reg_write(lo + (0 if one else i), v)
+  elif dst in (1, 2, 5):
+    addr = (hi << 32) | (lo & ~3)
+    if one:
+      for v in data: q.mem_write32(addr, v)
+    else: q.mem_write(addr, b"".join(v.to_bytes(4, "little") for v in data))
+  else: raise BadPacket(f"WRITE_DATA dst_sel {dst}")
+  return True
+
+
+def wait_reg_mem(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 6, "WAIT_REG_MEM")
+  ctl, a0, a1, ref, mask = body[0], body[1], body[2], body[3], body[4]
+  func, mem, op = ctl & 7, (ctl >> 4) & 1, (ctl >> 6) & 3
+  if op == 1 and not q.wait_armed:                         # write, wait, write: write ref to addr0, poll addr1
+    q.reg_write(a0, ref)
+    q.wait_armed = True
+  if mem: v = q.mem_read32((a1 << 32) | (a0 & ~3))
+  else: v = q.reg_read(a1 if op == 1 else a0)
+  if _cmp(func, v & mask, ref & mask if op != 1 else ref & mask):
+    q.wait_armed = False
+    return True
+  return False
+
+
+def indirect_buffer(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 3, "INDIRECT_BUFFER")
+  addr = ((body[1] & 0xffff) << 32) | (body[0] & ~3)
+  size = body[2] & 0xfffff
+  vmid = (body[2] >> 24) & 0xf
+  if not body[2] & (1 << 23): return True                    # INDIRECT_BUFFER_VALID clear: skipped
+  q.push_ib(addr, size, vmid)
+  return True
+
+
+def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 5, "COPY_DATA")
+  ctl, s_lo, s_hi, d_lo, d_hi = body[:5]
+  src, dst, is64 = ctl & 0xf, (ctl >> 8) & 0xf, bool(ctl & (1 << 16))
+  if src == 0: v = q.reg_read(s_lo) | ((q.reg_read(s_lo + 1) << 32) if is64 else 0)
+  elif src in (1, 2): v = q.mem_read64((s_hi << 32) | s_lo) if is64 else q.mem_read32((s_hi << 32) | (s_lo & ~3))
+  elif src == 5: v = s_lo | ((s_hi << 32) if is64 else 0)
+  elif src == GPU_CLOCK_SRC: v = q.clock()
+  else: raise BadPacket(f"COPY_DATA src_sel {src}")
+  if dst == 0:
+    q.reg_write(d_lo, v & 0xffffffff)
+    if is64: q.reg_write(d_lo + 1, v >> 32)
+  elif dst in (1, 2, 5):
+    a = (d_hi << 32) | (d_lo & ~3)
+    if is64: q.mem_write64(a, v)
+    else: q.mem_write32(a, v)
+  else: raise BadPacket(f"COPY_DATA dst_sel {dst}")
+  return True
+
+
+def event_write(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 1, "EVENT_WRITE")
+  return True                                               # flushes/partial flushes: work is complete in order
+
+
+def acquire_mem(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 6, "ACQUIRE_MEM")
+  return True                                               # cache invalidation: the model keeps memory coherent
+
+
+def release_mem(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 6, "RELEASE_MEM")
+  data_sel, int_sel = (body[1] >> 29) & 7, (body[1] >> 24) & 7
+  addr = (body[3] << 32) | body[2]
+  if data_sel == 1: q.mem_write32(addr & ~3, body[4])
+  elif data_sel == 2: q.mem_write64(addr & ~7, body[4] | (body[5] << 32))
+  elif data_sel in (3, 4): q.mem_write64(addr & ~7, q.clock())
+  elif data_sel not in (0,): raise BadPacket(f"RELEASE_MEM data_sel {data_sel}")
+  if int_sel: q.eop_interrupt(body[6] if len(body) > 6 else 0)
+  return True
+
+
+def dma_data(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 6, "DMA_DATA")
+  ctl, s_lo, s_hi, d_lo, d_hi, cmd = body[:6]
+  src_sel, count = (ctl >> 29) & 3, cmd & 0x3ffffff
+  if cmd & (3 << 26): raise BadPacket("DMA_DATA register source/destination")
+  dst = (d_hi << 32) | d_lo
+  if src_sel == 2: q.mem_write(dst, s_lo.to_bytes(4, "little") * (count // 4))
+  elif src_sel in (0, 3): q.mem_write(dst, q.mem_read((s_hi << 32) | s_lo, count))
+  else: raise BadPacket(f"DMA_DATA src_sel {src_sel}")
+  return True
+
+
+def invalidate_tlbs(q: "ComputeQueue", body: list[int]) -> bool:
+  q.board.gmc.gc.tlb.clear()
+  return True
+
+
+HANDLERS: dict[int, Callable[["ComputeQueue", list[int]], bool]] = {
+  NOP: nop, CLEAR_STATE: nop, CONTEXT_CONTROL: nop, PFP_SYNC_ME: nop, SET_Q_PREEMPTION_MODE: nop, SET_BASE: nop,
+  SET_SH_REG: set_sh_reg, SET_SH_REG_INDEX: set_sh_reg, SET_UCONFIG_REG: set_uconfig_reg, SET_CONFIG_REG: set_config_reg,
+  DISPATCH_DIRECT: dispatch_direct, WRITE_DATA: write_data, WAIT_REG_MEM: wait_reg_mem, INDIRECT_BUFFER: indirect_buffer,
+  COPY_DATA: copy_data, EVENT_WRITE: event_write, ACQUIRE_MEM: acquire_mem, RELEASE_MEM: release_mem, DMA_DATA: dma_data,
+  INVALIDATE_TLBS: invalidate_tlbs,
+}

@@ -1,0 +1,264 @@
+"""SDMA engines (v6 on gfx11, v7 on gfx12; both in the GC register space): ring queues from the RB registers and
+doorbells, packets per sdma_v6_0_0_pkt_open.h (op [7:0], sub-op [15:8] of the header).
+
+Read/write pointers are byte offsets (amdgpu shifts its dword pointers by 2); the read pointer is written back as a
+64-bit value when RPTR_WRITEBACK_ENABLE is set. An engine runs once its firmware was loaded and it is unhalted.
+"""
+from __future__ import annotations
+import struct
+from typing import TYPE_CHECKING
+from rawgpu.drivers.emu.pcibus import BusError
+from rawgpu.drivers.emu.amd.gmc import Fault
+if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
+
+from rawgpu.autogen.amd import sdma_v6 as S
+
+OP_NOP, OP_COPY, OP_WRITE, OP_INDIRECT, OP_FENCE, OP_TRAP = S.SDMA_OP_NOP, S.SDMA_OP_COPY, S.SDMA_OP_WRITE, S.SDMA_OP_INDIRECT, S.SDMA_OP_FENCE, S.SDMA_OP_TRAP
+OP_POLL_REGMEM, OP_CONST_FILL, OP_TIMESTAMP, OP_SRBM_WRITE, OP_GCR_REQ = S.SDMA_OP_POLL_REGMEM, S.SDMA_OP_CONST_FILL, S.SDMA_OP_TIMESTAMP, S.SDMA_OP_SRBM_WRITE, S.SDMA_OP_GCR_REQ
+SUB_COPY_LINEAR, SUB_WRITE_LINEAR = S.SDMA_SUBOP_COPY_LINEAR, S.SDMA_SUBOP_WRITE_LINEAR
+SUB_TS_SET, SUB_TS_GET, SUB_TS_GET_GLOBAL = S.SDMA_SUBOP_TIMESTAMP_SET, S.SDMA_SUBOP_TIMESTAMP_GET, S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL
+IH_CLIENT_GFX, SRC_SDMA_TRAP = 0x0a, 49           # SDMA sits in GFX on SOC21 (irqsrcs_gfx_11_0_0.h)
+from rawgpu.drivers.emu.amd.psp import FW_SDMA_TH0
+
+
+class Bad(Exception):
+  pass
+
+
+class SDMAQueue:
+  def __init__(self, eng: "SDMAEngine", q: int):
+    self.e, self.b, self.q = eng, eng.b, q
+    r = self.b.regs
+    p = f"regSDMA{eng.i}_QUEUE{q}_"
+    a = lambda n: r.addr("gc", p + n)
+    self.cntl = r.reg("gc", p + "RB_CNTL")
+    self.a_cntl, self.a_base, self.a_base_hi = a("RB_CNTL"), a("RB_BASE"), a("RB_BASE_HI")
+    self.a_rptr, self.a_rptr_hi, self.a_wptr, self.a_wptr_hi = a("RB_RPTR"), a("RB_RPTR_HI"), a("RB_WPTR"), a("RB_WPTR_HI")
+    self.a_rb_lo, self.a_rb_hi = a("RB_RPTR_ADDR_LO"), a("RB_RPTR_ADDR_HI")
+    self.a_db, self.a_db_off, self.a_ib_cntl, self.a_minor = a("DOORBELL"), a("DOORBELL_OFFSET"), a("IB_CNTL"), a("MINOR_PTR_UPDATE")
+    self.db_en = r.reg("gc", p + "DOORBELL").fields["ENABLE"][1]
+    self.db_off = r.reg("gc", p + "DOORBELL_OFFSET").fields["OFFSET"]
+    r.wr[self.a_cntl] = self._cntl_wr
+    r.wr[self.a_wptr] = r.wr[self.a_wptr_hi] = self._wptr_wr
+    self.enabled, self.rptr, self.wptr = False, 0, 0
+    self.ib: list[list[int]] = []
+    self.hung: str | None = None
+    self.waiting = False
+    self.hdp_armed = False
+
+  def _cntl_wr(self, a: int, v: int) -> None:
+    vals = self.b.regs.vals
+    vals[a] = v
+    en = bool(self.cntl.decode(v)["RB_ENABLE"])
+    if en and not self.enabled:
+      self.rptr = vals.get(self.a_rptr, 0) | (vals.get(self.a_rptr_hi, 0) << 32)
+      self.wptr = vals.get(self.a_wptr, 0) | (vals.get(self.a_wptr_hi, 0) << 32)
+      self.hung, self.ib = None, []
+    self.enabled = en
+
+  def _wptr_wr(self, a: int, v: int) -> None:
+    vals = self.b.regs.vals
+    vals[a] = v
+    if not vals.get(self.a_minor, 0): self.wptr = vals.get(self.a_wptr, 0) | (vals.get(self.a_wptr_hi, 0) << 32)
+
+  def doorbell(self, idx: int, value: int) -> None:
+    vals = self.b.regs.vals
+    s, m = self.db_off
+    if self.enabled and vals.get(self.a_db, 0) & self.db_en and (vals.get(self.a_db_off, 0) & m) >> s == idx:
+      self.wptr = value
+      vals[self.a_wptr], vals[self.a_wptr_hi] = value & 0xffffffff, value >> 32
+
+  # ---- geometry
+  def _c(self) -> dict[str, int]: return self.cntl.decode(self.b.regs.vals.get(self.a_cntl, 0))
+  @property
+  def vmid(self) -> int: return self._c()["RB_VMID"]
+  @property
+  def ring_bytes(self) -> int: return 4 << self._c()["RB_SIZE"]
+  @property
+  def base(self) -> int:
+    v = self.b.regs.vals
+    return ((v.get(self.a_base_hi, 0) << 32) | v.get(self.a_base, 0)) << 8
+
+  def hub(self): return self.b.gmc.gc
+
+  def busy(self) -> bool: return self.enabled and self.hung is None and (self.waiting or self.rptr != self.wptr or bool(self.ib))
+
+  def _read(self, n: int) -> list[int] | None:
+    """The next n dwords of the current stream, or None if not all were written yet."""
+    if self.ib:
+      a, end, vmid = self.ib[-1]
+      if a + 4 * n > end: raise Bad("packet runs past the end of the indirect buffer")
+      return list(struct.unpack(f"<{n}I", self.hub().read(vmid, a, 4 * n)))
+    if self.wptr - self.rptr < 4 * n: return None
+    size, out, off = self.ring_bytes, [], self.rptr % self.ring_bytes
+    need = 4 * n
+    while need:
+      take = min(need, size - off)
+      out.append(self.hub().read(self.vmid, self.base + off, take))
+      need -= take; off = 0
+    return list(struct.unpack(f"<{n}I", b"".join(out)))
+
+  def _advance(self, n: int) -> None:
+    if self.ib:
+      self.ib[-1][0] += 4 * n
+      if self.ib[-1][0] >= self.ib[-1][1]: self.ib.pop()
+      return
+    self.rptr += 4 * n
+    vals = self.b.regs.vals
+    off = self.rptr % self.ring_bytes
+    vals[self.a_rptr], vals[self.a_rptr_hi] = off & 0xffffffff, off >> 32
+    if self._c()["RPTR_WRITEBACK_ENABLE"]:
+      wb = (vals.get(self.a_rb_hi, 0) << 32) | vals.get(self.a_rb_lo, 0)
+      try: self.hub().write64(self.vmid, wb & ~3, self.rptr)
+      except (Fault, BusError): pass
+
+  def step(self) -> bool:
+    if not self.enabled or self.hung is not None: return False
+    if self.ib and self.ib[-1][0] >= self.ib[-1][1]: self.ib.pop()
+    try:
+      h = self._read(1)
+      if h is None: return False
+      op, sub = h[0] & 0xff, (h[0] >> 8) & 0xff
+      n = self._length(op, sub, h[0])
+      if n is None: raise Bad(f"unknown SDMA opcode {op} sub-op {sub}")
+      pkt = self._read(n)
+      if pkt is None: return False
+      if not self._exec(op, sub, pkt):
+        self.waiting = True
+        return False
+      self.waiting = False
+      if op != OP_INDIRECT: self._advance(n)
+    except Bad as e:
+      self.hung = str(e); self.e.halted_by_error = True
+      return True
+    except (Fault, BusError) as e:
+      self.hung = f"memory fault: {e}"
+      return True
+    return True
+
+  def _length(self, op: int, sub: int, hdr: int) -> int | None:
+    if op == OP_NOP: return 1 + ((hdr >> 16) & 0x3fff)
+    if op == OP_COPY and sub == SUB_COPY_LINEAR: return 7
+    if op == OP_WRITE and sub == SUB_WRITE_LINEAR:
+      c = self._read(4)
+      return None if c is None else 4 + (c[3] & 0xfffff) + 1
+    return {OP_INDIRECT: 6, OP_FENCE: 4, OP_TRAP: 2, OP_POLL_REGMEM: 6, OP_CONST_FILL: 5, OP_TIMESTAMP: 3, OP_SRBM_WRITE: 3,
+            OP_GCR_REQ: 5}.get(op)
+
+  def _exec(self, op: int, sub: int, p: list[int]) -> bool:
+    hub, vm = self.hub(), self.vmid if not self.ib else self.ib[-1][2]
+    if op == OP_NOP: return True
+    if op == OP_COPY:
+      n = (p[1] & 0x3fffffff) + 1
+      self.e.copy(vm, (p[4] << 32) | p[3], (p[6] << 32) | p[5], n)
+      return True
+    if op == OP_WRITE:
+      hub.write(vm, (p[2] << 32) | (p[1] & ~3), struct.pack(f"<{len(p) - 4}I", *p[4:]))
+      return True
+    if op == OP_INDIRECT:
+      vmid, base, size = (p[0] >> 16) & 0xf, (p[2] << 32) | p[1], p[3] & 0xfffff
+      if len(self.ib) >= 1: raise Bad("SDMA indirect buffer inside an indirect buffer")
+      self._advance(6)
+      if size: self.ib.append([base, base + 4 * size, vmid])
+      return True
+    if op == OP_FENCE:
+      hub.write32(vm, (p[2] << 32) | (p[1] & ~3), p[3])
+      return True
+    if op == OP_TRAP:
+      if self.b.regs.vals.get(self.e.a_cntl, 0) & self.e.trap_en:
+        self.b.ih.post(client=IH_CLIENT_GFX, src=SRC_SDMA_TRAP, ring_id=self.q | (self.e.i << 4), data=(p[1] & 0xfffffff, 0, 0, 0))
+      return True
+    if op == OP_POLL_REGMEM:
+      func, mem, hdp = (p[0] >> 28) & 7, p[0] >> 31, (p[0] >> 26) & 1
+      addr, ref, mask = (p[2] << 32) | p[1], p[3], p[4]
+      if hdp and not self.hdp_armed:                      # HDP flush: write REQ (addr hi), then poll DONE (addr lo)
+        self.b.regs.write(p[2] >> 2, ref); self.hdp_armed = True
+      v = hub.read32(vm, addr & ~3) if mem else self.b.regs.read((p[1] if hdp else p[1]) >> 2)
+      from rawgpu.drivers.emu.amd.pm4 import _cmp, BadPacket
+      try: ok = _cmp(func, v & mask, ref & mask)
+      except BadPacket as e: raise Bad(str(e)) from None
+      if ok: self.hdp_armed = False
+      return ok
+    if op == OP_CONST_FILL:
+      fill = (p[0] >> 30) & 3
+      n = (p[4] & 0x3fffffff) + 1
+      pat = p[3].to_bytes(4, "little")[:1 << fill] if fill < 2 else p[3].to_bytes(4, "little")
+      self.e.fill(vm, (p[2] << 32) | p[1], pat, n)
+      return True
+    if op == OP_TIMESTAMP:
+      if sub in (SUB_TS_GET, SUB_TS_GET_GLOBAL): hub.write64(vm, (p[2] << 32) | (p[1] & ~7), self.b.clock.now())
+      return True
+    if op == OP_SRBM_WRITE:
+      be = (p[0] >> 28) & 0xf
+      a = p[1] & 0x3ffff
+      old, mask = self.b.regs.read(a), sum(0xff << (8 * i) for i in range(4) if be >> i & 1)
+      self.b.regs.write(a, (old & ~mask) | (p[2] & mask))
+      return True
+    if op == OP_GCR_REQ: return True
+    raise Bad(f"SDMA opcode {op}")
+
+
+class SDMAEngine:
+  def __init__(self, board: "AMDBoard", i: int):
+    self.b, self.i = board, i
+    r = board.regs
+    self.halt_name = "F32_CNTL" if r.has("gc", f"regSDMA{i}_F32_CNTL") else "MCU_CNTL"
+    hn = f"regSDMA{i}_{self.halt_name}"
+    self.a_halt = r.addr("gc", hn)
+    self.halt_bit = r.reg("gc", hn).fields["HALT"][1]
+    r.vals[self.a_halt] = self.halt_bit                  # halted at power-on
+    self.a_cntl = r.addr("gc", f"regSDMA{i}_CNTL")
+    self.trap_en = r.reg("gc", f"regSDMA{i}_CNTL").fields["TRAP_ENABLE"][1]
+    self.queues = [SDMAQueue(self, q) for q in range(2)]
+    self.halted_by_error = False
+
+  def running(self) -> bool:
+    return FW_SDMA_TH0 in self.b.fw_loaded and not self.b.regs.vals.get(self.a_halt, 0) & self.halt_bit
+
+  def copy(self, vmid: int, src: int, dst: int, n: int) -> None:
+    hub = self.b.gmc.gc
+    s_chunks, d_chunks = hub.chunks(vmid, src, n, False), hub.chunks(vmid, dst, n, True)
+    si = di = so = do = 0
+    while si < len(s_chunks) and di < len(d_chunks):
+      s, d = s_chunks[si], d_chunks[di]
+      k = min(len(s) - so, len(d) - do)
+      d[do:do + k] = s[so:so + k]
+      so += k; do += k
+      if so == len(s): si, so = si + 1, 0
+      if do == len(d): di, do = di + 1, 0
+
+  def fill(self, vmid: int, dst: int, pat: bytes, n: int) -> None:
+    block = pat * (max(1, 65536 // len(pat)))
+    pos = 0
+    for c in self.b.gmc.gc.chunks(vmid, dst, n, True):
+      for o in range(0, len(c), len(block)):
+        k = min(len(block), len(c) - o)
+        start = (pos + o) % len(pat)
+        c[o:o + k] = (block[start:] + block[:start])[:k]
+      pos += len(c)
+
+
+class SDMA:
+  def __init__(self, board: "AMDBoard"):
+    self.b = board
+    self.engines = [SDMAEngine(board, i) for i in range(board.asic.sdma_engines)]
+
+  def doorbell(self, idx: int, value: int) -> None:
+    for e in self.engines:
+      for q in e.queues: q.doorbell(idx, value)
+
+  def soft_reset(self, v: int) -> None:
+    for e in self.engines:
+      if v >> (23 + e.i) & 1:                         # GRBM_SOFT_RESET.SOFT_RESET_SDMA0/1
+        for q in e.queues: q.enabled, q.ib, q.hung = False, [], None
+
+  def busy(self) -> bool: return any(q.busy() for e in self.engines for q in e.queues)
+
+  def step(self) -> bool:
+    if "hung_queue" in self.b.faults and isinstance(self.b.faults["hung_queue"], dict) and self.b.faults["hung_queue"].get("engine") == "sdma":
+      return False
+    progressed = False
+    for e in self.engines:
+      if not e.running(): continue
+      for q in e.queues: progressed |= q.step()
+    return progressed
