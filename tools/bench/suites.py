@@ -74,13 +74,39 @@ def bench_emu(ctx: Ctx) -> None:
       for img, a, b in regions * reps: decode_all(arch, img, a, b)
     ctx.figure(f"decode {arch}", "decode", "instructions/s", samples(dec, ctx.warmup, ctx.repeats), work=len(insts) * reps, arch=arch)
     ctx.figure(f"disasm {arch}", "disassemble", "instructions/s", samples(lambda: [disasm(arch, i) for i in insts], ctx.warmup, ctx.repeats), work=len(insts), arch=arch)
+    _emu_executor(ctx, arch)
   spec = ctx.dev_spec if ctx.dev_spec and ctx.dev_spec.upper().startswith("MOCKPCI") else MOCK
-  cases = (("vadd f32", _emu_vadd), ("matmul f32", _emu_matmul), ("reduce f32", _emu_reduce))
+  cases = (("MOCKPCI vadd f32", _emu_vadd), ("MOCKPCI matmul f32", _emu_matmul), ("MOCKPCI reduce f32", _emu_reduce))
   for case, fn in cases:
     try: dev = ctx.device(spec)
     except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s"); continue
     try: fn(ctx, dev, case)
     except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s", dev=dev)
+
+
+def _emu_executor(ctx: Ctx, arch: str) -> None:
+  """The RDNA executor alone (this harness plays the command processor): the speed goals' three kernels."""
+  rng = np.random.default_rng(4)
+  n, m, r = ctx.size(1 << 12, 1 << 20), ctx.size(32, 256), ctx.size(1 << 12, 1 << 22)
+  vec = lambda k: rng.random(k, dtype=np.float32)
+  a, b, A, B, x = vec(n), vec(n), vec(m * m).reshape(m, m), vec(m * m).reshape(m, m), vec(r)
+  cases = [(f"executor vadd f32 {arch} n={n}", "vadd", "vadd_f32", [a, b, np.zeros(n, np.float32), n], ((n + 255) // 256, 1, 1), (256, 1, 1), n,
+            lambda d: _check(d.result(2), a + b, "vadd", rtol=0, atol=0)),
+           (f"executor matmul f32 {arch} naive {m}^3", "matmul", "matmul_naive_f32", [A, B, np.zeros((m, m), np.float32), m, m, m],
+            (m // 16, m // 16, 1), (16, 16, 1), m * m, lambda d: _check(d.result(2), A @ B, "matmul", rtol=1e-4, atol=1e-4)),
+           (f"executor reduce f32 {arch} n={r}", "reduce", "reduce_sum_f32", [x, np.zeros(r // 256, np.float32), r], (r // 256, 1, 1), (256, 1, 1), r,
+            lambda d: _check(d.result(1).astype(np.float64).sum(), x.astype(np.float64).sum(), "reduce", rtol=1e-4))]
+  for case, obj, kernel, args, grid, block, elements, check in cases:
+    try:
+      with ctx.needs("the RDNA executor (rawgpu.drivers.emu.rdna.run_dispatch)"):
+        from rawgpu.tools.bench.emu_cp import prepare
+        d = prepare(arch, obj, kernel, args, grid, block)
+        _, waves = d.run()
+    except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s", arch=arch); continue
+    check(d)
+    secs = samples(lambda: d.run()[0], 0, min(ctx.repeats, 5))  # the first run above was the warm-up (and the check)
+    ctx.figure(case, "throughput", "elements/s", secs, work=elements, arch=arch)
+    ctx.figure(case, "wave instructions", "instructions/s", secs, work=waves, arch=arch)
 
 
 def _check(got: np.ndarray, want: np.ndarray, what: str, **tol) -> None:
