@@ -36,6 +36,7 @@ class Hub:
     r.set(ip, f"reg{prefix_mc}FB_LOCATION_BASE", FB_LOCATION_BASE)
     r.set(ip, f"reg{prefix_mc}FB_LOCATION_TOP", fb_top)
     self.tlb: dict[tuple[int, int], tuple[int, int, int]] = {}   # (vmid, va page) -> (backing, phys page, writeable)
+    self.ext: dict[tuple[int, int], tuple[int, int, int, int]] = {}   # (vmid, first page) -> (.., pages): contiguous runs
     a = lambda n: r.addr(ip, n)
     self.a_fb_base, self.a_fb_top, self.a_fb_off = a(f"reg{prefix_mc}FB_LOCATION_BASE"), a(f"reg{prefix_mc}FB_LOCATION_TOP"), a(f"reg{prefix_mc}FB_OFFSET")
     self.a_agp_base, self.a_agp_bot, self.a_agp_top = a(f"reg{prefix_mc}AGP_BASE"), a(f"reg{prefix_mc}AGP_BOT"), a(f"reg{prefix_mc}AGP_TOP")
@@ -76,6 +77,7 @@ class Hub:
     d = self.req.decode(v)
     vmids = d["PER_VMID_INVALIDATE_REQ"]
     for key in [k for k in self.tlb if vmids >> k[0] & 1]: del self.tlb[key]
+    for key in [k for k in self.ext if vmids >> k[0] & 1]: del self.ext[key]
     if d["CLEAR_PROTECTION_FAULT_STATUS_ADDR"]: self._clear_fault()
     self.b.regs.vals[ack] = (self.b.regs.vals.get(ack, 0) & ~0xffff) | vmids
 
@@ -115,12 +117,23 @@ class Hub:
     """Translate the 4 KiB page holding va: (backing, physical page address). Raises Fault after reporting it."""
     t = self.tlb.get((vmid, va >> 12))
     if t is not None and (t[2] or not write): return t[0], t[1]
-    kind, phys, wr = self._walk(vmid, va & ~0xfff, write)
+    kind, phys, wr, _n = self._walk(vmid, va & ~0xfff, write, 1)
     if len(self.tlb) > 1 << 16: self.tlb.clear()
     self.tlb[(vmid, va >> 12)] = (kind, phys, wr)
     return kind, phys
 
-  def _walk(self, vmid: int, va: int, write: bool) -> tuple[int, int, int]:
+  def extent(self, vmid: int, va: int, write: bool, want: int) -> tuple[int, int, int]:
+    """Translate va and as much of the following range (up to `want` bytes) as is physically contiguous with the
+    same backing: (backing, physical address, bytes). Cached like the TLB, keyed by the first page."""
+    key, off = (vmid, va >> 12), va & 0xfff
+    t = self.ext.get(key)
+    if t is None or (write and not t[2]):
+      kind, phys, wr, n = self._walk(vmid, va & ~0xfff, write, (off + want + 0xfff) >> 12)
+      if len(self.ext) > 1 << 14: self.ext.clear()
+      t = self.ext[key] = (kind, phys, wr, n)
+    return t[0], t[1] + off, min(want, (t[3] << 12) - off)
+
+  def _walk(self, vmid: int, va: int, write: bool, want_pages: int) -> tuple[int, int, int, int]:
     v = self.b.regs.vals
     if "page_fault" in self.b.faults and self.b.faults["page_fault"] is not True and self.b.faults["page_fault"].get("va", -1) >> 12 == va >> 12:
       self.report(vmid, va, write, "VALID"); raise Fault(self.name, va, write, "injected")
@@ -129,7 +142,9 @@ class Hub:
       lo, hi = v.get(self.a_sys_lo, 0) << 18, (v.get(self.a_sys_hi, 0) << 18) | 0x3ffff
       if mode != 0 and lo <= va <= hi and v.get(self.a_sys_hi, 0) >= v.get(self.a_sys_lo, 0):
         kind, a = self.mc_phys(va)
-        return kind, a, 1
+        fb_base, fb_end, _ = self.fb()
+        end = min(hi + 1, fb_end) if fb_base <= va < fb_end else (va & ~0xfff) + 0x1000
+        return kind, a, 1, max(1, min(want_pages, (end - va) >> 12))
     cntl, blo, bhi, slo, shi, elo, ehi = self.ctx[vmid]
     c = v.get(cntl, 0)
     if not c & self.f_en[1]:
@@ -160,9 +175,20 @@ class Hub:
           self.report(vmid, va, write, "WRITE"); raise Fault(self.name, va, write, "not writeable")
         k, a = self._pte_target(e)
         a = (a & ~((1 << shift) - 1)) + (rel & ((1 << shift) - 1) & ~0xfff)
-        return k, a, int(bool(e & PTE_WRITEABLE))
+        n = ((1 << shift) - (rel & ((1 << shift) - 1))) >> 12
+        if lvl == 0 and want_pages > 1: n = self._contiguous(kind, table, idx, e, min(want_pages, (1 << nbits) - idx))
+        return k, a, int(bool(e & PTE_WRITEABLE)), max(1, min(n, want_pages))
       kind, table = self._pte_target(e)
     raise AssertionError("unreachable")
+
+  def _contiguous(self, kind: int, table: int, idx: int, e: int, count: int) -> int:
+    """How many PTEs from table[idx] on map consecutive pages with the same flags (reads the PTB in one go)."""
+    try: raw = bytes(self.b.vram[table + 8 * idx:table + 8 * (idx + count)]) if kind == VRAM else bytes(self.b.host_dma(table + 8 * idx, 8 * count))
+    except BusError: return 1
+    ents = np.frombuffer(raw, np.uint64)
+    want = (np.uint64(e & ADDR_MASK) + np.arange(len(ents), dtype=np.uint64) * np.uint64(0x1000)) | np.uint64(e & ~ADDR_MASK)
+    bad = np.nonzero(ents != want)[0]
+    return int(bad[0]) if len(bad) else len(ents)
 
   def report(self, vmid: int, va: int, write: bool, kind: str) -> None:
     """Latch the first fault in the status/address registers and raise an interrupt if the context asks for one."""
@@ -185,13 +211,15 @@ class Hub:
     run_kind, run_start, run_len = -1, 0, 0
     end = va + size
     while va < end:
-      kind, phys = self.page(vmid, va, write)
-      off = va & 0xfff
-      n = min(0x1000 - off, end - va)
-      if kind == run_kind and phys + off == run_start + run_len: run_len += n
+      if (vmid, va >> 12) in self.tlb and (vmid, va >> 12) not in self.ext:   # a page the TLB already holds
+        kind, phys = self.page(vmid, va, write)
+        phys += va & 0xfff
+        n = min(0x1000 - (va & 0xfff), end - va)
+      else: kind, phys, n = self.extent(vmid, va, write, end - va)
+      if kind == run_kind and phys == run_start + run_len: run_len += n
       else:
         if run_len: out.append(self._mem(run_kind, run_start, run_len))
-        run_kind, run_start, run_len = kind, phys + off, n
+        run_kind, run_start, run_len = kind, phys, n
       va += n
     if run_len: out.append(self._mem(run_kind, run_start, run_len))
     return out

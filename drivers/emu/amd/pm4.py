@@ -164,7 +164,7 @@ def dma_data(q: "ComputeQueue", body: list[int]) -> bool:
 
 
 def invalidate_tlbs(q: "ComputeQueue", body: list[int]) -> bool:
-  q.board.gmc.gc.tlb.clear()
+  q.board.gmc.gc.tlb.clear(); q.board.gmc.gc.ext.clear()
   return True
 
 
