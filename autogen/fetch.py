@@ -71,11 +71,22 @@ PACKAGES = (
   Package("nvidia", "nvidia", "nvidia-open-gpu-kernel-modules", "535.261.03-1", "orig", "",
           "NVIDIA-kernel-module-source-535.261.03/",
           ("src/common/sdk/nvidia/inc/**", "kernel-open/common/inc/**", "kernel-open/nvidia-uvm/uvm_ioctl.h",
-           "kernel-open/nvidia-uvm/uvm_linux_ioctl.h", "src/nvidia/arch/nvalloc/unix/include/**",
+           "kernel-open/nvidia-uvm/uvm_linux_ioctl.h", "kernel-open/nvidia-uvm/uvm_types.h", "src/nvidia/arch/nvalloc/unix/include/**",
            "src/common/inc/swref/published/**", "src/nvidia/inc/kernel/gpu/gsp/**",
            "src/nvidia/generated/g_rpc-structures.h", "src/nvidia/generated/g_sdk-structures.h",
            "src/nvidia/kernel/inc/vgpu/**")),
 )
+
+
+# Inputs no package registry carries, shipped beside the project (see ../shared/third_party/README.md): the archive
+# is taken from RAWGPU_THIRD_PARTY or the shared folder next to the repository; fetch skips it when absent.
+LOCAL = {"nv580": ("nvidia-580", "nvidia-headers.tar.xz",
+                   "NVIDIA open-gpu-kernel-modules 580.142 + open-gpu-doc c8607fe headers")}
+
+
+def _local_archive(name: str) -> pathlib.Path:
+  base = os.environ.get("RAWGPU_THIRD_PARTY") or pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "third_party"
+  return pathlib.Path(base) / name
 
 
 def cache_dir() -> pathlib.Path:
@@ -89,7 +100,14 @@ def _package(source: str) -> Package:
 
 
 def header_root(source: str) -> pathlib.Path:
-  """The folder holding the fetched headers of `source` ("linux", "llvm", "mesa", "nvidia")."""
+  """The folder holding the fetched headers of `source` ("linux", "llvm", "rocr", "mesa", "nvidia", "nv580")."""
+  if source in LOCAL:
+    root = cache_dir() / "headers" / LOCAL[source][0]
+    if not (root / ".complete").exists():
+      raise RawGPUError(f"{LOCAL[source][2]} are not in {root}; put {LOCAL[source][1]} in "
+                        f"{_local_archive(LOCAL[source][1]).parent} (or set RAWGPU_THIRD_PARTY) and run "
+                        f"python -m rawgpu.autogen fetch")
+    return root
   p = _package(source)
   root = cache_dir() / "headers" / p.root
   if not (root / ".complete").exists():
@@ -241,7 +259,7 @@ def read_lock(path: pathlib.Path = LOCK_PATH) -> tuple[dict[str, str], dict[str,
   if not path.exists(): return pkgs, files
   for ln in path.read_text().splitlines():
     if ln.startswith("package "):
-      _, src, name, ver = ln.split()
+      _, src, name, ver = ln.split(maxsplit=3)
       pkgs[src] = f"{name} {ver}"
     elif ln and not ln.startswith("#"):
       h, f = ln.split(None, 1)
@@ -316,11 +334,41 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
     if lock_files and diff:
       bad += len(diff)
       print(f"  {len(diff)} headers of {p.name} differ from autogen/headers.lock, e.g. {', '.join(diff[:3])}", flush=True)
+  for src, (rootname, fname, what) in LOCAL.items():
+    if sources and src not in sources: continue
+    arc = _local_archive(fname)
+    dest = cache / "headers" / rootname
+    if not arc.exists():
+      print(f"{what}: {arc} not found, skipped (the modules generated from it are committed)", flush=True)
+      continue
+    digest = hashlib.sha256(arc.read_bytes()).hexdigest()
+    if not ((dest / ".complete").exists() and (dest / ".complete").read_text().strip() == digest) or force:
+      t = time.monotonic()
+      tmp = pathlib.Path(tempfile.mkdtemp(dir=cache, prefix=".extract-"))
+      try:
+        with tarfile.open(arc) as tf:
+          n = 0
+          for m in tf:
+            if m.isfile() and m.name.endswith((".h", ".md", ".txt")):
+              out = tmp / m.name
+              out.parent.mkdir(parents=True, exist_ok=True)
+              out.write_bytes(tf.extractfile(m).read())
+              n += 1
+        if dest.exists(): shutil.rmtree(dest)
+        tmp.rename(dest)
+      finally:
+        if tmp.exists(): shutil.rmtree(tmp)
+      (dest / ".complete").write_text(digest + "\n")
+      print(f"{what}: extracted {n} files from {arc.name} in {time.monotonic() - t:.1f} s", flush=True)
+    else:
+      print(f"{what}: already extracted in {dest}", flush=True)
+    new_pkgs[src] = f"{fname} sha256:{digest}"
+    new_files.update({f"{rootname}/{k}": v for k, v in _hash_tree(dest).items()})
   write_lock(new_pkgs, new_files, cache / "headers" / "headers.lock")
   if write_repo_lock:
     if sources:  # keep the other sources' entries
       new_pkgs = {**{k: v for k, v in lock_pkgs.items() if k not in new_pkgs}, **new_pkgs}
-      roots = tuple(_package(s).root + "/" for s in sources)
+      roots = tuple((LOCAL[s][0] if s in LOCAL else _package(s).root) + "/" for s in sources)
       new_files = {**{k: v for k, v in lock_files.items() if not k.startswith(roots)}, **new_files}
     write_lock(new_pkgs, new_files, LOCK_PATH)
     print(f"wrote {LOCK_PATH}", flush=True)
@@ -331,7 +379,7 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
 def main(argv: list[str]) -> int:
   import argparse
   ap = argparse.ArgumentParser(prog="python -m rawgpu.autogen fetch", description="fetch pinned third-party headers")
-  ap.add_argument("sources", nargs="*", help=f"subset of: {' '.join(p.source for p in PACKAGES)}")
+  ap.add_argument("sources", nargs="*", help=f"subset of: {' '.join([p.source for p in PACKAGES] + list(LOCAL))}")
   ap.add_argument("--write-lock", action="store_true", help="rewrite autogen/headers.lock from what was fetched")
   ap.add_argument("--force", action="store_true", help="apt-get update and extract again")
   a = ap.parse_args(argv)

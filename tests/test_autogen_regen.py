@@ -15,32 +15,51 @@ from rawgpu.errors import RawGPUError
 AUTOGEN = pathlib.Path(__file__).resolve().parent.parent / "autogen"
 
 
-def _missing() -> str:
+def _missing_tools() -> str:
   if importlib.util.find_spec("clang") is None: return "libclang not installed (pip install libclang==18.1.1)"
   for tool in ("gcc", "g++"):
     if shutil.which(tool) is None: return f"{tool} not installed"
+  return ""
+
+
+def _sources(r) -> set[str]:
+  return {r.source} | {h.split(":")[0] for h in r.headers + r.includes if ":" in h}
+
+
+def _missing_headers(sources) -> str:
   from rawgpu.autogen.fetch import header_root
-  for src in sorted({r.source for r in RECIPES} | {h.split(":")[0] for r in RECIPES for h in r.headers if ":" in h}):
+  for src in sorted(sources):
     try: header_root(src)
     except RawGPUError as e: return str(e)
   return ""
 
 
-MISSING = _missing()
+MISSING = _missing_tools()
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 
 
 def test_headers_match_lock():
-  from rawgpu.autogen.fetch import cache_dir, read_lock
+  from rawgpu.autogen.fetch import LOCAL, PACKAGES, cache_dir, header_root, read_lock
   _, files = read_lock()
   assert files, "autogen/headers.lock is empty"
   root = cache_dir() / "headers"
-  bad = [f for f, h in files.items() if not (root / f).exists() or hashlib.sha256((root / f).read_bytes()).hexdigest() != h]
+  present = []
+  for src, folder in [(p.source, p.root) for p in PACKAGES] + [(s, v[0]) for s, v in LOCAL.items()]:
+    try:
+      header_root(src)
+      present.append(folder + "/")
+    except RawGPUError:
+      pass
+  if not present: pytest.skip("no headers fetched (python -m rawgpu.autogen fetch)")
+  bad = [f for f, h in files.items() if f.startswith(tuple(present))
+         and (not (root / f).exists() or hashlib.sha256((root / f).read_bytes()).hexdigest() != h)]
   assert not bad, f"fetched headers differ from autogen/headers.lock: {bad[:5]}"
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[r.module for r in RECIPES])
 def test_regenerate_identical(recipe, tmp_path):
+  why = _missing_headers(_sources(recipe))
+  if why: pytest.skip(why)
   from rawgpu.autogen.gen.run import generate
   dest, _ = generate(recipe, tmp_path)
   committed = AUTOGEN / dest.relative_to(tmp_path)

@@ -75,6 +75,9 @@ class Parser:
   def parse(self) -> Node:
     if not self.t: raise NotExpr("empty")
     n = self.expr()
+    if self.peek() == ":":  # NVIDIA's "hi:lo" bit ranges (used as DRF_* macro arguments)
+      self.take()
+      n = Node("range", (n, self.expr()))
     if self.peek() is not None: raise NotExpr(f"trailing {self.peek()!r}")
     return n
 
@@ -146,7 +149,11 @@ class Parser:
       if self.peek() != ")":
         while True:
           end = self.type_arg()
-          args.append(end if end is not None else self.cond())
+          arg = end if end is not None else self.cond()
+          if end is None and self.peek() == ":":
+            self.take()
+            arg = Node("range", (arg, self.cond()))
+          args.append(arg)
           if self.peek() == ",":
             self.take()
             continue
@@ -227,6 +234,7 @@ def evaluate(n: Node, lookup: Callable[[str], int], call: Callable[[str, list], 
     return {"-": -v, "+": v, "~": ~v, "!": int(not v)}[n.value]
   if n.op == "cond": return ev(n.args[1]) if ev(n.args[0]) else ev(n.args[2])
   if n.op == "type": raise EvalError("type used as a value")
+  if n.op == "range": raise EvalError("bit range used as a value")
   a = ev(n.args[0])
   if n.value == "&&": return int(bool(a) and bool(ev(n.args[1])))
   if n.value == "||": return int(bool(a) or bool(ev(n.args[1])))
@@ -260,7 +268,7 @@ def to_python(n: Node, name_of: Callable[[str], str], sizeof: Callable[[str], in
     if n.value == "!": return f"int(not {py(n.args[0])})"
     return f"({n.value}{py(n.args[0])})"
   if n.op == "cond": return f"({py(n.args[1])} if {py(n.args[0])} else {py(n.args[2])})"
-  if n.op == "type": raise NotExpr("type in Python output")
+  if n.op in ("type", "range"): raise NotExpr(f"{n.op} in Python output")
   a, b, op = py(n.args[0]), py(n.args[1]), n.value
   if op == "&&": return f"int(bool({a}) and bool({b}))"
   if op == "||": return f"int(bool({a}) or bool({b}))"

@@ -5,7 +5,8 @@ from rawgpu.autogen.gen import cexpr
 from rawgpu.autogen.gen.model import Model, Record, pyname
 
 
-def _num(v: int) -> str:
+def _num(v) -> str:
+  if isinstance(v, tuple): return f"({v[0]}, {v[1]})"  # bit positions read best in decimal
   return str(v) if -64 < v < 64 else (hex(v) if v >= 0 else f"-{hex(-v)}")
 
 
@@ -60,7 +61,8 @@ def module_src(m: Model) -> str:
     for f in sorted(m.funcs.values(), key=lambda f: (f.loc, f.name)):
       params = [pyname(p) for p in f.params]
       pmap = dict(zip(f.params, params))
-      body = cexpr.to_python(f.body, lambda n: pmap.get(n, pyname(n)), m.sizeof)
+      py = lambda node: cexpr.to_python(node, lambda n: pmap.get(n, pyname(n)), m.sizeof)
+      body = f"({py(f.body.args[0])}, {py(f.body.args[1])})" if f.body.op == "range" else py(f.body)
       lines.append(f"def {pyname(f.name)}({', '.join(params)}): return {body}")
     lines.append("")
   if m.records:

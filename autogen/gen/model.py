@@ -56,7 +56,7 @@ class Record:
 @dataclasses.dataclass
 class Const:
   name: str
-  value: int
+  value: int | tuple[int, int]  # a tuple is an NVIDIA (hi, lo) bit range
   loc: tuple
   ioctl_struct: str | None = None  # Python class name of the ioctl argument
   is_ioctl: bool = False
@@ -376,6 +376,20 @@ class Builder:
       raise cexpr.NotExpr("not an expression macro")
     return cexpr.Parser(body, self.is_type).parse()
 
+  def range_node(self, node: cexpr.Node) -> cexpr.Node | None:
+    """The hi:lo node when a macro body is an NVIDIA bit range, directly or through a macro such as MW(hi:lo)."""
+    for _ in range(8):
+      if node.op == "range": return node
+      if node.op != "call" or node.value not in self.macros or self.macros[node.value][0] is None: return None
+      params = self.macros[node.value][0]
+      if len(params) != len(node.args): return None
+      node = cexpr.subst(self.parsed(node.value), dict(zip(params, node.args)))
+    return None
+
+  def range_of(self, node: cexpr.Node, stack: tuple = ()) -> tuple[int, int] | None:
+    r = self.range_node(node)
+    return None if r is None else (self.eval(r.args[0], stack), self.eval(r.args[1], stack))
+
   def value(self, name: str, stack: tuple = ()) -> int:
     if name in self.enums: return self.enums[name][0]
     if name not in self.macros or self.macros[name][0] is not None or name in stack:
@@ -426,6 +440,10 @@ class Builder:
       if params is None:
         info: dict = {}
         try:
+          rng = self.range_of(node, (n,))
+          if rng is not None:
+            consts[n] = Const(n, rng, loc)
+            continue
           v = self.eval(node, (n,), info)
         except (cexpr.EvalError, cexpr.NotExpr, RecursionError):
           continue
@@ -438,7 +456,7 @@ class Builder:
             if k: c.ioctl_struct = self.records[k].name if k in self.records else None
         consts[n] = c
       else:
-        funcs[n] = Func(n, params, node, loc)
+        funcs[n] = Func(n, params, self.range_node(node) or node, loc)
     # function macros: keep those whose every name resolves, and that evaluate on a plain sample
     model_funcs: dict[str, Func] = {}
     samples: dict[str, list[list[int]]] = {}
@@ -460,7 +478,8 @@ class Builder:
       for mk in SAMPLES:
         args = [mk(i) for i in range(len(f.params))]
         try:
-          self.eval(cexpr.Node("call", tuple(cexpr.Node("num", (), a) for a in args), n), ())
+          body = cexpr.subst(f.body, {p: cexpr.Node("num", (), a) for p, a in zip(f.params, args)})
+          for part in (body.args if body.op == "range" else (body,)): self.eval(part, (n,))
           good.append(args)
         except (cexpr.EvalError, cexpr.NotExpr, RecursionError):
           pass

@@ -26,8 +26,10 @@ class Recipe:
     return [header_root(h.split(":", 1)[0]) / h.split(":", 1)[1] if ":" in h else root / h for h in self.headers]
 
   def clang_args(self, root: pathlib.Path, stubdir: pathlib.Path) -> list[str]:
+    from rawgpu.autogen.fetch import header_root
     stub = [f"-I{stubdir}"] if self.stubs else []
-    return stub + [f"-I{root / d}" for d in self.includes] + [f"-D{d}" for d in self.defines]
+    inc = [header_root(d.split(":", 1)[0]) / d.split(":", 1)[1] if ":" in d else root / d for d in self.includes]
+    return stub + [f"-I{d}" for d in inc] + [f"-D{d}" for d in self.defines]
 
   @property
   def path(self) -> pathlib.Path:
@@ -113,6 +115,43 @@ RECIPES: tuple[Recipe, ...] = (
               r"amd_queue_t|amd_queue_properties|AMD_QUEUE_PROPERTIES|amd_signal_t|amd_signal_kind|AMD_SIGNAL_KIND|"
               r"AMD_HSA_)",
          doc="AMDGPU kernel descriptor (COMPUTE_PGM_RSRC*/KERNEL_CODE_PROPERTIES fields), AQL packets, amd_queue_t"),
+)
+
+
+# NVIDIA: the 580.142 open-gpu-kernel-modules SDK and open-gpu-doc class headers (../shared/third_party, source nv580)
+NV = "open-gpu-kernel-modules-580.142"
+NVSDK = f"{NV}/src/common/sdk/nvidia/inc"
+NVDOC = "open-gpu-doc/classes"
+NV_INC = (NVSDK, f"{NV}/kernel-open/common/inc", f"{NV}/kernel-open/nvidia-uvm", f"{NV}/src/nvidia/arch/nvalloc/unix/include")
+# MW(hi:lo) marks a QMD field by bit position in the whole structure; NVIDIA leaves MW to the includer
+NV_PRELUDE = '#include <stdint.h>\n#include <stddef.h>\n#include "nvtypes.h"\n#define MW(x) x\n'
+
+
+def _nv(module: str, *headers: str, **kw) -> Recipe:
+  kw.setdefault("prelude", NV_PRELUDE)
+  kw.setdefault("includes", NV_INC)
+  return Recipe(module, "nv580", headers, **kw)
+
+
+RECIPES += (
+  _nv("nv.nvos", f"{NVSDK}/nvos.h", doc="NVIDIA RM API: NVOS* parameter structs, flags (nvos.h, 580.142)"),
+  _nv("nv.nv_escape", f"{NV}/src/nvidia/arch/nvalloc/unix/include/nv_escape.h", doc="RM escape (ioctl) numbers"),
+  _nv("nv.nv_ioctl", f"{NV}/kernel-open/common/inc/nv-ioctl-numbers.h", f"{NV}/kernel-open/common/inc/nv-ioctl.h",
+      doc="nvidia.ko ioctl numbers and structs (nv-ioctl.h)"),
+  # the 580 archive's uvm_types.h needs headers it does not carry (nv_uvm_user_types.h, nvCpuUuid.h): take the
+  # complete 535.261.03 set from the Debian source instead
+  Recipe("nv.uvm", "nvidia", ("kernel-open/nvidia-uvm/uvm_ioctl.h", "kernel-open/nvidia-uvm/uvm_linux_ioctl.h"),
+         includes=("kernel-open/nvidia-uvm", "kernel-open/common/inc", "src/common/sdk/nvidia/inc"),
+         prelude=NV_PRELUDE, doc="nvidia-uvm ioctls and parameter structs (535.261.03)"),
+  _nv("nv.cl0080", f"{NVSDK}/class/cl0080.h", doc="NV01_DEVICE_0 allocation parameters"),
+  _nv("nv.cl2080", f"{NVSDK}/class/cl2080.h", doc="NV20_SUBDEVICE_0 allocation parameters and notifiers"),
+  _nv("nv.clc56f", f"{NVDOC}/host/clc56f.h", doc="AMPERE_CHANNEL_GPFIFO_A methods and GPFIFO entry fields"),
+  _nv("nv.clc86f", f"{NVSDK}/class/clc86f.h", doc="HOPPER_CHANNEL_GPFIFO_A methods and GPFIFO entry fields"),
+  _nv("nv.clc6c0", f"{NVDOC}/compute/clc6c0.h", doc="AMPERE_COMPUTE_A methods"),
+  _nv("nv.clc7c0", f"{NVDOC}/compute/clc7c0.h", doc="AMPERE_COMPUTE_B methods"),
+  _nv("nv.clcbc0", f"{NVDOC}/compute/clcbc0.h", doc="HOPPER_COMPUTE_A methods"),
+  _nv("nv.qmd", f"{NVDOC}/compute/clc6c0qmd.h", f"{NVDOC}/compute/clc7c0qmd.h", f"{NVDOC}/compute/clc9c0qmd.h",
+      f"{NVDOC}/compute/clcbc0qmd.h", doc="QMD layouts (Ampere V03, Ada, Hopper V04) as (hi, lo) bit ranges"),
 )
 
 

@@ -44,11 +44,20 @@ def checks(m: Model) -> list[str]:
       else: out.append(f'BF("{rec.name}.{path}", {t}, {path})')
     # fields of anonymous members are reachable from the parent in C and in ctypes
   for c in sorted(m.consts.values(), key=lambda c: c.name):
-    out.append(f'C("{c.name}", ({c.name}))')
+    if isinstance(c.value, tuple):  # hi:lo ranges: the ?: trick NVIDIA's DRF macros use
+      out.append(f'C("{c.name}.hi", (1 ? {c.name}))')
+      out.append(f'C("{c.name}.lo", (0 ? {c.name}))')
+    else:
+      out.append(f'C("{c.name}", ({c.name}))')
   for n in sorted(m.samples):
     for args in m.samples[n]:
       a = ", ".join(f"{x:#x}u" if x > 0x7FFFFFFF else str(x) for x in args)
-      out.append(f'C("{n}({",".join(str(x) for x in args)})", ({n}({a})))')
+      label = f'{n}({",".join(str(x) for x in args)})'
+      if m.funcs[n].body.op == "range":
+        out.append(f'C("{label}.hi", (1 ? {n}({a})))')
+        out.append(f'C("{label}.lo", (0 ? {n}({a})))')
+      else:
+        out.append(f'C("{label}", ({n}({a})))')
   return out
 
 

@@ -1,0 +1,1 @@
+"""Generated bindings: rawgpu.autogen.nv."""
