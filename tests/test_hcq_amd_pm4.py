@@ -252,3 +252,14 @@ def test_field_positions_match_mesa_pkt3_json():
   assert checked >= 30  # WRITE_DATA control, RELEASE_MEM dword 1, ACQUIRE_MEM GCR_CNTL, IB control
   dst = {e["name"]: e["value"] for e in pkt3["enums"]["CONTROL__DST_SEL_cik"]["entries"]}
   assert dst["MEM_MAPPED_REGISTER"] == pm4.DstSel.REGISTER and dst["MEM"] == pm4.DstSel.MEMORY
+
+
+def test_decoder_marks_bad_packets():
+  short = [P.PACKET3(P.PACKET3_RELEASE_MEM, 1), 0, 0]  # a RELEASE_MEM that stops after its second body dword
+  p = pm4.decode_pm4(short + pm4.nop(1))
+  assert [x.name for x in p] == ["RELEASE_MEM", "NOP"] and "too short" in p[0].error and "addr" not in p[0].fields
+  cut = pm4.release_mem(0x1000, 1)[:5]
+  assert [(x.name, len(x.words)) for x in pm4.decode_pm4(cut)] == [("TRUNCATED", 5)]
+  assert pm4.decode_pm4([P.PACKET3(0xee, 0), 7])[0].name == "UNKNOWN_0xee"
+  assert pm4.decode_pm4([P.CP_PACKET2])[0].name == "TYPE2"
+  assert pm4.decode_pm4([P.PACKET0(0x1234, 1), 5, 6])[0].fields["reg"] == 0x1234

@@ -180,3 +180,10 @@ def test_constants_match_mesa_sid_h():
                        (sdma.copy_max_bytes((6, 0)), "SDMA_V5_2_COPY_MAX_BYTES")):
     assert ours == val(theirs), theirs
   assert re.search(r"#define SDMA_POLL_MEM\s+\(1 << 31\)", text) and sdma.poll_regmem(0, 0)[0] & (1 << 31)
+
+
+def test_decoder_stops_at_unknown_and_truncated():
+  stream = sdma.fence(0x100, 1) + [0xee, 1, 2] + sdma.trap()
+  p = sdma.decode_sdma(stream)
+  assert [x.name for x in p] == ["FENCE", "UNKNOWN"] and len(p[1].words) == 5 and "not decoded" in p[1].error
+  assert [x.name for x in sdma.decode_sdma(sdma.write_linear(0x100, 1, 2, 3)[:5])] == ["TRUNCATED"]
