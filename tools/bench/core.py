@@ -187,6 +187,22 @@ class Ctx:
     self.figures.append(f)
     return f
 
+  def fail(self, case: str, why: str, metric: str = "", unit: str = "", dev=None, arch: str | None = None) -> Figure:
+    device, darch, env = self.where(dev)
+    f = Figure(self.bench, case, metric, unit, None, None, None, 0, device or self.dev_spec, arch or darch, env, error=f"failed: {why}")
+    self.figures.append(f)
+    return f
+
+  @contextlib.contextmanager
+  def case(self, case: str, metric: str = "", unit: str = "", dev=None, arch: str | None = None) -> Iterator[None]:
+    """One case of a benchmark: a Skip or a failure inside it is recorded for this case, and the next case runs."""
+    try: yield
+    except Skip as e: self.skip(case, str(e), metric, unit, dev=dev, arch=arch)
+    except DeviceFailed: raise
+    except Exception as e:
+      if os.environ.get("DEBUG"): raise
+      self.fail(case, _why(e), metric, unit, dev=dev, arch=arch)
+
 
 def run(names: list[str] | None, dev_spec: str | None, quick: bool) -> list[Figure]:
   """Run the named benchmarks (default: all, in ORDER): each figure measured, skipped with its reason, or failed."""
@@ -202,8 +218,7 @@ def run(names: list[str] | None, dev_spec: str | None, quick: bool) -> list[Figu
       except Skip as e: ctx.skip("*", str(e))
       except Exception as e:
         if os.environ.get("DEBUG"): raise
-        _, _, env = ctx.where(None)
-        ctx.figures.append(Figure(name, "*", "", "", None, None, None, 0, dev_spec, None, env, error=f"failed: {e if isinstance(e, DeviceFailed) else _why(e)}"))
+        ctx.fail("*", str(e) if isinstance(e, DeviceFailed) else _why(e))
       if len(ctx.figures) == before: ctx.skip("*", "the benchmark reported nothing")
   finally:
     ctx.close()

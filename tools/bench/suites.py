@@ -80,8 +80,7 @@ def bench_emu(ctx: Ctx) -> None:
   for case, fn in cases:
     try: dev = ctx.device(spec)
     except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s"); continue
-    try: fn(ctx, dev, case)
-    except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s", dev=dev)
+    with ctx.case(case, "throughput", "elements/s", dev=dev): fn(ctx, dev, case)
 
 
 def _emu_executor(ctx: Ctx, arch: str) -> None:
@@ -97,18 +96,21 @@ def _emu_executor(ctx: Ctx, arch: str) -> None:
            (f"executor reduce f32 {arch} n={r}", "reduce", "reduce_sum_f32", [x, np.zeros(r // 256, np.float32), r], (r // 256, 1, 1), (256, 1, 1), r,
             lambda d: _check(d.result(1).astype(np.float64).sum(), x.astype(np.float64).sum(), "reduce", rtol=1e-4))]
   for case, obj, kernel, args, grid, block, elements, check in cases:
-    try:
-      with ctx.needs("the RDNA executor (rawgpu.drivers.emu.rdna.run_dispatch)"):
-        from rawgpu.tools.bench.emu_cp import prepare
-        d = prepare(arch, obj, kernel, args, grid, block)
-        _, waves = d.run()
-    except Skip as e: ctx.skip(case, str(e), "throughput", "elements/s", arch=arch); continue
-    check(d)
-    secs = samples(lambda: d.run()[0], 0, min(ctx.repeats, 5))  # the first run above was the warm-up (and the check)
-    ctx.figure(case, "throughput", "elements/s", secs, work=elements, arch=arch)
-    ctx.figure(case, "wave instructions", "instructions/s", secs, work=waves, arch=arch)
+    with ctx.case(case, "throughput", "elements/s", arch=arch): _executor_case(ctx, arch, case, obj, kernel, args, grid, block, elements, check)
 
 
+def _executor_case(ctx: Ctx, arch: str, case: str, obj: str, kernel: str, args, grid, block, elements: int, check) -> None:
+  with ctx.needs("the RDNA executor (rawgpu.drivers.emu.rdna.run_dispatch)"):
+    from rawgpu.tools.bench.emu_cp import prepare
+    d = prepare(arch, obj, kernel, args, grid, block)
+    _, waves = d.run()
+  check(d)
+  secs = samples(lambda: d.run()[0], 0, min(ctx.repeats, 5))  # the first run above was the warm-up (and the check)
+  ctx.figure(case, "throughput", "elements/s", secs, work=elements, arch=arch)
+  ctx.figure(case, "wave instructions", "instructions/s", secs, work=waves, arch=arch)
+
+
+# Buffers may be larger than asked (allocations round up to pages): results are read back as [:count].
 def _check(got: np.ndarray, want: np.ndarray, what: str, **tol) -> None:
   """A benchmark whose kernel computed the wrong answer reports an error, not a speed."""
   if not np.allclose(got, want, **tol): raise AssertionError(f"{what}: wrong result (max error {np.max(np.abs(got - want)):.3g})")
@@ -124,7 +126,7 @@ def _emu_vadd(ctx: Ctx, dev, case: str) -> None:
     A.copyin(a); B.copyin(b)
   kw = dict(global_size=((n + 255) // 256, 1, 1), local_size=(256, 1, 1))
   _first_launch(ctx, prg, A, B, C, n, **kw)
-  _check(C.numpy(np.float32), a + b, case, rtol=0, atol=0)
+  _check(C.numpy(np.float32)[:n], a + b, case, rtol=0, atol=0)
   ctx.figure(f"{case} n={n}", "throughput", "elements/s", samples(lambda: _launch(ctx, prg, A, B, C, n, **kw), 1, ctx.repeats), work=n, dev=dev)
 
 
@@ -138,7 +140,7 @@ def _emu_matmul(ctx: Ctx, dev, case: str) -> None:
     A.copyin(a); B.copyin(b)
   kw = dict(global_size=((n + 15) // 16, (n + 15) // 16, 1), local_size=(16, 16, 1))
   _first_launch(ctx, prg, A, B, C, n, n, n, **kw)
-  _check(C.numpy(np.float32).reshape(n, n), a @ b, case, rtol=1e-4, atol=1e-4)
+  _check(C.numpy(np.float32)[:n * n].reshape(n, n), a @ b, case, rtol=1e-4, atol=1e-4)
   ctx.figure(f"{case} naive {n}^3", "throughput", "elements/s", samples(lambda: _launch(ctx, prg, A, B, C, n, n, n, **kw), 1, ctx.repeats), work=n * n, dev=dev)
 
 
@@ -153,7 +155,7 @@ def _emu_reduce(ctx: Ctx, dev, case: str) -> None:
     X.copyin(x)
   kw = dict(global_size=(groups, 1, 1), local_size=(wg, 1, 1))
   _first_launch(ctx, prg, X, out, n, **kw)
-  _check(out.numpy(np.float32).astype(np.float64).sum(), x.astype(np.float64).sum(), case, rtol=1e-4)
+  _check(out.numpy(np.float32)[:groups].astype(np.float64).sum(), x.astype(np.float64).sum(), case, rtol=1e-4)
   ctx.figure(f"{case} n={n}", "throughput", "elements/s", samples(lambda: _launch(ctx, prg, X, out, n, **kw), 1, ctx.repeats), work=n, dev=dev)
 
 
@@ -161,38 +163,46 @@ def _emu_reduce(ctx: Ctx, dev, case: str) -> None:
 
 @benchmark("launch")
 def bench_launch(ctx: Ctx) -> None:
-  """launch overhead of the empty kernel: enqueue only, and launch + wait"""
+  """launch overhead: the empty kernel (no kernargs) and a one-element fill (kernargs): enqueue only, launch + wait, GPU time"""
   dev = ctx.device()
-  prg, _ = _kernel(ctx, dev, "empty", "empty")
-  kw = dict(global_size=(1, 1, 1), local_size=(1, 1, 1))
-  _first_launch(ctx, prg, **kw)
   n = ctx.size(10, 1000)
-  def enqueue() -> float:
-    t0 = time.perf_counter()
-    for _ in range(n): _launch(ctx, prg, wait=False, **kw)
-    dt = time.perf_counter() - t0
-    dev.synchronize()
-    return dt / n
-  ctx.figure("empty kernel", "enqueue", "us", samples(enqueue, 1, ctx.repeats), dev=dev)
-  ctx.figure("empty kernel", "launch + wait", "us", samples(lambda: _launch(ctx, prg, wait=True, **kw), ctx.warmup, ctx.repeats * 4), dev=dev)
+  for case, obj, name, args in (("empty kernel", "empty", "empty", lambda: ()), ("fill n=1", "fill", "fill_u32", lambda: (dst, 7, 1))):
+    with ctx.case(case, "enqueue", "us", dev=dev):
+      if obj == "fill":
+        with ctx.needs("Device.alloc"): dst = dev.alloc(4096)
+      prg, _ = _kernel(ctx, dev, obj, name)
+      kw = dict(global_size=(1, 1, 1), local_size=(1, 1, 1))
+      _first_launch(ctx, prg, *args(), **kw)
+      if obj == "fill" and dst.numpy(np.uint32)[0] != 7: raise AssertionError("fill_u32 did not write its value")
+      def enqueue() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n): _launch(ctx, prg, *args(), wait=False, **kw)
+        dt = time.perf_counter() - t0
+        dev.synchronize()
+        return dt / n
+      ctx.figure(case, "enqueue", "us", samples(enqueue, 1, ctx.repeats), dev=dev)
+      ctx.figure(case, "launch + wait", "us", samples(lambda: _launch(ctx, prg, *args(), wait=True, **kw), ctx.warmup, ctx.repeats * 4), dev=dev)
+      with ctx.case(case, "gpu time", "us", dev=dev):
+        with ctx.needs("launch with timing=True"): prg(*args(), timing=True, **kw)
+        ctx.figure(case, "gpu time", "us", samples(lambda: prg(*args(), timing=True, **kw), ctx.warmup, ctx.repeats), dev=dev)
 
 
 @benchmark("signal")
 def bench_signal(ctx: Ctx) -> None:
-  """signals: a CPU wait that is already satisfied, and a queue signalling the timeline round trip"""
+  """signals: a CPU wait that is already satisfied, and a queue signalling the timeline, round trip"""
   dev = ctx.device()
-  with ctx.needs("Device.new_signal"): sig = dev.new_signal("bench")
-  sig.value = 1
-  ctx.figure("cpu wait (satisfied)", "wait", "us", samples(lambda: sig.wait(1), ctx.warmup, ctx.repeats * 4), dev=dev)
+  with ctx.case("cpu wait (satisfied)", "wait", "us", dev=dev):
+    with ctx.needs("Device.new_signal"): sig = dev.new_signal("bench")
+    sig.value = 1
+    ctx.figure("cpu wait (satisfied)", "wait", "us", samples(lambda: sig.wait(1), ctx.warmup, ctx.repeats * 4), dev=dev)
   for engine, make in (("compute", "compute_queue"), ("copy", "copy_queue")):
-    try:
+    with ctx.case(f"{engine} queue", "signal round trip", "us", dev=dev):
       def roundtrip() -> None:
         v = dev.next_timeline()
         getattr(dev, make)().signal(dev.timeline, v).submit(dev)
         dev.timeline.wait(v)
       with ctx.needs(f"Device.{make}().signal().submit()"): roundtrip()
       ctx.figure(f"{engine} queue", "signal round trip", "us", samples(roundtrip, ctx.warmup, ctx.repeats * 4), dev=dev)
-    except Skip as e: ctx.skip(f"{engine} queue", str(e), "signal round trip", "us", dev=dev)
 
 
 @benchmark("copy")
@@ -200,23 +210,29 @@ def bench_copy(ctx: Ctx) -> None:
   """copy bandwidth: host to VRAM (copyin), VRAM to host (copyout), VRAM to VRAM (transfer)"""
   dev = ctx.device()
   size = ctx.size(1 << 20, 256 << 20)
+  mib = f"{size >> 20} MiB"
   host = np.random.default_rng(3).integers(0, 256, size, dtype=np.uint8)
   back = np.empty(size, np.uint8)
   with ctx.needs("Device.alloc"): a, b = dev.alloc(size), dev.alloc(size)
+  a, b = a.view(0, size), b.view(0, size)  # exactly `size` bytes, whatever the allocation rounded up to
   def copyin() -> None: a.copyin(host); dev.synchronize()
   def copyout() -> None: a.copyout(back)
   def transfer() -> None: dev.transfer(b, a); dev.synchronize()
-  mib = f"{size >> 20} MiB"
-  with ctx.needs("Buffer.copyin / copyout (the copy engine)"): copyin(); copyout()
-  if not np.array_equal(back, host): raise AssertionError("copyin then copyout did not return the same bytes")
-  ctx.figure(f"host->vram {mib}", "bandwidth", "GB/s", samples(copyin, ctx.warmup, ctx.repeats), work=size, dev=dev)
-  ctx.figure(f"vram->host {mib}", "bandwidth", "GB/s", samples(copyout, ctx.warmup, ctx.repeats), work=size, dev=dev)
-  try:
+  ok = False
+  with ctx.case(f"host->vram {mib}", "bandwidth", "GB/s", dev=dev):
+    with ctx.needs("Buffer.copyin / copyout (the copy engine)"): copyin(); copyout()
+    if not np.array_equal(back, host): raise AssertionError("copyin then copyout did not return the same bytes")
+    ok = True
+    ctx.figure(f"host->vram {mib}", "bandwidth", "GB/s", samples(copyin, ctx.warmup, ctx.repeats), work=size, dev=dev)
+  with ctx.case(f"vram->host {mib}", "bandwidth", "GB/s", dev=dev):
+    if not ok: raise Skip("copyin/copyout did not work (see host->vram)")
+    ctx.figure(f"vram->host {mib}", "bandwidth", "GB/s", samples(copyout, ctx.warmup, ctx.repeats), work=size, dev=dev)
+  with ctx.case(f"vram->vram {mib}", "bandwidth", "GB/s", dev=dev):
+    if not ok: raise Skip("copyin/copyout did not work (see host->vram)")
     with ctx.needs("Device.transfer"): transfer()
     if not np.array_equal(b.numpy(), host): raise AssertionError("transfer did not copy the bytes")
     ctx.figure(f"vram->vram {mib}", "bandwidth", "GB/s", samples(transfer, ctx.warmup, ctx.repeats), work=size, dev=dev)
-  except Skip as e: ctx.skip(f"vram->vram {mib}", str(e), "bandwidth", "GB/s", dev=dev)
-  for buf in (a, b): buf.free()
+  for buf in (a.base, b.base): buf.free()
 
 
 @benchmark("alloc")
@@ -234,13 +250,12 @@ def bench_alloc(ctx: Ctx) -> None:
         buf.free()
         frees.append(time.perf_counter() - t1)
         return t1 - t0
-      try:
+      with ctx.case(case, "alloc", "us", dev=dev):
         with ctx.needs("Device.alloc / Buffer.free"): once()
-      except Skip as e: ctx.skip(case, str(e), "alloc", "us", dev=dev); continue
-      frees.clear()
-      allocs = samples(once, ctx.warmup, ctx.repeats)
-      ctx.figure(case, "alloc", "us", allocs, dev=dev)
-      ctx.figure(case, "free", "us", frees[-len(allocs):], dev=dev)
+        frees.clear()
+        allocs = samples(once, ctx.warmup, ctx.repeats)
+        ctx.figure(case, "alloc", "us", allocs, dev=dev)
+        ctx.figure(case, "free", "us", frees[-len(allocs):], dev=dev)
 
 
 BOOT_CHILD = """
