@@ -107,7 +107,8 @@ class PSP:
     addr = vals.get(self.a[36], 0) << 20
     try: img = bytes(self.b.gmc.phys(addr, 0x100))
     except BusError: img = b""
-    ok = len(img) == 0x100 and img[0x10:0x14] == SIG or cmd == PSP_BL_LOAD_TOS_SPL_TABLE and len(img) == 0x100
+    # driver images are PSP-signed; the key database and the SPL table are data the bootloader checks itself
+    ok = len(img) == 0x100 and (img[0x10:0x14] == SIG or cmd in (PSP_BL_LOAD_KEY_DATABASE, PSP_BL_LOAD_TOS_SPL_TABLE))
     if "psp_error" in self.b.faults: ok = False
     if cmd == PSP_BL_LOAD_SOSDRV and PSP_BL_LOAD_SYSDRV not in self.bl_loaded: ok = False   # sOS needs the system driver
     self.log.append(("bootloader", cmd, 0 if ok else 1))
