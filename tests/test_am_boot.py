@@ -5,7 +5,6 @@ import os, shutil, struct, tempfile, time
 import pytest
 from rawgpu.autogen.amd import pm4, psp as P
 from rawgpu.drivers.am import AMIface, supported
-from rawgpu.drivers.am import firmware as fwmod
 from rawgpu.drivers.pci import info
 from rawgpu.errors import DeviceBusy, DeviceFault, DeviceNotFound, DeviceTimeout, FirmwareError
 from test_am_fakes import make_board
@@ -33,41 +32,61 @@ def board():
   b.close()
 
 
-def _file_payloads(fw_dir: str) -> list[bytes]:
-  return [open(os.path.join(fw_dir, f), "rb").read() for f in os.listdir(fw_dir) if f.startswith(("gc_11_0_0_", "sdma_6_0_0", "smu_13_0_0"))]
+COMMON = ("SMU", "SDMA_UCODE_TH0", "RS64_PFP", "RS64_ME", "RS64_MEC", "RS64_PFP_P0_STACK", "RS64_PFP_P1_STACK", "RS64_ME_P0_STACK",
+          "RS64_ME_P1_STACK", "RS64_MEC_P0_STACK", "RS64_MEC_P1_STACK", "RS64_MEC_P2_STACK", "RS64_MEC_P3_STACK", "IMU_I", "IMU_D",
+          "RLC_G", "RLC_IRAM", "RLC_DRAM_BOOT", "RLC_RESTORE_LIST_GPM_MEM", "RLC_RESTORE_LIST_SRM_MEM")
+ARCHS = {  # what amdgpu has the PSP load for each (psp_np_fw_load with RLC autoload), and the firmware file prefixes
+  "gfx1100": dict(types=COMMON + ("SDMA_UCODE_TH1", "RLC_P", "RLC_V"), files=("gc_11_0_0_", "sdma_6_0_0", "smu_13_0_0"),
+                  sos="psp_13_0_0_sos.bin", setup_tmr=True),
+  "gfx1201": dict(types=COMMON, files=("gc_12_0_1_", "sdma_7_0_1", "smu_14_0_3"), sos="psp_14_0_3_sos.bin", setup_tmr=False),
+}
 
 
-def test_cold_boot_gfx1100(fw, board):
-  vb, bus, b, fake = board
-  assert supported(info(bus, vb.system))
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_cold_boot(fw, arch):
+  vb, bus, b, fake = make_board(arch)
+  want_fw = ARCHS[arch]
   it = AMIface(bus, vb.system, **FAST)
   try:
     p = it.props
-    assert (p.arch, p.vendor, p.iface, p.pci_bus) == ("gfx1100", "AMD", "MOCKPCI", bus)
+    assert (p.arch, p.vendor, p.iface, p.pci_bus) == (arch, "AMD", "MOCKPCI", bus)
     assert p.vram_size == b.vram_size and p.bar_size == b.bars[0].size
     assert p.compute_units == b.cus
     assert p.ip_versions["gc"] == b.asic.version(11) and p.ip_versions["sdma"] == b.asic.version(42)
     assert not it.dev.warm
-    # the PSP got every image the Linux driver loads for GC 11 with RLC autoload, each a verbatim piece of a file
+    # the PSP got every image amdgpu loads for this GC with RLC autoload, each a verbatim piece of one of the files
     types = [t for t, _ in fake.loaded]
-    want = {getattr(P, f"GFX_FW_TYPE_{n}") for n in ("SMU", "SDMA_UCODE_TH0", "SDMA_UCODE_TH1", "RS64_PFP", "RS64_ME", "RS64_MEC",
-            "RS64_PFP_P0_STACK", "RS64_PFP_P1_STACK", "RS64_ME_P0_STACK", "RS64_ME_P1_STACK", "RS64_MEC_P0_STACK",
-            "RS64_MEC_P3_STACK", "IMU_I", "IMU_D", "RLC_G", "RLC_IRAM", "RLC_DRAM_BOOT", "RLC_P", "RLC_V",
-            "RLC_RESTORE_LIST_GPM_MEM", "RLC_RESTORE_LIST_SRM_MEM")}
-    assert want <= set(types) and types[0] == P.GFX_FW_TYPE_SMU
-    files = _file_payloads(fw)
+    assert {getattr(P, f"GFX_FW_TYPE_{n}") for n in want_fw["types"]} <= set(types) and types[0] == P.GFX_FW_TYPE_SMU
+    files = [open(os.path.join(fw, f), "rb").read() for f in os.listdir(fw) if f.startswith(want_fw["files"])]
     for t, data in fake.loaded: assert len(data) > 0 and any(data in f for f in files), t
     cmds = [c for k, c in fake.log if k == "psp"]
-    assert cmds[0] == P.GFX_CMD_ID_LOAD_TOC and cmds[1] == P.GFX_CMD_ID_SETUP_TMR and cmds[-1] == P.GFX_CMD_ID_AUTOLOAD_RLC
-    # bootloader: key database, SPL, system driver before the secure OS, each image from the SOS file
+    assert cmds[0] == P.GFX_CMD_ID_LOAD_TOC and cmds[-1] == P.GFX_CMD_ID_AUTOLOAD_RLC
+    assert (P.GFX_CMD_ID_SETUP_TMR in cmds) == want_fw["setup_tmr"]    # PSP 14.0.2/3 set their TMR up at boot
+    # bootloader: key database before the system driver before the secure OS, each image from the SOS file
     bl = [c for c, _ in fake.bl_cmds]
     assert bl.index(0x80000) < bl.index(0x10000) < bl.index(0x20000) and bl[-1] == 0x20000
-    sos = open(os.path.join(fw, "psp_13_0_0_sos.bin"), "rb").read()
+    sos = open(os.path.join(fw, want_fw["sos"]), "rb").read()
     for _, buf in fake.bl_cmds: assert buf.rstrip(b"\0")[:4096] in sos
-    # the SMU was pointed at its driver table and asked to enable features
-    msgs = [m for m, _ in fake.smu_msgs]
-    assert {0x2, 0xE, 0xF, 0x6} <= set(msgs)
-  finally: it.close()
+    # the SMU was pointed at its driver table and asked to enable its features
+    assert {0x2, 0xE, 0xF, 0x6} <= {m for m, _ in fake.smu_msgs}
+  finally:
+    it.close(); b.close()
+
+
+def test_small_bar_board(fw):
+  """256 MiB BAR over 512 MiB VRAM: discovery comes through the MM_INDEX window, memory beyond the BAR has no CPU view
+  but the GPU reaches it."""
+  vb, bus, b, fake = make_board("gfx1100", bar0_size=256 << 20)
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert it.props.bar_size == 256 << 20 and it.props.vram_size == 512 << 20
+    m = it.alloc(1 << 21, cpu_access=False)
+    assert m.cpu is None
+    b.gmc.gc.write32(0, m.va + 8, 0x5a5a5a5a)
+    assert b.gmc.gc.read32(0, m.va + 8) == 0x5a5a5a5a
+    assert it.alloc(0x1000).cpu is not None
+  finally:
+    it.close(); b.close()
 
 
 def test_warm_boot_skips_firmware(fw, board):
@@ -107,8 +126,9 @@ def _wait(cond, what, timeout=10.0):
     time.sleep(0.001)
 
 
-def test_compute_ring_runs_nops(fw, board):
-  vb, bus, b, fake = board
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_compute_ring_runs_nops(fw, arch):
+  vb, bus, b, fake = make_board(arch)
   it = AMIface(bus, vb.system, **FAST)
   try:
     r = it.create_ring("compute", 0x1000)
@@ -119,13 +139,13 @@ def test_compute_ring_runs_nops(fw, board):
     r.before_doorbell()
     r.doorbell[0] = len(words)
     _wait(lambda: r.read_ptr[0] == len(words), "compute ring consumed")
-  finally: it.close()
+  finally:
+    it.close(); b.close()
 
 
-@pytest.mark.xfail(reason="emulator: drivers/emu/amd/sdma.py tests SDMA0_QUEUE0_DOORBELL bit 0, gc_11_0_0_sh_mask.h puts ENABLE at bit 28",
-                   strict=False)
-def test_sdma_ring_runs_nops(fw, board):
-  vb, bus, b, fake = board
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_sdma_ring_runs_nops(fw, arch):
+  vb, bus, b, fake = make_board(arch)
   if not hasattr(b, "sdma"): pytest.skip("the emulated board has no SDMA engine model yet")
   from rawgpu.autogen.amd import sdma_v6
   it = AMIface(bus, vb.system, **FAST)
@@ -137,7 +157,8 @@ def test_sdma_ring_runs_nops(fw, board):
     r.before_doorbell()
     r.doorbell[0] = 32
     _wait(lambda: r.read_ptr[0] == 32, "sdma ring consumed")
-  finally: it.close()
+  finally:
+    it.close(); b.close()
 
 
 def test_memory_seen_by_the_gpu(fw, board):

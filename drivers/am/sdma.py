@@ -61,7 +61,8 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_HI").write(mc(q.ptrs + 0x100) >> 32)
     r("regSDMA0_QUEUE0_RB_RPTR_ADDR_HI").write(mc(q.ptrs) >> 32)
     r("regSDMA0_QUEUE0_RB_RPTR_ADDR_LO").write(mc(q.ptrs) & 0xfffffffc)
-    v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, F32_WPTR_POLL_ENABLE=1)
+    poll = "F32_WPTR_POLL_ENABLE" if "F32_WPTR_POLL_ENABLE" in cntl.reg.fields else "MCU_WPTR_POLL_ENABLE"   # SDMA 7 renamed it
+    v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, **{poll: 1})
     r("regSDMA0_QUEUE0_RB_BASE").write((mc(q.ring) >> 8) & 0xffffffff)
     r("regSDMA0_QUEUE0_RB_BASE_HI").write(mc(q.ring) >> 40)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(1)
