@@ -137,13 +137,16 @@ class Builder:
 
   # ---- helpers
   def loc(self, c) -> tuple:
-    f = c.location.file
-    name = f.name if f else ""
+    loc = c.location
+    return (self.rel(loc.file.name if loc.file else ""), loc.line, loc.column)
+
+  @functools.lru_cache(maxsize=None)
+  def rel(self, name: str) -> str:
     rel = pathlib.Path(name).name
     try: rel = str(pathlib.Path(name).relative_to(self.root))
     except ValueError:
       if name in self.headers: rel = self.r.headers[self.headers.index(name)]
-    return (rel, c.location.line, c.location.column)
+    return rel
 
   def in_headers(self, c) -> bool:
     f = c.location.file

@@ -27,8 +27,8 @@ static void bits(const char *name, const unsigned char *p, size_t n) {
 #define FX(name, T, f) printf("F %s %zu 0\n", name, offsetof(T, f));
 #define BF(name, T, f) { T s_; memset(&s_, 0, sizeof s_); s_.f = ~0ull; bits(name, (const unsigned char *)&s_, sizeof s_); }
 #define C(name, x) printf("C %s %zu %llu\n", name, sizeof(x), (unsigned long long)(x));
-int main(void) {
 """
+CHUNK = 200  # checks per C function: gcc is much slower on one huge function
 
 
 def checks(m: Model) -> list[str]:
@@ -72,14 +72,20 @@ def run_checks(m: Model, root: pathlib.Path, prelude: pathlib.Path) -> tuple[dic
     using = "using namespace llvm::amdhsa;\n" if r.cxx else ""
     for _ in range(8):
       head = f'#include "{prelude}"\n{inc}{using}{C_HEAD}'
-      first = head.count("\n") + 1
-      src.write_text(head + "\n".join(lines) + "\nreturn 0; }\n")
+      body, where = [], {}
+      for i, ln in enumerate(lines):
+        if i % CHUNK == 0: body.append(f"static void part{i // CHUNK}(void) {{")
+        where[head.count("\n") + len(body) + 1] = i
+        body.append(ln)
+        if i % CHUNK == CHUNK - 1 or i == len(lines) - 1: body.append("}")
+      calls = " ".join(f"part{k}();" for k in range((len(lines) + CHUNK - 1) // CHUNK))
+      src.write_text(head + "\n".join(body) + f"\nint main(void) {{ {calls} return 0; }}\n")
       cc = ["g++", "-std=gnu++17"] if r.cxx else ["gcc", "-std=gnu11"]
       args = cc + ["-w", "-O0", "-fmax-errors=0"] + r.clang_args(root, prelude.parent) + [str(src), "-o", str(exe)]
       p = subprocess.run(args, capture_output=True, text=True)
       if p.returncode == 0: break
-      bad = {int(x) - first for x in re.findall(rf"{re.escape(str(src))}:(\d+):\d+: error", p.stderr)}
-      bad = {b for b in bad if 0 <= b < len(lines)}
+      bad = {where[int(x)] for x in re.findall(rf"{re.escape(str(src))}:(\d+):\d+: error", p.stderr)
+             if int(x) in where}
       if not bad: raise RuntimeError(f"{r.module}: gcc failed:\n{p.stderr[-3000:]}")
       dropped += [lines[b] for b in sorted(bad)]
       lines = [ln for i, ln in enumerate(lines) if i not in bad]
