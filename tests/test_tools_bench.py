@@ -155,3 +155,26 @@ def test_decode_pm4_text_and_binary(tmp_path, capsys):
   assert "TRUNCATED" in capsys.readouterr().out
   assert cli.main(["decode", "pm4", str(tmp_path / "missing")]) == 1
   assert "cannot read" in capsys.readouterr().err
+
+
+def test_decode_sdma(tmp_path, capsys):
+  sdma = pytest.importorskip("rawgpu.hcq.amd.sdma", reason="the SDMA encoders/decoder (hcq/amd/sdma.py) are not in this build")
+  words = sdma.copy_linear(0x2000, 0x1000, 256) + sdma.fence(0x3000, 5) + sdma.trap()
+  (tmp_path / "s.txt").write_text(" ".join(f"{w:08x}" for w in words))
+  assert cli.main(["decode", "sdma", str(tmp_path / "s.txt"), "--json"]) == 0
+  assert [p["name"] for p in json.loads(capsys.readouterr().out)] == [p.name for p in sdma.decode_sdma(words)]
+  assert cli.main(["decode", "sdma", str(tmp_path / "s.txt")]) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+def test_cases_fail_and_skip_one_at_a_time(fake_benches):
+  @benchmark("zz_cases")
+  def cases(ctx):
+    for i in range(3):
+      with ctx.case(f"c{i}", "t", "us"):
+        if i == 0: raise RuntimeError("broken case")
+        if i == 1: raise Skip("needs a thing")
+        ctx.figure(f"c{i}", "t", "us", samples(lambda: None, 0, 2))
+  figs = run(["zz_cases"], None, True)
+  assert [(f.case, bool(f.error), bool(f.skipped), f.n) for f in figs] == [("c0", True, False, 0), ("c1", False, True, 0), ("c2", False, False, 2)]
+  assert figs[0].error == "failed: RuntimeError: broken case" and figs[1].skipped == "skipped: needs a thing"
