@@ -243,3 +243,36 @@ def test_dispatch_page_fault_hangs_queue_and_reports(d, P):
   assert cq.hung is not None and "fault" in cq.hung
   fa = (d.rd("gc", "regGCVM_L2_PROTECTION_FAULT_ADDR_HI32") << 32 | d.rd("gc", "regGCVM_L2_PROTECTION_FAULT_ADDR_LO32")) << 12
   assert fa == bad & ~0xfff
+
+
+def test_kiq_map_queues_from_mqd(d, P):
+  """The Linux path: the KIQ (queue 0, named in RLC_CP_SCHEDULERS) maps queue 1 from an MQD with MAP_QUEUES."""
+  from rawgpu.autogen.amd import mqd_v11, mqd_v12
+  kiq = ComputeRing(d)
+  d.wr("gc", "regRLC_CP_SCHEDULERS", (1 << 5) | (0 << 3) | 0 | 0x80)
+  mqd_t = mqd_v11.v11_compute_mqd if d.board.arch == "gfx1100" else mqd_v12.v12_compute_mqd
+  ring_off, mqd_off, q_dst = 0x440000, 0x450000, 0x460000
+  ring = kiq.mc(ring_off)
+  m = mqd_t(cp_hqd_pq_base_lo=(ring >> 8) & 0xffffffff, cp_hqd_pq_base_hi=ring >> 40,
+            cp_hqd_pq_control=d.tables["gc"]["regCP_HQD_PQ_CONTROL"].encode(QUEUE_SIZE=(0x400).bit_length() - 2, RPTR_BLOCK_SIZE=5),
+            cp_hqd_vmid=0)
+  d.vram.writebytes(mqd_off, bytes(m))
+  db = 12
+  c = (1 << 13) | (0 << 16) | (1 << 18) | (1 << 29)                 # queue 1, pipe 0, me 1, one queue
+  kiq.submit(pkt3(P["PACKET3_MAP_QUEUES"], [c, db << 2, kiq.mc(mqd_off) & 0xffffffff, kiq.mc(mqd_off) >> 32, 0, 0]))
+  kiq.run()
+  d.wr("gc", "regGRBM_GFX_CNTL", MEID=1, PIPEID=0, QUEUEID=1)
+  assert d.rd("gc", "regCP_HQD_ACTIVE") & 1 and d.rd("gc", "regCP_HQD_PQ_BASE") == (ring >> 8) & 0xffffffff
+  d.wr("gc", "regGRBM_GFX_CNTL", 0)
+  pk = pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, kiq.mc(q_dst) & 0xffffffff, kiq.mc(q_dst) >> 32, 0x777])
+  for i, v in enumerate(pk): d.vram.write32(ring_off + 4 * i, v)
+  d.db.write64(db * 4, len(pk))
+  kiq.run()
+  assert d.vram.read32(q_dst) == 0x777
+
+
+def test_map_queues_refused_on_a_normal_queue(d, P):
+  q = ComputeRing(d)                                                  # RLC_CP_SCHEDULERS left at 0: no KIQ
+  q.submit(pkt3(P["PACKET3_MAP_QUEUES"], [(1 << 18) | (1 << 29), 0, 0, 0, 0, 0]))
+  q.run()
+  assert q.hqd("regCP_HQD_PQ_RPTR") == 0 and d.board.gfx.queues[(1, 0, 0)].hung

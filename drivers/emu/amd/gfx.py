@@ -240,6 +240,12 @@ class GFX:
     self.scratch_lo, self.scratch_hi = r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_LO"), r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_HI")
     self.use_thread_dims = t["regCOMPUTE_DISPATCH_INITIATOR"].fields["USE_THREAD_DIMENSIONS"][1]
     self.autoload_done = False
+    self.a_sched = r.addr("gc", "regRLC_CP_SCHEDULERS")
+    mqd_mod = __import__(f"rawgpu.autogen.amd.mqd_v{board.asic.version(11)[0]}", fromlist=["x"])
+    mqd_t = getattr(mqd_mod, f"v{board.asic.version(11)[0]}_compute_mqd")
+    self.a_mqd_base = self.hqd_addr["regCP_MQD_BASE_ADDR"]
+    self.mqd_first = mqd_t.cp_mqd_base_addr_lo.offset // 4      # the MQD holds the HQD registers in address order
+    self.mqd_regs = t["regCP_HQD_PQ_WPTR_HI"].offset - t["regCP_MQD_BASE_ADDR"].offset + 1
 
   # ---- GRBM selection and banks
   def _grbm_wr(self, a: int, v: int) -> None:
@@ -287,6 +293,29 @@ class GFX:
 
   def _safe_mode(self, a: int, v: int) -> None:
     self.b.regs.vals[a] = v & ~1                  # CMD bit reads back 0 once the RLC acknowledged
+
+  # ---- KIQ queue management
+  def is_kiq(self, q: ComputeQueue) -> bool:
+    v = self.b.regs.vals.get(self.a_sched, 0)           # RLC_CP_SCHEDULERS: me[6:5] pipe[4:3] queue[2:0], bit 7 valid
+    return bool(v & 0x80) and (v & 0x7f) == ((q.me << 5) | (q.pipe << 3) | q.queue)
+
+  def map_from_mqd(self, kiq: ComputeQueue, me: int, pipe: int, queue: int, mqd: int, doorbell: int) -> None:
+    """Load the HQD register image (MQD dwords from cp_mqd_base_addr_lo on) and start the queue."""
+    n = self.mqd_regs
+    words = struct.unpack(f"<{n}I", kiq.mem_read(mqd + 4 * self.mqd_first, 4 * n))
+    bank = self.hqd_bank(me, pipe, queue)
+    for i, w in enumerate(words): bank[self.a_mqd_base + i] = w
+    dbc = bank.get(self.hqd_addr["regCP_HQD_PQ_DOORBELL_CONTROL"], 0)
+    s, m = self.db_off
+    bank[self.hqd_addr["regCP_HQD_PQ_DOORBELL_CONTROL"]] = (dbc & ~m) | ((doorbell << s) & m) | self.db_en[1]
+    key = (me, pipe, queue)
+    q = self.queues.get(key) or self.queues.setdefault(key, ComputeQueue(self, *key))
+    bank[self.a_active] = 1
+    q.activate()
+
+  def unmap_doorbell(self, doorbell: int) -> None:
+    for q in self.queues.values():
+      if q.active and q.doorbell_index() == doorbell: q.active = False; q.bank[self.a_active] = 0
 
   # ---- RLC autoload (requested by the PSP)
   def autoload(self, loaded: set[int], required: set[int]) -> bool:

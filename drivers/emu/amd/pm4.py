@@ -15,6 +15,7 @@ COPY_DATA, PFP_SYNC_ME, EVENT_WRITE, RELEASE_MEM = P.PACKET3_COPY_DATA, P.PACKET
 DMA_DATA, ACQUIRE_MEM, SET_CONFIG_REG, SET_SH_REG = P.PACKET3_DMA_DATA, P.PACKET3_ACQUIRE_MEM, P.PACKET3_SET_CONFIG_REG, P.PACKET3_SET_SH_REG
 SET_UCONFIG_REG, INVALIDATE_TLBS, SET_SH_REG_INDEX = P.PACKET3_SET_UCONFIG_REG, P.PACKET3_INVALIDATE_TLBS, P.PACKET3_SET_SH_REG_INDEX
 SET_Q_PREEMPTION_MODE = P.PACKET3_SET_Q_PREEMPTION_MODE
+SET_RESOURCES, MAP_QUEUES, UNMAP_QUEUES, QUERY_STATUS = P.PACKET3_SET_RESOURCES, P.PACKET3_MAP_QUEUES, P.PACKET3_UNMAP_QUEUES, P.PACKET3_QUERY_STATUS
 SH_START, UCONFIG_START, CONFIG_START = P.PACKET3_SET_SH_REG_START, P.PACKET3_SET_UCONFIG_REG_START, P.PACKET3_SET_CONFIG_REG_START
 GPU_CLOCK_SRC = 9          # COPY_DATA source: 64-bit GPU timestamp counter
 
@@ -168,10 +169,45 @@ def invalidate_tlbs(q: "ComputeQueue", body: list[int]) -> bool:
   return True
 
 
+# ---- queue management: only the KIQ (the queue RLC_CP_SCHEDULERS names) may send these
+def _kiq_only(q: "ComputeQueue", name: str) -> None:
+  if not q.gfx.is_kiq(q): raise BadPacket(f"privileged {name} on a queue that is not the KIQ (opcode error)")
+
+
+def set_resources(q: "ComputeQueue", body: list[int]) -> bool:
+  _kiq_only(q, "SET_RESOURCES"); _need(body, 7, "SET_RESOURCES")
+  return True
+
+
+def map_queues(q: "ComputeQueue", body: list[int]) -> bool:
+  """MAP_QUEUES (gfx11_kiq_map_queues): load an HQD from the MQD in memory and start it."""
+  _kiq_only(q, "MAP_QUEUES"); _need(body, 6, "MAP_QUEUES")
+  c = body[0]
+  queue, pipe, me, eng = (c >> 13) & 7, (c >> 16) & 3, (c >> 18) & 3, (c >> 26) & 7
+  if eng != 0 or me != 1: raise BadPacket(f"MAP_QUEUES for engine {eng} me {me} is not modelled")
+  doorbell = (body[1] >> 2) & 0x3ffffff
+  mqd = (body[3] << 32) | body[2]
+  q.gfx.map_from_mqd(q, me, pipe, queue, mqd, doorbell)
+  return True
+
+
+def unmap_queues(q: "ComputeQueue", body: list[int]) -> bool:
+  _kiq_only(q, "UNMAP_QUEUES"); _need(body, 5, "UNMAP_QUEUES")
+  q.gfx.unmap_doorbell((body[1] >> 2) & 0x3ffffff)
+  return True
+
+
+def query_status(q: "ComputeQueue", body: list[int]) -> bool:
+  _kiq_only(q, "QUERY_STATUS"); _need(body, 6, "QUERY_STATUS")
+  q.mem_write64(((body[3] << 32) | body[2]) & ~7, body[4] | (body[5] << 32))
+  return True
+
+
 HANDLERS: dict[int, Callable[["ComputeQueue", list[int]], bool]] = {
   NOP: nop, CLEAR_STATE: nop, CONTEXT_CONTROL: nop, PFP_SYNC_ME: nop, SET_Q_PREEMPTION_MODE: nop, SET_BASE: nop,
   SET_SH_REG: set_sh_reg, SET_SH_REG_INDEX: set_sh_reg, SET_UCONFIG_REG: set_uconfig_reg, SET_CONFIG_REG: set_config_reg,
   DISPATCH_DIRECT: dispatch_direct, WRITE_DATA: write_data, WAIT_REG_MEM: wait_reg_mem, INDIRECT_BUFFER: indirect_buffer,
   COPY_DATA: copy_data, EVENT_WRITE: event_write, ACQUIRE_MEM: acquire_mem, RELEASE_MEM: release_mem, DMA_DATA: dma_data,
-  INVALIDATE_TLBS: invalidate_tlbs,
+  INVALIDATE_TLBS: invalidate_tlbs, SET_RESOURCES: set_resources, MAP_QUEUES: map_queues, UNMAP_QUEUES: unmap_queues,
+  QUERY_STATUS: query_status,
 }
