@@ -96,8 +96,10 @@ RECIPES: tuple[Recipe, ...] = (
          doc="Broadcom NetXtreme-E HWRM interface: commands, request/response structs, rings, doorbells"),
   Recipe("kfd", "linux", ("include/uapi/linux/kfd_ioctl.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS,
          defines=("__user=",), doc="/dev/kfd ioctls (KFD interface of Linux 6.12)"),
-  Recipe("amdgpu_drm", "linux", ("include/uapi/drm/amdgpu_drm.h",), includes=UAPI_INC + ("include/uapi/drm",),
-         prelude=UAPI, stubs=UAPI_STUBS, defines=("__user=",), doc="amdgpu DRM ioctls and structures"),
+  Recipe("amdgpu_drm", "linux", ("include/uapi/drm/drm.h", "include/uapi/drm/amdgpu_drm.h"),
+         includes=UAPI_INC + ("include/uapi/drm",),
+         prelude=UAPI, stubs=UAPI_STUBS, defines=("__user=",),
+         doc="DRM core and amdgpu ioctls and structures (drm.h, amdgpu_drm.h)"),
   Recipe("pci", "linux", ("include/uapi/linux/pci_regs.h",), includes=UAPI_INC, prelude=UAPI, stubs=UAPI_STUBS,
          doc="PCI configuration space registers and capabilities"),
   # vfio.h declares every ioctl as _IO(); the argument types below are the ones its comments document
