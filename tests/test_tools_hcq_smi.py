@@ -298,3 +298,18 @@ def test_real_holders_found_and_ended(real, capsys):
   assert data == []
   rc, data, _ = run_json(capsys, ["amd", "list"], host)
   assert all("stale lock" in d["lock"] for d in data)
+
+
+def test_holder_with_hidden_fds_is_reported_unverified(machine, capsys):
+  lk = machine.lock("am", BUS_A, 70)
+  machine.process(70, ["someone-elses"], holds=[lk])
+  machine.process(71, ["also-hidden-but-not-named"], holds=[lk])
+  real = machine.system.listdir
+  def listdir(path):  # what a non-root user sees for another user's process
+    if path in ("/proc/70/fd", "/proc/71/fd"): raise PermissionError(13, "Permission denied")
+    return real(path)
+  machine.system.listdir = listdir
+  rc, data, _ = run_json(capsys, ["amd", "pids"], machine.host())
+  assert [(d["pid"], d["verified"]) for d in data] == [(70, False)]  # only the pid the lock names
+  assert main(["amd", "list"], machine.host()) == 0
+  assert "pid 70 (someone-elses) [unverified]" in capsys.readouterr().out

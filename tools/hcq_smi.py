@@ -232,7 +232,7 @@ def cmd_list(host: Host, v: Vendor, args) -> int:
   bs = boards(host, v)
   lines = [f"no {v.label} GPU found"] if not bs else []
   for b in bs:
-    owner = ", ".join(f"pid {o['pid']} ({o['cmdline']})" for o in b["owner"]) or b["lock"]
+    owner = ", ".join(f"pid {o['pid']} ({o['cmdline']})" + ("" if o["verified"] else " [unverified]") for o in b["owner"]) or b["lock"]
     lines.append(f"{b['bus']}  {b['name']:<24} {b['device_id']:#06x}  driver={b['driver'] or '-':<8} owner={owner}")
     lines += [f"    {k:<4} {'usable' if w is True else w}" for k, w in b["ifaces"].items()]
   _emit(args, bs, lines)
