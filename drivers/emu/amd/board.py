@@ -75,8 +75,7 @@ class AMDBoard:
   def _build(self) -> None:
     from rawgpu.drivers.emu.amd.nbio import NBIO
     self.nbio = NBIO(self)
-    wgp = max(1, -(-self.cus // (2 * self.asic.num_se * self.asic.num_sa_per_se)))
-    self.discovery_blob = discovery.build(self.asic, wgp)
+    self.discovery_blob = discovery.build(self.asic, self.asic.wgp_per_sa)   # physical shape; harvesting is in CC_GC_SHADER_ARRAY_CONFIG
     off = self.vram_size - discovery.DISCOVERY_TMR_OFFSET
     self.vram[off:off + len(self.discovery_blob)] = self.discovery_blob
     self.blocks: list[Any] = [self.nbio]

@@ -240,6 +240,16 @@ class GFX:
     self.scratch_lo, self.scratch_hi = r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_LO"), r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_HI")
     self.use_thread_dims = t["regCOMPUTE_DISPATCH_INITIATOR"].fields["USE_THREAD_DIMENSIONS"][1]
     self.autoload_done = False
+    # WGP harvesting per shader array, read through GRBM_GFX_INDEX (gfx_v11_0_get_cu_active_bitmap_per_sh)
+    a = board.asic
+    nsa, active = a.num_se * a.num_sa_per_se, max(1, board.cus // 2)
+    per = [active // nsa + (1 if i < active % nsa else 0) for i in range(nsa)]
+    full = (1 << a.wgp_per_sa) - 1
+    self.inactive = {(i // a.num_sa_per_se, i % a.num_sa_per_se): full & ~((1 << n) - 1) for i, n in enumerate(per)}
+    self.gfx_index = t["regGRBM_GFX_INDEX"]
+    self.a_gfx_index = r.addr("gc", "regGRBM_GFX_INDEX")
+    self.f_inactive = t["regCC_GC_SHADER_ARRAY_CONFIG"].fields["INACTIVE_WGPS"]
+    r.hook("gc", "regCC_GC_SHADER_ARRAY_CONFIG", rd=self._cc_rd, wr=lambda a_, v: None)
     self.a_sched = r.addr("gc", "regRLC_CP_SCHEDULERS")
     mqd_mod = __import__(f"rawgpu.autogen.amd.mqd_v{board.asic.version(11)[0]}", fromlist=["x"])
     mqd_t = getattr(mqd_mod, f"v{board.asic.version(11)[0]}_compute_mqd")
@@ -276,6 +286,10 @@ class GFX:
       q.active = False; bank[self.a_active] = 0
     elif a in (self.a_wptr_lo, self.a_wptr_hi) and q is not None and q.active:
       q.wptr = bank.get(self.a_wptr_lo, 0) | (bank.get(self.a_wptr_hi, 0) << 32)
+
+  def _cc_rd(self, a: int) -> int:
+    d = self.gfx_index.decode(self.b.regs.vals.get(self.a_gfx_index, 0))
+    return (self.inactive.get((d["SE_INDEX"], d["SA_INDEX"]), 0) << self.f_inactive[0]) & self.f_inactive[1]
 
   def _vm_rd(self, a: int) -> int: return self.vm_banks.get(self.sel[3], {}).get(a, 0)
   def _vm_wr(self, a: int, v: int) -> None: self.vm_banks.setdefault(self.sel[3], {})[a] = v
