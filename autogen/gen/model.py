@@ -134,6 +134,7 @@ class Builder:
     self.typedef_name: dict[tuple, str] = {}
     self.type_sizes: dict[str, int] = {}
     self.tag_names: dict[str, tuple] = {}
+    self.enum_type: dict[str, str] = {}
 
   # ---- helpers
   def loc(self, c) -> tuple:
@@ -188,6 +189,7 @@ class Builder:
           for e in c.get_children():
             if e.kind == ci.CursorKind.ENUM_CONSTANT_DECL:
               self.enums[e.spelling] = (e.enum_value, self.loc(e), self.in_headers(e))
+              self.enum_type[e.spelling] = c.spelling
         elif k == ci.CursorKind.TYPEDEF_DECL:
           t = c.underlying_typedef_type.get_canonical()
           d = t.get_declaration()
@@ -416,14 +418,20 @@ class Builder:
     self.collect()
     keep = re.compile(self.r.keep) if self.r.keep else None
     drop = re.compile(self.r.drop) if self.r.drop else None
-    wanted = lambda n: (keep is None or keep.search(n)) and not (drop and drop.search(n))
+    only = {h: re.compile(rx) for h, rx in self.r.only}
+
+    def wanted(n: str, file: str = "") -> bool:
+      if file in only and not (only[file].search(n) or only[file].search(self.enum_type.get(n, "") or "\0")):
+        return False
+      return bool((keep is None or keep.search(n)) and not (drop and drop.search(n)))
     # records
     tops = []
     for decl, ns in self.top_records():
       tag = self.tag(decl)
       nm = tag or self.typedef_name.get(self.key(decl), "").split("::")[-1]
       td = self.typedef_name.get(self.key(decl), "").split("::")[-1]
-      if nm and (wanted(nm) or (td and wanted(td))):
+      f = self.loc(decl)[0]
+      if nm and (wanted(nm, f) or (td and wanted(td, f))):
         try:
           tops.append(self.record(decl, None, "", ns))
         except NotImplementedError as e:
@@ -431,11 +439,11 @@ class Builder:
     # constants: enums and object-like macros of the recipe's own headers
     consts: dict[str, Const] = {}
     for n, (v, loc, mine) in self.enums.items():
-      if mine and wanted(n): consts[n] = Const(n, v, loc)
+      if mine and wanted(n, loc[0]): consts[n] = Const(n, v, loc)
     funcs: dict[str, Func] = {}
     hdr_rel = set(self.r.headers)
     for n, (params, body, loc) in self.macros.items():
-      if loc[0] not in hdr_rel or not wanted(n) or n.startswith("_") and n.endswith("_H_"): continue
+      if loc[0] not in hdr_rel or not wanted(n, loc[0]) or n.startswith("_") and n.endswith("_H_"): continue
       try:
         node = self.parsed(n)
       except cexpr.NotExpr:

@@ -17,6 +17,7 @@ class Recipe:
   drop: str = ""                    # regex: leave these out
   cxx: bool = False                 # parse and check as C++ (LLVM headers)
   stubs: tuple[tuple[str, str], ...] = ()  # (path, text) of stand-in headers put on the include path first
+  only: tuple[tuple[str, str], ...] = ()  # (header, regex): from that header keep only names (or enum types) matching
   ioctl_args: tuple[tuple[str, str], ...] = ()  # (ioctl, struct) where the header's _IO() does not name the type
   doc: str = ""
 
@@ -68,8 +69,10 @@ def _amd(module: str, *headers: str, **kw) -> Recipe:
 
 
 RECIPES: tuple[Recipe, ...] = (
-  _amd("amd.pm4", f"{AMDGPU}/nvd.h", doc="PM4 packets for gfx10+ (nvd.h): PACKET3 opcodes and field builders"),
-  _amd("amd.pm4_soc15", f"{AMDGPU}/soc15d.h", doc="PM4 packets for gfx9 (soc15d.h)"),
+  _amd("amd.pm4", f"{AMDGPU}/nvd.h", f"{AMDINC}/soc21_enum.h", only=((f"{AMDINC}/soc21_enum.h", r"^VGT_EVENT_TYPE$"),),
+       doc="PM4 packets for gfx10+ (nvd.h): PACKET3 opcodes and field builders; VGT event types (soc21_enum.h)"),
+  _amd("amd.pm4_soc15", f"{AMDGPU}/soc15d.h", f"{AMDINC}/vega10_enum.h",
+       only=((f"{AMDINC}/vega10_enum.h", r"^VGT_EVENT_TYPE$"),), doc="PM4 packets for gfx9 (soc15d.h); VGT event types"),
   _amd("amd.sdma_v6", f"{AMDGPU}/sdma_v6_0_0_pkt_open.h", doc="SDMA 6 (and 7) packets: opcodes and field macros"),
   _amd("amd.sdma_v5", f"{AMDGPU}/navi10_sdma_pkt_open.h", doc="SDMA 5 packets"),
   _amd("amd.sdma_v4", f"{AMDGPU}/vega10_sdma_pkt_open.h", doc="SDMA 4 packets"),
