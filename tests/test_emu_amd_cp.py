@@ -99,6 +99,8 @@ def test_unknown_opcode_halts_queue(d, P):
   assert d.vram.read32(0x350000) == 0 and q.hqd("regCP_HQD_PQ_RPTR") == 0   # stuck on the bad packet
   e = struct.unpack_from("<8I", d.vram.mem, ring)
   assert e[0] & 0xff == 0x14 and (e[0] >> 8) & 0xff == 183                  # CP_BAD_OPCODE_ERROR
+  st = d.rd("gc", "regCP_ME1_PIPE0_INT_STATUS")
+  assert d.f("gc", "regCP_ME1_PIPE0_INT_STATUS", st, "OPCODE_ERROR_INT_STATUS") == 1
   q.submit(pkt3(P["PACKET3_NOP"], [0]))
   q.run()
   assert q.hqd("regCP_HQD_PQ_RPTR") == 0                                   # stays hung

@@ -111,14 +111,17 @@ class AMDBoard:
 
   # ---- register BAR
   def _reg_read(self, off: int, width: int) -> int:
-    if self.removed or not self.cfg.mem_enabled: return ALL_ONES[width]
+    if self.removed or not self.cfg.b[4] & 0x2: return ALL_ONES[width]      # removed, or memory decode off
     r = self.regs
-    if width == 4: return r.read(off >> 2)
+    if width == 4:
+      a = off >> 2
+      h = r.rd.get(a)
+      return h(a) if h is not None else r.vals.get(a, 0)
     if width == 8: return r.read(off >> 2) | (r.read((off >> 2) + 1) << 32)
     return (r.read(off >> 2) >> (8 * (off & 3))) & ALL_ONES[width]
 
   def _reg_write(self, off: int, width: int, value: int) -> None:
-    if self.removed or not self.cfg.mem_enabled: return
+    if self.removed or not self.cfg.b[4] & 0x2: return
     if self.nbio.remap_write(off): return
     with self.lock:
       r = self.regs

@@ -45,11 +45,11 @@ class ConfigSpace:
   def _r32(self, off: int) -> int: return int.from_bytes(self.b[off:off + 4], "little")
 
   @property
-  def command(self) -> int: return int.from_bytes(self.b[4:6], "little")
+  def command(self) -> int: return self.b[4] | (self.b[5] << 8)
   @property
-  def bus_master(self) -> bool: return bool(self.command & CMD_MASTER)
+  def bus_master(self) -> bool: return bool(self.b[4] & CMD_MASTER)
   @property
-  def mem_enabled(self) -> bool: return bool(self.command & CMD_MEMORY)
+  def mem_enabled(self) -> bool: return bool(self.b[4] & CMD_MEMORY)
 
   def _rebar_ctl_sync(self) -> None:
     size = self.bars[0][0]()

@@ -219,7 +219,7 @@ class GFX:
     f = t["regCP_ME1_PIPE0_INT_CNTL"].fields
     self.ts_int_en, self.opcode_int_en = f["TIME_STAMP_INT_ENABLE"][1], f["OPCODE_ERROR_INT_ENABLE"][1]
     st = t["regCP_ME1_PIPE0_INT_STATUS"].fields if "regCP_ME1_PIPE0_INT_STATUS" in t else {}
-    self.opcode_err_stat = st.get("OPCODE_ERROR_INT_STAT", (0, 0))[1]
+    self.opcode_err_stat = st.get("OPCODE_ERROR_INT_STATUS", (0, 0))[1]
     r.hook("gc", "regCP_STAT", rd=self._cp_stat)
     r.hook("gc", "regGRBM_SOFT_RESET", wr=self._soft_reset)
     self.cp_stat_busy = t["regCP_STAT"].fields["MEQ_BUSY"][1] | t["regCP_STAT"].fields["ROQ_RING_BUSY"][1]
