@@ -49,8 +49,8 @@ def scan(vendor: int | None = None, devices: set[int] | None = None, cls_prefix:
   return out
 
 
-def lock_path(prefix: str, bus: str) -> str:
-  return os.path.join(tempfile.gettempdir(), f"{prefix}_{check_bus(bus)}.lock")
+def lock_path(prefix: str, bus: str, system: System = SYSTEM) -> str:
+  return os.path.join(system.lock_dir or tempfile.gettempdir(), f"{prefix}_{check_bus(bus)}.lock")
 
 
 def lock_owner(path: str, system: System = SYSTEM) -> int | None:
@@ -63,7 +63,7 @@ def lock_owner(path: str, system: System = SYSTEM) -> int | None:
 class DeviceLock:
   """The per-device owner lock `<tmpdir>/<prefix>_<bus>.lock`: held by the owning process, holds its pid."""
   def __init__(self, prefix: str, bus: str, system: System = SYSTEM):
-    self.path, self.system, self.bus = lock_path(prefix, bus), system, bus
+    self.path, self.system, self.bus = lock_path(prefix, bus, system), system, bus
     # O_NOFOLLOW: never follow a link another user planted; the file itself is only ever written by its owner.
     try: self.fd = system.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as e: raise RawGPUError(f"cannot open lock file {self.path} for {bus}: {e.strerror} (remove it if it is a symlink or not yours)") from e

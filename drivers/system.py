@@ -50,6 +50,7 @@ class System:
     self.mounts: dict[str, Provider] = {}
     self.vfds: dict[int, VFile] = {}
     self.host_memory: HostMemory | None = None
+    self.lock_dir: str | None = None  # where device owner locks live (None: the system temp dir)
 
   # ---- mounts
   def mount(self, prefix: str, provider: Provider) -> None:

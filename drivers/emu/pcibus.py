@@ -4,7 +4,7 @@ The driver sees only what Linux shows for a real board (vendor/device/class file
 reaches the board only through config space, BAR mappings and the bus addresses of host pages it allocated.
 """
 from __future__ import annotations
-import ctypes, mmap, os, threading
+import atexit, ctypes, mmap, os, shutil, tempfile, threading
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 from rawgpu.drivers.mmio import HookMMIO, MMIO, MemMMIO
@@ -189,6 +189,9 @@ class VirtualBus:
 
   def __post_init__(self):
     self.system.host_memory = self.host
+    # the boards live in this process: their owner locks must not collide with another process's virtual boards
+    self.system.lock_dir = tempfile.mkdtemp(prefix=f"rawgpu-mockpci-{os.getpid()}-")
+    atexit.register(shutil.rmtree, self.system.lock_dir, True)
     self._dirs: dict[str, BoardSysfs] = {}
     self.system.mount(SYSFS_PCI, DevicesDir(self._dirs))
 
