@@ -168,7 +168,7 @@ class AMDBoard:
 
   def _worker(self) -> None:
     while not self._stop:
-      busy = any(e.busy() for e in self.engines)
+      busy = self._mode1_pending or any(e.busy() for e in self.engines)
       self._event.wait(0.0005 if busy else 0.05)
       self._event.clear()
       while not self._stop and self._pass(): pass
@@ -178,12 +178,16 @@ class AMDBoard:
     for e in list(self.engines):
       if self.removed: return False
       with self.lock: progressed |= bool(e.step())
-    if self._mode1_pending:
+    if self._mode1_pending and (self.clock.now() >= self._mode1_at):
       self._mode1_pending = False
       self._mode1_reset()
+      return True
     return progressed
 
-  def request_mode1_reset(self) -> None: self._mode1_pending = True
+  MODE1_DELAY_TICKS = 500_000      # 5 ms of GPU time: the SMU answers the message first, then the ASIC goes down
+
+  def request_mode1_reset(self) -> None:
+    self._mode1_pending, self._mode1_at = True, self.clock.now() + self.MODE1_DELAY_TICKS
 
   def _mode1_reset(self) -> None:
     # Mode 1: the whole ASIC but the PCI configuration restarts; firmware is gone, VRAM keeps its content.
@@ -215,7 +219,7 @@ class AMDBoard:
   def run_until_idle(self, max_steps: int = 100_000) -> int:
     """Step until no engine makes progress; returns the number of steps taken."""
     n = 0
-    while n < max_steps and self.step(): n += 1
+    while n < max_steps and (self.step() or self._mode1_pending): n += 1
     return n
 
   def stop_worker(self) -> None:
