@@ -34,7 +34,7 @@ class Device:
   # ---- memory
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
     if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
-    return Buffer(self, self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access or host))
+    return Buffer(self, self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access or host), 0, size)
 
   def new_signal(self, name: str = "signal") -> Signal:
     if not self._free_signals:

@@ -51,7 +51,7 @@ class HWQueue:
     """Place the words in GPU memory: a submit is then one indirect-buffer packet, and patches go straight there."""
     words = self._finalize()
     mem = dev.iface.alloc(len(words) * 4, host=True, uncached=True)
-    view = mem.cpu.cast("I")
+    view = mem.cpu.view(0, len(words) * 4).cast("I")
     view[:] = words
     self._words, self._bound = view, mem
     return self

@@ -1,0 +1,143 @@
+"""The hcq suite end to end on the emulated boards: the real AM driver boots MOCKPCI with the real firmware."""
+import os
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from rawgpu import kernels
+from rawgpu.errors import RawGPUError
+from rawgpu.hcq.graph import Graph
+from rawgpu.hcq.patch import Var
+
+ARCHS = ["gfx1100", "gfx1201"]
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def dev(request):
+  from conftest import find_firmware
+  fw = find_firmware()
+  if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
+  os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
+  from rawgpu.hcq.device import Device
+  d = Device(f"MOCKPCI+AMD::{request.param}")
+  yield d
+  d.close()
+
+
+def prog(dev, name, kernel=None):
+  return dev.program(kernels.path(dev.props.arch, name).read_bytes(), kernel)
+
+
+def test_props(dev):
+  p = dev.props
+  assert p.vendor == "AMD" and p.iface == "MOCKPCI" and p.emulated and p.vram_size > 0 and p.compute_units > 0
+  assert p.ip_versions["gc"][0] == (11 if p.arch == "gfx1100" else 12)
+
+
+def test_signal_wait_from_host(dev):
+  s, done = dev.new_signal("host"), dev.new_signal("done")
+  q = dev.compute_queue().wait(s, 5).signal(done, 7)
+  q.submit(dev)
+  s.value = 5
+  done.wait(7, timeout_ms=5000)
+  assert done.value == 7
+
+
+def test_copy_roundtrip_odd_sizes(dev):
+  rng = np.random.default_rng(1)
+  for size, off in ((1, 0), (3, 5), (4097, 3), (1 << 16, 0), (300_001, 1000)):
+    data = rng.integers(0, 256, size, dtype=np.uint8)
+    buf = dev.alloc(size + off + 7)
+    buf.view(off, size).copyin(data)
+    assert np.array_equal(buf.view(off, size).numpy(), data)
+
+
+def test_long_copy_crosses_staging(dev):
+  data = np.random.default_rng(2).integers(0, 2**32, (5 << 20) // 4, dtype=np.uint32)  # > two staging buffers
+  buf = dev.alloc(data.nbytes).copyin(data)
+  assert np.array_equal(buf.numpy(np.uint32), data)
+
+
+def test_device_to_device_transfer(dev):
+  data = np.arange(10000, dtype=np.uint32)
+  a, b = dev.alloc(data.nbytes).copyin(data), dev.alloc(data.nbytes)
+  dev.transfer(b, a)
+  assert np.array_equal(b.numpy(np.uint32), data)
+
+
+def test_vadd_matches_numpy(dev):
+  n = 3000  # not a multiple of the workgroup: the kernel's bounds check matters
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+  A, B, C = dev.alloc(4 * n).copyin(a), dev.alloc(4 * n).copyin(b), dev.alloc(4 * n)
+  t = prog(dev, "vadd", "vadd_f32")(A, B, C, n, global_size=(n + 127) // 128, local_size=128, timing=True)
+  assert t > 0
+  assert np.array_equal(C.numpy(np.float32), a + b)
+
+
+def test_two_kernels_100_times(dev):
+  n = 256
+  x = np.arange(n, dtype=np.float32)
+  X, Y = dev.alloc(4 * n).copyin(x), dev.alloc(4 * n).copyin(np.zeros(n, np.float32))
+  saxpy = prog(dev, "saxpy")
+  vadd = prog(dev, "vadd", "vadd_f32")
+  for _ in range(100):
+    saxpy(2.0, X, Y, n, global_size=2, local_size=128)  # y = 2x + y
+    vadd(Y, X, Y, n, global_size=2, local_size=128)
+  dev.synchronize()
+  ref = np.zeros(n, np.float32)
+  for _ in range(100): ref = (np.float32(2.0) * x + ref) + x
+  assert np.array_equal(Y.numpy(np.float32), ref)
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 700), value=st.integers(0, 2**32 - 1), local=st.sampled_from([32, 64, 256]))
+def test_fill_with_updated_arguments(dev, n, value, local):
+  fill = prog(dev, "fill")
+  buf = dev.alloc(4 * (n + 16))
+  buf.copyin(np.full(n + 16, 0xabababab, np.uint32))
+  fill(buf, value, n, global_size=(n + local - 1) // local, local_size=local, wait=True)
+  out = buf.numpy(np.uint32)
+  assert np.all(out[:n] == value) and np.all(out[n:] == 0xabababab)
+
+
+def test_bound_queue_and_patching(dev):
+  s = dev.new_signal("bound")
+  q = dev.compute_queue().signal(s, Var("v")).bind(dev)
+  for v in (3, 9, 1 << 20):
+    q.submit(dev, {"v": v})
+    s.wait(v, timeout_ms=5000)
+    assert s.value == v
+
+
+def test_graph_replay_with_new_inputs(dev):
+  n = 512
+  vadd = prog(dev, "vadd", "vadd_f32")
+  g = Graph(dev)
+  a_in, out = g.input("a"), dev.alloc(4 * n)
+  b = dev.alloc(4 * n).copyin(np.ones(n, np.float32))
+  for _ in range(10): g.exec(vadd, a_in, b, out, n, global_size=n // 128, local_size=128)
+  for k in range(3):
+    a = dev.alloc(4 * n).copyin(np.full(n, k, np.float32))
+    dev.wait_timeline(g.replay(a=a))
+    assert np.array_equal(out.numpy(np.float32), np.full(n, k + 1, np.float32))
+  with pytest.raises(RawGPUError, match="no input"): g.replay(zz=1)
+
+
+def test_timeline_wraps(dev):
+  from rawgpu.hcq.device import TIMELINE_LIMIT
+  dev.synchronize()
+  dev.timeline.value = dev.timeline_value = TIMELINE_LIMIT - 3
+  dev.timeline_value += 1
+  fill = prog(dev, "fill")
+  buf = dev.alloc(4 * 64)
+  for v in range(6): fill(buf, v, 64, global_size=1, local_size=64)
+  dev.synchronize()
+  assert dev.timeline_value < 100 and np.all(buf.numpy(np.uint32) == 5)
+
+
+def test_free_waits_for_queued_work(dev):
+  fill = prog(dev, "fill")
+  buf = dev.alloc(4 * 4096)
+  fill(buf, 1, 4096, global_size=16, local_size=256)
+  buf.free()
+  assert buf.freed and dev.timeline.value >= buf.last_use
