@@ -118,7 +118,9 @@ class Builder:
   def __init__(self, recipe: Recipe, root: pathlib.Path, prelude_path: pathlib.Path):
     import clang.cindex as ci
     self.ci, self.r, self.root = ci, recipe, root
-    self.headers = [str(h) for h in recipe.header_paths(root)]
+    named = recipe.header_names(root)
+    self.headers = [str(p) for _, p in named]
+    self.header_rel = [n for n, _ in named]
     self.roots = sorted({str(root)} | {str(pathlib.Path(h).parent) for h in self.headers}, key=len)
     src = prelude_path.parent / "rawgpu_tu.c"
     text = f'#include "{prelude_path}"\n' + "".join(f'#include "{h}"\n' for h in self.headers)
@@ -146,7 +148,7 @@ class Builder:
     rel = pathlib.Path(name).name
     try: rel = str(pathlib.Path(name).relative_to(self.root))
     except ValueError:
-      if name in self.headers: rel = self.r.headers[self.headers.index(name)]
+      if name in self.headers: rel = self.header_rel[self.headers.index(name)]
     return rel
 
   def in_headers(self, c) -> bool:
@@ -441,7 +443,7 @@ class Builder:
     for n, (v, loc, mine) in self.enums.items():
       if mine and wanted(n, loc[0]): consts[n] = Const(n, v, loc)
     funcs: dict[str, Func] = {}
-    hdr_rel = set(self.r.headers)
+    hdr_rel = set(self.header_rel)
     for n, (params, body, loc) in self.macros.items():
       if loc[0] not in hdr_rel or not wanted(n, loc[0]) or n.startswith("_") and n.endswith("_H_"): continue
       try:

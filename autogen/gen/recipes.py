@@ -21,10 +21,20 @@ class Recipe:
   ioctl_args: tuple[tuple[str, str], ...] = ()  # (ioctl, struct) where the header's _IO() does not name the type
   doc: str = ""
 
-  def header_paths(self, root: pathlib.Path) -> list[pathlib.Path]:
-    """Absolute header paths; an entry "source:path" names a header of another fetched source."""
+  def header_names(self, root: pathlib.Path) -> list[tuple[str, pathlib.Path]]:
+    """(name, absolute path) of each header; "source:path" names another fetched source; "dir/*.h" globs (sorted)."""
     from rawgpu.autogen.fetch import header_root
-    return [header_root(h.split(":", 1)[0]) / h.split(":", 1)[1] if ":" in h else root / h for h in self.headers]
+    out = []
+    for h in self.headers:
+      src, rel = h.split(":", 1) if ":" in h else ("", h)
+      base = header_root(src) if src else root
+      paths = sorted(base.glob(rel)) if "*" in rel else [base / rel]
+      if not paths: raise FileNotFoundError(f"{self.module}: no header matches {h}")
+      out += [(f"{src}:{p.relative_to(base)}" if src else str(p.relative_to(base)), p) for p in paths]
+    return out
+
+  def header_paths(self, root: pathlib.Path) -> list[pathlib.Path]:
+    return [p for _, p in self.header_names(root)]
 
   def clang_args(self, root: pathlib.Path, stubdir: pathlib.Path) -> list[str]:
     from rawgpu.autogen.fetch import header_root
@@ -159,6 +169,20 @@ RECIPES += (
   _nv("nv.clc6c0", f"{NVDOC}/compute/clc6c0.h", doc="AMPERE_COMPUTE_A methods"),
   _nv("nv.clc7c0", f"{NVDOC}/compute/clc7c0.h", doc="AMPERE_COMPUTE_B methods"),
   _nv("nv.clcbc0", f"{NVDOC}/compute/clcbc0.h", doc="HOPPER_COMPUTE_A methods"),
+  _nv("nv.classes", *(f"{NVSDK}/class/{c}.h" for c in (
+        "cl0000", "cl0040", "cl0070", "cl003e", "cl503b", "cl503c", "cl83de", "cl90f1", "cla06c", "cla06f", "clc36f",
+        "clc46f", "clc6b5", "clc7b5", "clc8b5")),
+      doc="class ids and allocation parameters of the other RM objects a compute client creates (memory, VA space, "
+          "channel group, GPFIFO, copy engines); cl0080/cl2080/clc56f/clc86f/compute classes have their own modules"),
+  _nv("nv.ctrl0000", *(f"{NVSDK}/ctrl/ctrl0000/ctrl0000{c}.h" for c in ("base", "client", "gpu", "system", "unix")),
+      doc="NV01_ROOT controls (client, GPU ids, system, unix fds)"),
+  _nv("nv.ctrl0080", f"{NVSDK}/ctrl/ctrl0080/*.h", doc="NV01_DEVICE_0 controls"),
+  _nv("nv.ctrl2080", *(f"{NVSDK}/ctrl/ctrl2080/ctrl2080{c}.h" for c in (
+        "base", "bus", "ce", "event", "fb", "fifo", "gpu", "gr", "mc", "rc", "tmr")),
+      doc="NV20_SUBDEVICE_0 controls (bus, ce, event, fb, fifo, gpu, gr, mc, rc, tmr)"),
+  _nv("nv.ctrl", f"{NVSDK}/ctrl/ctrla06c.h", f"{NVSDK}/ctrl/ctrla06f.h", f"{NVSDK}/ctrl/ctrla06f/*.h",
+      f"{NVSDK}/ctrl/ctrlc36f.h", f"{NVSDK}/ctrl/ctrl83de.h", f"{NVSDK}/ctrl/ctrl83de/*.h", f"{NVSDK}/ctrl/ctrl90f1.h",
+      doc="channel group (a06c), GPFIFO (a06f, c36f work submit token), debugger (83de), VA space (90f1) controls"),
   _nv("nv.qmd", f"{NVDOC}/compute/clc6c0qmd.h", f"{NVDOC}/compute/clc7c0qmd.h", f"{NVDOC}/compute/clc9c0qmd.h",
       f"{NVDOC}/compute/clcbc0qmd.h", doc="QMD layouts (Ampere V03, Ada, Hopper V04) as (hi, lo) bit ranges"),
 )
