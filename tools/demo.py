@@ -15,7 +15,8 @@ def open_demo_device(dev: str | None):
   if dev: return Device(dev), False
   try: return Device("AMD"), False
   except DeviceNotFound as e:
-    _say(f"no real GPU usable ({str(e).splitlines()[0]}); using the built-in emulated GPU (MOCKPCI+AMD)")
+    why = "; ".join(line.strip() for line in str(e).splitlines()[1:] if line.startswith("  "))
+    _say(f"no real GPU usable ({why}); using the built-in emulated GPU (MOCKPCI+AMD)")
     return Device("MOCKPCI+AMD"), True
 
 

@@ -85,15 +85,16 @@ class AMDProgram:
     check_launch(self.kernel, l, self.limits)
     dev, be = self.dev, self.backend
     ka_va, ka_view = be.kernargs.alloc(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
-    value = dev.next_timeline()
-    self._pack_args(ka_view, args, g, l, value)
-    values = {"kernargs": ka_va, "timeline": value}
+    self._pack_args(ka_view, args, g, l, dev.timeline_value)  # may raise: take the timeline value only after
+    values = {"kernargs": ka_va}
     if self.needs_dispatch:
       fill_dispatch_packet(ka_view[self.dispatch_offset:], self, g, l, ka_va)
       values["dispatch"] = ka_va + self.dispatch_offset
     key = (g, l, timing)
     q = self._templates.get(key)
     if q is None: q = self._templates[key] = be.exec_template(self, g, l, timing)
+    values = {k: v for k, v in values.items() if k in q.vars}
+    values["timeline"] = value = dev.next_timeline()
     q.submit(dev, values)
     if not (wait or timing): return None
     dev.wait_timeline(value)
