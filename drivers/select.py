@@ -23,13 +23,30 @@ def _amd_mockpci(spec: DevSpec) -> list[Iface]:
   return [AMIface(buses[i], vbus.system) for i in _pick(spec, len(buses))]
 
 
+def _amd_kfd(spec: DevSpec, system=None) -> list[Iface]:
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.drivers.kfd.topology import gpu_nodes
+  from rawgpu.drivers.system import SYSTEM
+  system = system or SYSTEM
+  KFDIface.check_present(system)
+  return [KFDIface(i, system) for i in _pick(spec, len(gpu_nodes(system)))]
+
+
+def _amd_mockkfd(spec: DevSpec) -> list[Iface]:
+  from rawgpu.drivers.emu.mockkfd import mock_kfd
+  from rawgpu.drivers.kfd import KFDIface
+  want = max(spec.indices) + 1 if spec.indices else 1
+  system = mock_kfd(spec.arch or "gfx1100", want)
+  return [KFDIface(i, system) for i in _pick(spec, want)]
+
+
 def _pick(spec: DevSpec, n: int) -> list[int]:
   idx = list(spec.indices) if spec.indices else [0]
   if max(idx) >= n: raise DeviceNotFound(f"DEV={spec}: device index {max(idx)} asked for, but only {n} device(s) found")
   return idx
 
 
-OPENERS = {("AMD", "PCI"): _amd_pci, ("AMD", "MOCKPCI"): _amd_mockpci}
+OPENERS = {("AMD", "PCI"): _amd_pci, ("AMD", "MOCKPCI"): _amd_mockpci, ("AMD", "KFD"): _amd_kfd, ("AMD", "MOCKKFD"): _amd_mockkfd}
 
 
 def open_ifaces(spec: str | DevSpec) -> list[Iface]:

@@ -1,0 +1,74 @@
+"""MOCKKFD: /dev/kfd, /dev/dri/renderD* and the KFD topology of emulated AMD boards, in a System of their own.
+
+The boards are the same emulated GPU as MOCKPCI (drivers/emu/amd on the process's virtual PCI bus); the kernel
+side (drivers/emu/mockkfd/kernel.py) boots them with rawgpu's AM driver, as amdgpu would, and plays amdkfd.
+
+  from rawgpu.drivers.emu.mockkfd import mock_kfd
+  system = mock_kfd("gfx1100", count=1)          # a System with /dev/kfd and sysfs mounted
+  iface = KFDIface(0, system)
+"""
+from __future__ import annotations
+import threading
+from rawgpu.drivers.system import System
+
+TOPOLOGY_ROOT = "/sys/devices/virtual/kfd/kfd/topology"
+_lock = threading.Lock()
+_machines: dict[str, "MockMachine"] = {}
+
+
+class _LockFile:
+  def __init__(self): self.store = bytearray()
+  def open(self, rel: str, flags: int):
+    from rawgpu.drivers.emu.mockkfd.sysfs import MemFile
+    return MemFile(self.store)
+  def listdir(self, rel: str) -> list[str]: raise NotADirectoryError(20, rel)
+  def readlink(self, rel: str) -> str: raise OSError(22, "not a link")
+  def exists(self, rel: str) -> bool: return rel == ""
+
+
+class MockMachine:
+  """A machine with `count` boards of one arch, amdgpu loaded (booted) and /dev/kfd present."""
+  def __init__(self, arch: str, count: int):
+    from rawgpu.drivers.am.device import AMDevice
+    from rawgpu.drivers.emu.amd import AMDBoard
+    from rawgpu.drivers.emu.mockkfd.kernel import GPU, Kernel
+    from rawgpu.drivers.emu.mockkfd.sysfs import Tree
+    from rawgpu.drivers.emu.mockpci import vram_size
+    from rawgpu.drivers.emu.pcibus import VirtualBus
+    from rawgpu.drivers.pci import lock_path
+    # a bus of its own: these boards belong to the emulated kernel, never to a MOCKPCI opener in the same process
+    self.vbus = vbus = VirtualBus()
+    buses = [vbus.plug(AMDBoard(arch=arch, host=vbus.host, vram_size=vram_size())) for _ in range(count)]
+    for bus in buses:   # owner locks of emulated boards are private to this process (a real /tmp file would collide)
+      vbus.system.mount(lock_path("am", bus), _LockFile())
+    self.gpus = [GPU(AMDevice(bus, vbus.system), node=i + 1, render_minor=128 + i) for i, bus in enumerate(buses)]
+    self.system = System()
+    self.system.host_memory = vbus.system.host_memory
+    self.kernel = Kernel(self.gpus, vbus.system.host_memory, self.system)
+    from rawgpu.drivers.emu.mockkfd.kernel import KFDFile, RenderFile
+    topo = {"nodes/0/gpu_id": "0\n", "nodes/0/properties": "cpu_cores_count 16\nsimd_count 0\nmem_banks_count 1\n",
+            "system_properties": "platform_oem 0\nplatform_id 0\nplatform_rev 0\n", "generation_id": "1\n"}
+    drm, dri = {}, {}
+    for g in self.gpus:
+      topo.update(g.topology_files(f"nodes/{g.node}"))
+      drm.update(g.ip_files(f"renderD{g.render_minor}/device/ip_discovery/die/0"))
+      dri[f"renderD{g.render_minor}"] = (lambda g: lambda flags: RenderFile(g))(g)
+    self.system.mount("/dev/kfd", Tree(nodes={"": lambda flags: KFDFile(self.kernel)}))
+    self.system.mount("/dev/dri", Tree(nodes=dri))
+    self.system.mount(TOPOLOGY_ROOT, Tree(topo))
+    self.system.mount("/sys/class/drm", Tree(drm))
+
+
+def machine(arch: str = "gfx1100", count: int = 1) -> MockMachine:
+  """The process's emulated machine for `arch` (created on first use, with at least `count` boards)."""
+  with _lock:
+    m = _machines.get(arch)
+    if m is None or len(m.gpus) < count: m = _machines[arch] = MockMachine(arch, max(count, len(m.gpus) if m else 0))
+    return m
+
+
+def mock_kfd(arch: str = "gfx1100", count: int = 1) -> System:
+  return machine(arch, count).system
+
+
+__all__ = ["mock_kfd", "machine", "MockMachine"]

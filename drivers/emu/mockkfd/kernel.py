@@ -1,0 +1,517 @@
+"""MOCKKFD's kernel: amdkfd + amdgpu as the emulated board's host driver. It answers the ioctls, mmaps and sysfs
+reads of /dev/kfd, /dev/dri/renderD* and the KFD topology, validating arguments as kfd_chardev.c does (same errno
+for the same mistake), and uses rawgpu's AM driver as "the kernel's amdgpu" to boot the board, write page tables and
+program hardware queues. User code sees only files, ioctls and mappings.
+"""
+from __future__ import annotations
+import ctypes, errno, itertools, threading, time, zlib
+from dataclasses import dataclass, field
+from rawgpu.autogen import kfd as K
+from rawgpu.drivers.am import facts as F, mm
+from rawgpu.drivers.kfd.sizes import PAGE, align, queue_sizes
+from rawgpu.drivers.emu.mockkfd import hw
+
+MMAP_TYPE_SHIFT, GPU_ID_SHIFT = 62, 46
+MMAP_DOORBELL, MMAP_EVENTS, MMAP_MMIO = 3, 2, 0
+DOORBELL_SLICE = 2 * PAGE
+MAX_QUEUE_PERCENTAGE, MAX_QUEUE_PRIORITY, MIN_RING = 100, 15, 1024
+SIGNAL_EVENT_LIMIT, FIRST_NONSIGNAL_EVENT_ID = 4096, (0x7fffffff >> 1) + 1
+UNSIGNALED = (1 << 64) - 1
+EVENT_TYPES = {K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_NODECHANGE, K.KFD_IOC_EVENT_DEVICESTATECHANGE, K.KFD_IOC_EVENT_HW_EXCEPTION,
+               K.KFD_IOC_EVENT_SYSTEM_EVENT, K.KFD_IOC_EVENT_DEBUG_EVENT, K.KFD_IOC_EVENT_MEMORY}
+DOMAIN_FLAGS = K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | \
+               K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP
+SRC_CP_EOP = 181       # ivsrcid gfx 11: CP end of pipe
+
+
+def fail(code: int, why: str) -> OSError: return OSError(code, f"{errno.errorcode.get(code, code)}: {why}")
+
+
+@dataclass
+class BO:
+  gpu: "GPU"
+  va: int
+  size: int
+  flags: int
+  backing: object = None      # VRAM paddr, HostMem, or a list of bus addresses (userptr)
+  mmap_offset: int = 0
+  mapping: object = None      # the page-table mapping while mapped
+  queue_refs: int = 0
+
+  @property
+  def domain(self) -> int: return self.flags & DOMAIN_FLAGS
+
+
+@dataclass
+class Event:
+  id: int
+  type: int
+  auto_reset: bool
+  signaled: bool = False
+  mem: dict = field(default_factory=dict)   # memory exception data, once one happened
+
+
+@dataclass
+class UserQueue:
+  gpu: "GPU"
+  hwq: hw.HWQueue
+  bos: list[BO]
+
+
+class GPU:
+  """One emulated board as amdgpu+amdkfd see it: the AM device, its topology node and its hardware queue slots."""
+  def __init__(self, dev, node: int, render_minor: int):
+    self.dev, self.node, self.render_minor = dev, node, render_minor
+    self.gpu_id = (zlib.crc32(dev.bus.encode()) & 0xfffe) | 1
+    self.lock = threading.RLock()
+    self.compute_slots: dict[int, UserQueue] = {}
+    self.sdma_slots: dict[int, UserQueue] = {}
+    self.sdma_engines = dev.sdma.engines
+    self.mmaps: dict[int, BO] = {}
+    self._offsets = itertools.count(1)
+    gc = dev.disc.gc_info
+    from rawgpu.drivers.am.discovery import compute_units
+    cu = compute_units(gc)
+    se, sa = gc.get("gc_num_se", 1), gc.get("gc_num_sa_per_se", gc.get("gc_num_sh_per_se", 1))
+    ver = dev.ips["gc"]
+    self.gfxv = ver[0] * 10000 + ver[1] * 100 + ver[2]
+    self.props = {"cpu_cores_count": 0, "simd_count": cu * 2, "mem_banks_count": 1, "caches_count": 0, "io_links_count": 1,
+                  "max_waves_per_simd": 16, "lds_size_in_kb": 64, "gds_size_in_kb": 0, "num_gws": 64, "wave_front_size": gc.get("gc_wave_size", 32) or 32,
+                  "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": cu // max(1, se * sa), "simd_per_cu": 2,
+                  "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
+                  "location_id": self._location(dev.bus), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
+                  "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": 1,
+                  "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": dev.vram_size, "num_xcc": 1, "gpu_id": self.gpu_id}
+    s = queue_sizes(self.gfxv, cu * 2, 2, se * sa, sa)
+    self.sizes = s
+    self.props["cwsr_size"], self.props["ctl_stack_size"] = s.cwsr, s.ctl_stack
+
+  @staticmethod
+  def _location(bus: str) -> int:
+    _, b, df = bus.split(":")
+    d, f = df.split(".")
+    return (int(b, 16) << 8) | (int(d, 16) << 3) | int(f)
+
+  def mmap_offset(self, bo: BO) -> int:
+    off = next(self._offsets) << 32   # a DRM fake offset per BO (page aligned, unique on this render node)
+    self.mmaps[off] = bo
+    return off
+
+  # ---- sysfs
+  def topology_files(self, prefix: str) -> dict[str, str]:
+    props = "".join(f"{k} {v}\n" for k, v in self.props.items() if k != "gpu_id")
+    heap = 1 if self.dev.bar_size >= self.dev.vram_size else 2   # FB public (large BAR) or private
+    return {f"{prefix}/gpu_id": f"{self.gpu_id}\n", f"{prefix}/name": "gfx\n", f"{prefix}/properties": props,
+            f"{prefix}/mem_banks/0/properties": f"heap_type {heap}\nsize_in_bytes {self.dev.vram_size}\nflags 0\nwidth 0\nmem_clk_max 0\n"}
+
+  def ip_files(self, prefix: str) -> dict[str, str]:
+    out = {}
+    for dirname, name in (("GC", "gc"), ("SDMA0", "sdma"), ("MMHUB", "mmhub"), ("ATHUB", "athub"), ("OSSSYS", "osssys"), ("HDP", "hdp"),
+                          ("NBIF", "nbif"), ("MP0", "mp0"), ("MP1", "mp1"), ("SMUIO", "smuio")):
+      if not self.dev.disc.has(name): continue
+      b = self.dev.disc.find(name)
+      p = f"{prefix}/{dirname}/0"
+      out.update({f"{p}/major": f"{b.version[0]}\n", f"{p}/minor": f"{b.version[1]}\n", f"{p}/revision": f"{b.version[2]}\n",
+                  f"{p}/hw_id": f"{b.hw_id}\n", f"{p}/num_instance": f"{b.instance}\n", f"{p}/harvest": "0x0\n",
+                  f"{p}/num_base_addresses": f"{len(b.bases)}\n", f"{p}/base_addr": "".join(f"0x{a:08X}\n" for a in b.bases)})
+    return out
+
+  # ---- interrupts (the kernel's IH handler, run when a process waits)
+  def service(self, kernel: "Kernel") -> None:
+    for iv in self.dev.ih.poll():
+      if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] == SRC_CP_EOP:
+        for p in kernel.processes: p.signal_from_interrupt(iv["src_data"][0])
+      elif iv["client_id"] in (F.SOC21_IH_CLIENTID_VMC, F.SOC21_IH_CLIENTID_GFX) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
+        sd = iv["src_data"]
+        addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
+        hub = "MM" if iv["client_id"] == F.SOC21_IH_CLIENTID_VMC else "GC"
+        st = self.dev.gmc.fault_status(hub)
+        for p in kernel.processes: p.vm_fault(self, addr, write=bool(st.get("RW")))
+
+
+class Kernel:
+  """The machine's amdkfd: GPUs and the processes (one per open /dev/kfd) using them."""
+  def __init__(self, gpus: list[GPU], host_memory, system=None):
+    self.gpus, self.host_memory, self.system = gpus, host_memory, system
+    self.processes: list[Process] = []
+    self.version = (K.KFD_IOCTL_MAJOR_VERSION, K.KFD_IOCTL_MINOR_VERSION)
+
+  def gpu_by_id(self, gpu_id: int) -> GPU | None: return next((g for g in self.gpus if g.gpu_id == gpu_id), None)
+
+
+class Process:
+  def __init__(self, kernel: Kernel):
+    self.k = kernel
+    self.lock = threading.RLock()
+    self.drm: dict[int, object] = {}       # gpu_id -> acquired render-node file
+    self.runtime_enabled = False
+    self.bos: dict[int, BO] = {}           # handle -> BO
+    self._idr = itertools.count(1)
+    self.queues: dict[int, UserQueue] = {}
+    self._qids = itertools.count(0)
+    self.events: dict[int, Event] = {}
+    self.signal_bo: BO | None = None
+    self.signal_handle = 0
+    self.files = 0
+    kernel.processes.append(self)
+
+  # ---- helpers
+  def pdd(self, gpu_id: int) -> GPU:
+    g = self.k.gpu_by_id(gpu_id)
+    if g is None: raise fail(errno.EINVAL, f"no GPU with gpu_id {gpu_id}")
+    return g
+
+  def bound(self, gpu_id: int) -> GPU:
+    g = self.pdd(gpu_id)
+    if gpu_id not in self.drm: raise fail(errno.ENODEV, "ACQUIRE_VM was not called for this GPU")   # kfd_bind_process_to_device
+    return g
+
+  def lookup_mapping(self, gpu: GPU, va: int) -> BO | None:
+    page = va >> 12
+    for bo in self.bos.values():
+      if bo.gpu is gpu and bo.mapping is not None and bo.va >> 12 <= page < (bo.va + bo.size) >> 12: return bo
+    return None
+
+  def queue_buffer(self, gpu: GPU, va: int, expected: int) -> BO:
+    """kfd_queue_buffer_get: a mapped BO starting at va's page, exactly `expected` bytes long (0: any length)."""
+    bo = self.lookup_mapping(gpu, va)
+    if bo is None or va >> 12 != bo.va >> 12 or (expected and bo.size >> 12 != expected >> 12):
+      raise fail(errno.EINVAL, f"queue buffer at {va:#x}: no GPU mapping of exactly {expected:#x} bytes starts there")
+    return bo
+
+  # ---- ioctls
+  def ioctl(self, request: int, buf) -> int:
+    h = HANDLERS.get(request)
+    if h is None: raise fail(errno.ENOTTY, f"ioctl {request:#x} is not implemented by MOCKKFD")
+    with self.lock: h(self, buf)
+    return 0
+
+  def get_version(self, a) -> None: a.major_version, a.minor_version = self.k.version
+
+  def acquire_vm(self, a) -> None:
+    g = self.pdd(a.gpu_id)
+    f = self.k.system.vfds.get(a.drm_fd) if self.k.system is not None else None
+    if not isinstance(f, RenderFile) or f.gpu is not g: raise fail(errno.EINVAL, f"drm_fd {a.drm_fd} is not a render node of gpu {a.gpu_id}")
+    if a.gpu_id in self.drm:
+      if self.drm[a.gpu_id] is not f: raise fail(errno.EBUSY, "the VM was acquired with another render-node file")
+      return
+    self.drm[a.gpu_id] = f
+
+  def runtime_enable(self, a) -> None:
+    if self.runtime_enabled: raise fail(errno.EBUSY, "runtime already enabled")
+    self.runtime_enabled = True
+
+  def apertures_new(self, a) -> None:
+    if a.num_of_nodes == 0:
+      a.num_of_nodes = len(self.k.gpus); return
+    n = min(a.num_of_nodes, len(self.k.gpus))
+    if not a.kfd_process_device_apertures_ptr: raise fail(errno.EFAULT, "no apertures array")
+    arr = (K.kfd_process_device_apertures * n).from_address(a.kfd_process_device_apertures_ptr)
+    for i, g in enumerate(self.k.gpus[:n]):
+      arr[i].gpu_id, arr[i].gpuvm_base, arr[i].gpuvm_limit = g.gpu_id, mm.VA_BASE, mm.VA_BASE + mm.VA_SIZE - 1
+      arr[i].lds_base, arr[i].lds_limit = 1 << 48, (1 << 48) + (1 << 32) - 1
+      arr[i].scratch_base, arr[i].scratch_limit = 2 << 48, (2 << 48) + (1 << 32) - 1
+    a.num_of_nodes = n
+
+  def alloc_memory(self, a) -> None:
+    if a.size == 0: raise fail(errno.EINVAL, "size 0")
+    g = self.pdd(a.gpu_id)
+    flags, dev = a.flags, g.dev
+    if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC and flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and dev.bar_size < dev.vram_size:
+      raise fail(errno.EINVAL, "host-visible VRAM on a small-BAR board")
+    self.bound(a.gpu_id)
+    dom = flags & DOMAIN_FLAGS
+    if bin(dom).count("1") != 1: raise fail(errno.EINVAL, f"flags {flags:#x} name {bin(dom).count('1')} memory domains")
+    if a.va_addr % PAGE or a.size % PAGE: raise fail(errno.EINVAL, "va_addr and size must be page aligned")
+    if not mm.VA_BASE <= a.va_addr <= mm.VA_BASE + mm.VA_SIZE - a.size:
+      raise fail(errno.EINVAL, f"va {a.va_addr:#x} outside the GPUVM aperture")
+    for bo in self.bos.values():
+      if bo.gpu is g and bo.va < a.va_addr + a.size and a.va_addr < bo.va + bo.size: raise fail(errno.EINVAL, f"va {a.va_addr:#x} overlaps a BO")
+    bo = BO(g, a.va_addr, a.size, flags)
+    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
+      try: bo.backing = dev.valloc_phys(a.size, align=1 << 21 if a.size >= 1 << 21 else PAGE, cpu=bool(flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC))
+      except MemoryError as e: raise fail(errno.ENOMEM, str(e)) from None
+      dev.vram(bo.backing, a.size)[:] = bytes(a.size) if bo.backing + a.size <= dev.bar_size else b""
+      bo.mmap_offset = g.mmap_offset(bo)
+    elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT:
+      try: bo.backing = dev.pci.alloc_host(a.size)
+      except MemoryError as e: raise fail(errno.ENOMEM, str(e)) from None
+      bo.mmap_offset = g.mmap_offset(bo)
+    elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR:
+      if a.mmap_offset % PAGE: raise fail(errno.EINVAL, "userptr address not page aligned")
+      pages = [self.k.host_memory.phys(a.mmap_offset + i) for i in range(0, a.size, PAGE)] if self.k.host_memory else [None]
+      if None in pages: raise fail(errno.EFAULT, f"userptr {a.mmap_offset:#x}+{a.size:#x} is not (emulated) host memory")
+      bo.backing, bo.mmap_offset = pages, a.mmap_offset
+    elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL:
+      if a.size != DOORBELL_SLICE: raise fail(errno.EINVAL, f"doorbell BO must be {DOORBELL_SLICE} bytes")
+      bo.mmap_offset = 0   # the doorbell aperture's bus address in the kernel; not user-mappable through this BO
+    else:
+      if a.size != PAGE: raise fail(errno.EINVAL, "MMIO_REMAP BO must be one page")
+      bo.mmap_offset = (MMAP_MMIO << MMAP_TYPE_SHIFT) | (g.gpu_id << GPU_ID_SHIFT)
+    handle = (g.gpu_id << 32) | next(self._idr)
+    self.bos[handle] = bo
+    a.handle, a.mmap_offset = handle, bo.mmap_offset
+
+  def _bo(self, handle: int) -> BO:
+    self.pdd(handle >> 32)
+    bo = self.bos.get(handle)
+    if bo is None: raise fail(errno.EINVAL, f"unknown handle {handle:#x}")
+    return bo
+
+  def free_memory(self, a) -> None:
+    if self.signal_handle and a.handle == self.signal_handle: raise fail(errno.EPERM, "the signal-event BO cannot be freed")
+    bo = self._bo(a.handle)
+    if bo.mapping is not None: raise fail(errno.EBUSY, "BO is still mapped")
+    self._release(bo)
+    del self.bos[a.handle]
+
+  def _release(self, bo: BO) -> None:
+    dev = bo.gpu.dev
+    if bo.mapping is not None: self._unmap(bo)
+    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM: dev.pfree(bo.backing)
+    elif bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: dev.system.free_host(bo.backing.view)
+    bo.gpu.mmaps.pop(bo.mmap_offset, None)
+
+  def _device_ids(self, a) -> list[int]:
+    if not a.n_devices: raise fail(errno.EINVAL, "n_devices is 0")
+    if a.n_success > a.n_devices: raise fail(errno.EINVAL, "n_success exceeds n_devices")
+    if not a.device_ids_array_ptr: raise fail(errno.EFAULT, "no device array")
+    return list((ctypes.c_uint32 * a.n_devices).from_address(a.device_ids_array_ptr))
+
+  def map_memory(self, a) -> None:
+    ids = self._device_ids(a)
+    bo = self._bo(a.handle)
+    for i in range(a.n_success, a.n_devices):
+      g = self.k.gpu_by_id(ids[i])
+      if g is None or ids[i] not in self.drm: raise fail(errno.EINVAL, f"device {ids[i]} is not usable by this process")
+      if g is not bo.gpu: raise fail(errno.EINVAL, "peer mappings are not emulated")
+      if bo.mapping is None: self._map(bo)
+      a.n_success = i + 1
+
+  def _map(self, bo: BO) -> None:
+    d, dom = bo.gpu.dev, bo.domain
+    uncached = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED)
+    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM: bo.mapping = d.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
+    elif dom in (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR):
+      addrs = bo.backing.bus_addrs if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT else bo.backing
+      chunks: list[tuple[int, int]] = []
+      for x in addrs:
+        if chunks and chunks[-1][0] + chunks[-1][1] == x: chunks[-1] = (chunks[-1][0], chunks[-1][1] + PAGE)
+        else: chunks.append((x, PAGE))
+      bo.mapping = d.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached)
+    else: bo.mapping = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
+    d.gmc.flush_tlb()
+
+  def _unmap(self, bo: BO) -> None:
+    if not isinstance(bo.mapping, tuple): bo.gpu.dev.pt.unmap(bo.mapping)
+    bo.mapping = None
+    bo.gpu.dev.gmc.flush_tlb()
+
+  def unmap_memory(self, a) -> None:
+    ids = self._device_ids(a)
+    bo = self._bo(a.handle)
+    for i in range(a.n_success, a.n_devices):
+      if self.k.gpu_by_id(ids[i]) is None: raise fail(errno.EINVAL, f"unknown device {ids[i]}")
+      if bo.queue_refs: raise fail(errno.EBUSY, "BO is in use by a queue")
+      if bo.mapping is not None: self._unmap(bo)
+      a.n_success = i + 1
+
+  def create_queue(self, a) -> None:
+    # set_queue_properties_from_user
+    if (a.queue_percentage & 0xff) > MAX_QUEUE_PERCENTAGE: raise fail(errno.EINVAL, "queue percentage above 100")
+    if a.queue_priority > MAX_QUEUE_PRIORITY: raise fail(errno.EINVAL, "queue priority above 15")
+    if a.ring_size and a.ring_size & (a.ring_size - 1): raise fail(errno.EINVAL, "ring size must be a power of 2 or 0")
+    ring_size = max(a.ring_size, MIN_RING)
+    for name in ("read_pointer_address", "write_pointer_address"):
+      if getattr(a, name) >= 1 << 47: raise fail(errno.EFAULT, f"{name} is not a user address")
+    if a.queue_type not in (K.KFD_IOC_QUEUE_TYPE_COMPUTE, K.KFD_IOC_QUEUE_TYPE_SDMA, K.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
+                            K.KFD_IOC_QUEUE_TYPE_SDMA_XGMI, K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID):
+      raise fail(524, "unknown queue type")   # ENOTSUPP (kernel-internal 524)
+    if a.queue_type in (K.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL, K.KFD_IOC_QUEUE_TYPE_SDMA_XGMI):
+      raise fail(errno.EINVAL, "AQL and XGMI SDMA queues are not emulated")
+    g = self.pdd(a.gpu_id)
+    if a.gpu_id not in self.drm: raise fail(errno.ESRCH, "process not bound to the device")
+    compute = a.queue_type == K.KFD_IOC_QUEUE_TYPE_COMPUTE
+    if a.queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID and a.sdma_engine_id > g.sdma_engines - 1:
+      raise fail(errno.EINVAL, f"sdma_engine_id {a.sdma_engine_id} exceeds {g.sdma_engines - 1}")
+    # kfd_queue_acquire_buffers
+    bos = [self.queue_buffer(g, a.write_pointer_address, PAGE), self.queue_buffer(g, a.read_pointer_address, PAGE),
+           self.queue_buffer(g, a.ring_base_address, ring_size)]
+    eop_size = 0
+    if compute:
+      s = g.sizes
+      if a.eop_buffer_address:
+        if a.eop_buffer_size < s.eop: raise fail(errno.EINVAL, f"EOP buffer {a.eop_buffer_size:#x} smaller than {s.eop:#x}")
+        bos.append(self.queue_buffer(g, a.eop_buffer_address, align(a.eop_buffer_size, PAGE)))
+        eop_size = a.eop_buffer_size
+      if a.ctl_stack_size != s.ctl_stack: raise fail(errno.EINVAL, f"ctl stack size {a.ctl_stack_size:#x} != node's {s.ctl_stack:#x}")
+      if a.ctx_save_restore_size < s.cwsr: raise fail(errno.EINVAL, f"CWSR size {a.ctx_save_restore_size:#x} < node's {s.cwsr:#x}")
+      bos.append(self.queue_buffer(g, a.ctx_save_restore_address, align(a.ctx_save_restore_size + s.debug_memory, PAGE)))
+    dev = g.dev
+    with g.lock:
+      if compute:
+        free = [i for i in range(hw.MAX_COMPUTE) if i not in g.compute_slots]
+        if not free: raise fail(errno.EBUSY, "no free hardware compute queue")   # allocate_hqd
+        eop_log = eop_size if eop_size & (eop_size - 1) == 0 and eop_size else F.GFX11_MEC_HPD_SIZE
+        hwq = hw.compute_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address,
+                               a.eop_buffer_address, eop_log)
+        slots = g.compute_slots
+      else:
+        want = [a.sdma_engine_id] if a.queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID else range(g.sdma_engines)
+        free = [e for e in want if e not in g.sdma_slots]
+        if not free: raise fail(errno.ENOMEM, "no more SDMA queues")   # allocate_sdma_queue
+        hwq = hw.sdma_start(dev, free[0], g.sdma_engines, a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
+        slots = g.sdma_slots
+      uq = UserQueue(g, hwq, bos)
+      slots[hwq.slot] = uq
+    for bo in bos: bo.queue_refs += 1
+    qid = next(self._qids)
+    self.queues[qid] = uq
+    a.queue_id = qid
+    a.doorbell_offset = (MMAP_DOORBELL << MMAP_TYPE_SHIFT) | (g.gpu_id << GPU_ID_SHIFT) | (hwq.doorbell * 4)
+
+  def destroy_queue(self, a) -> None:
+    uq = self.queues.pop(a.queue_id, None)
+    if uq is None: raise fail(errno.EINVAL, f"queue id {a.queue_id} does not match any known queue")
+    self._stop(uq)
+
+  def _stop(self, uq: UserQueue) -> None:
+    g = uq.gpu
+    with g.lock:
+      if uq.hwq.kind == "compute": hw.compute_stop(g.dev, uq.hwq); g.compute_slots.pop(uq.hwq.slot, None)
+      else: hw.sdma_stop(g.dev, uq.hwq); g.sdma_slots.pop(uq.hwq.slot, None)
+    for bo in uq.bos: bo.queue_refs -= 1
+
+  # ---- events
+  def create_event(self, a) -> None:
+    if a.event_page_offset:
+      if self.signal_bo is not None: raise fail(errno.EINVAL, "event page is already set")
+      bo = self.bos.get(a.event_page_offset)
+      if bo is None or bo.domain != K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: raise fail(errno.EINVAL, "event page handle is not a GTT BO")
+      self.signal_bo, self.signal_handle = bo, a.event_page_offset
+      slots = bo.backing.view.cast("Q")
+      for i in range(len(slots)): slots[i] = UNSIGNALED
+    if a.event_type not in EVENT_TYPES: raise fail(errno.EINVAL, f"event type {a.event_type}")
+    if a.event_type == K.KFD_IOC_EVENT_SIGNAL:
+      if self.signal_bo is None: raise fail(errno.ENOMEM, "no event page (dGPUs need one from user mode)")
+      limit = min(SIGNAL_EVENT_LIMIT, self.signal_bo.size // 8)
+      eid = next((i for i in range(limit) if i not in self.events), None)
+      if eid is None: raise fail(errno.ENOSPC, "signal event slots exhausted")
+      self.signal_bo.backing.view.cast("Q")[eid] = UNSIGNALED
+      a.event_slot_index, a.event_trigger_data = eid, eid
+      a.event_page_offset = (MMAP_EVENTS << MMAP_TYPE_SHIFT) >> 12 << 12
+    else:
+      eid = next(i for i in itertools.count(FIRST_NONSIGNAL_EVENT_ID) if i not in self.events)
+    self.events[eid] = Event(eid, a.event_type, bool(a.auto_reset))
+    a.event_id = eid
+
+  def destroy_event(self, a) -> None:
+    if self.events.pop(a.event_id, None) is None: raise fail(errno.EINVAL, f"unknown event {a.event_id}")
+
+  def set_event(self, a) -> None:
+    ev = self.events.get(a.event_id)
+    if ev is None or ev.type != K.KFD_IOC_EVENT_SIGNAL: raise fail(errno.EINVAL, f"event {a.event_id} cannot be set from the CPU")
+    ev.signaled = True
+
+  def reset_event(self, a) -> None:
+    ev = self.events.get(a.event_id)
+    if ev is None: raise fail(errno.EINVAL, f"unknown event {a.event_id}")
+    ev.signaled = False
+
+  def signal_from_interrupt(self, ctx: int) -> None:
+    if self.signal_bo is None: return
+    slots = self.signal_bo.backing.view.cast("Q")
+    for ev in self.events.values():   # the kernel's exhaustive search of signaled slots
+      if ev.type == K.KFD_IOC_EVENT_SIGNAL and slots[ev.id] != UNSIGNALED: ev.signaled = True
+
+  def vm_fault(self, gpu: GPU, addr: int, write: bool) -> None:
+    if not any(q.gpu is gpu for q in self.queues.values()): return
+    for ev in self.events.values():
+      if ev.type == K.KFD_IOC_EVENT_MEMORY:
+        ev.signaled, ev.mem = True, {"gpu_id": gpu.gpu_id, "va": addr, "NotPresent": 1, "ReadOnly": 0, "NoExecute": 0, "imprecise": 0}
+
+  def wait_events(self, a) -> None:
+    if not a.num_events or not a.events_ptr: raise fail(errno.EINVAL if not a.num_events else errno.EFAULT, "no events")
+    data = (K.kfd_event_data * a.num_events).from_address(a.events_ptr)
+    evs = []
+    for d in data:
+      ev = self.events.get(d.event_id)
+      if ev is None: raise fail(errno.EINVAL, f"unknown event {d.event_id}")
+      evs.append(ev)
+    deadline = time.monotonic() + (a.timeout if a.timeout != 0xffffffff else 1 << 30) / 1000
+    while True:
+      for g in self.k.gpus: g.service(self.k)
+      done = all(e.signaled for e in evs) if a.wait_for_all else any(e.signaled for e in evs)
+      if done or time.monotonic() >= deadline: break
+      self.lock.release()
+      try: time.sleep(5e-4)   # the waiting thread sleeps; the emulated board runs beside it
+      finally: self.lock.acquire()
+    for d, ev in zip(data, evs):
+      if ev.signaled and ev.type == K.KFD_IOC_EVENT_MEMORY and ev.mem:
+        m = d.memory_exception_data
+        m.gpu_id, m.va = ev.mem["gpu_id"], ev.mem["va"]
+        m.failure.NotPresent, m.failure.ReadOnly, m.failure.NoExecute, m.failure.imprecise = (ev.mem[k] for k in ("NotPresent", "ReadOnly", "NoExecute", "imprecise"))
+      if ev.signaled and ev.auto_reset: ev.signaled = False
+    a.wait_result = K.KFD_IOC_WAIT_RESULT_COMPLETE if done else K.KFD_IOC_WAIT_RESULT_TIMEOUT
+
+  # ---- mmap of /dev/kfd (doorbells, MMIO remap)
+  def mmap(self, size: int, offset: int):
+    kind, gpu_id = offset >> MMAP_TYPE_SHIFT, (offset >> GPU_ID_SHIFT) & 0xffff
+    g = self.k.gpu_by_id(gpu_id)
+    if g is None: raise fail(errno.EINVAL, f"mmap offset {offset:#x} names no GPU")
+    if kind == MMAP_DOORBELL:
+      if size > DOORBELL_SLICE: raise fail(errno.EINVAL, "doorbell mapping larger than the process frame")
+      return g.dev.doorbells.view(0, size)
+    if kind == MMAP_MMIO:
+      if size != PAGE: raise fail(errno.EINVAL, "MMIO remap is one page")
+      return g.dev.mmio.view(F.MMIO_REG_HOLE_OFFSET, PAGE)
+    raise fail(errno.EINVAL, f"mmap type {kind} is not emulated")
+
+  def teardown(self) -> None:
+    """Process exit: queues stop, mappings go, memory returns to the kernel."""
+    for uq in list(self.queues.values()): self._stop(uq)
+    self.queues.clear()
+    for bo in list(self.bos.values()): self._release(bo)
+    self.bos.clear()
+    self.events.clear()
+    if self in self.k.processes: self.k.processes.remove(self)
+
+
+HANDLERS = {int(K.AMDKFD_IOC_GET_VERSION): Process.get_version, int(K.AMDKFD_IOC_ACQUIRE_VM): Process.acquire_vm,
+            int(K.AMDKFD_IOC_RUNTIME_ENABLE): Process.runtime_enable, int(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW): Process.apertures_new,
+            int(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU): Process.alloc_memory, int(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU): Process.free_memory,
+            int(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU): Process.map_memory, int(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU): Process.unmap_memory,
+            int(K.AMDKFD_IOC_CREATE_QUEUE): Process.create_queue, int(K.AMDKFD_IOC_DESTROY_QUEUE): Process.destroy_queue,
+            int(K.AMDKFD_IOC_CREATE_EVENT): Process.create_event, int(K.AMDKFD_IOC_DESTROY_EVENT): Process.destroy_event,
+            int(K.AMDKFD_IOC_SET_EVENT): Process.set_event, int(K.AMDKFD_IOC_RESET_EVENT): Process.reset_event,
+            int(K.AMDKFD_IOC_WAIT_EVENTS): Process.wait_events}
+
+class KFDFile:
+  """An open /dev/kfd. Every open in this (one) process shares the process's KFD state, as kfd_create_process does;
+  the state goes when the last file closes."""
+  def __init__(self, kernel: Kernel):
+    self.proc = kernel.processes[0] if kernel.processes else Process(kernel)
+    self.proc.files += 1
+  def read(self, n: int, offset: int) -> bytes: raise OSError(errno.EINVAL, "read of /dev/kfd")
+  def write(self, data: bytes, offset: int) -> int: raise OSError(errno.EINVAL, "write of /dev/kfd")
+  def ioctl(self, request: int, buf) -> int: return self.proc.ioctl(int(request), buf)
+  def mmap(self, size: int, offset: int): return self.proc.mmap(size, offset)
+  def close(self) -> None:
+    with self.proc.lock:
+      self.proc.files -= 1
+      if self.proc.files == 0: self.proc.teardown()
+
+
+class RenderFile:
+  def __init__(self, gpu: GPU): self.gpu = gpu
+  def read(self, n: int, offset: int) -> bytes: raise OSError(errno.EINVAL, "read of a render node")
+  def write(self, data: bytes, offset: int) -> int: raise OSError(errno.EINVAL, "write of a render node")
+  def ioctl(self, request: int, buf) -> int: raise OSError(errno.ENOTTY, "amdgpu DRM ioctls are not emulated")
+  def mmap(self, size: int, offset: int):
+    bo = self.gpu.mmaps.get(offset)
+    if bo is None or size > align(bo.size, PAGE): raise OSError(errno.EINVAL, f"no BO at mmap offset {offset:#x} of size {size:#x}")
+    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: return bo.backing.view.view(0, size)
+    d = self.gpu.dev
+    if bo.backing + size > d.bar_size: raise OSError(errno.EINVAL, "VRAM BO beyond the CPU-visible BAR")
+    return d.vram_bar.view(bo.backing, size)
+  def close(self) -> None: pass

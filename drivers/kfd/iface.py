@@ -1,0 +1,321 @@
+"""KFDIface: drivers/iface.py's Iface over /dev/kfd and the GPU's render node (what ROCr does, minus ROCr).
+
+Memory: ALLOC_MEMORY_OF_GPU at a VA we pick in the node's GPUVM aperture, mmap through the render node, then
+MAP_MEMORY_TO_GPU. Queues: PM4 compute and SDMA rings in GTT, created with the buffer sizes amdkfd demands
+(rawgpu.drivers.kfd.sizes). Waits sleep in WAIT_EVENTS; memory-exception events become DeviceFault.
+"""
+from __future__ import annotations
+import atexit, ctypes, errno, math, os, weakref
+from typing import Literal
+from rawgpu.autogen import kfd
+from rawgpu.drivers.iface import DeviceProps, HWRing, Mem
+from rawgpu.drivers.kfd import topology
+from rawgpu.drivers.kfd.sizes import PAGE, QueueSizes, align, queue_sizes
+from rawgpu.drivers.system import SYSTEM, System
+from rawgpu.errors import DeviceFault, DeviceNotFound, IoctlError, PermissionProblem, RawGPUError
+
+KFD_PATH = "/dev/kfd"
+SUPPORTED_GFX = (11, 12)             # hcq's PM4/SDMA encoders cover RDNA3 and RDNA4
+MIN_MINOR = 6                        # ACQUIRE_VM, ALLOC_MEMORY_OF_GPU and event data as used here
+RUNTIME_ENABLE_MINOR = 13            # 1.13 added the debugger API and RUNTIME_ENABLE
+DOORBELL_SLICE = 2 * PAGE            # SOC15: a process's doorbell frame is two pages
+HUGE = 1 << 21
+F = kfd
+WRITABLE_EXEC = F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_NO_SUBSTITUTE
+
+
+class VARange:
+  """Bump-and-free-list allocator of GPU virtual addresses inside the GPUVM aperture."""
+  def __init__(self, base: int, limit: int):
+    self.free: list[tuple[int, int]] = [(base, limit - base)]
+
+  def alloc(self, size: int, al: int) -> int:
+    for i, (s, z) in enumerate(self.free):
+      a = align(s, al)
+      if a + size <= s + z:
+        self.free[i:i + 1] = [p for p in ((s, a - s), (a + size, s + z - a - size)) if p[1]]
+        return a
+    raise RawGPUError(f"GPU virtual address space exhausted ({size:#x} bytes asked)")
+
+  def release(self, va: int, size: int) -> None:
+    self.free.append((va, size)); self.free.sort()
+    out: list[tuple[int, int]] = []
+    for s, z in self.free:
+      if out and out[-1][0] + out[-1][1] == s: out[-1] = (out[-1][0], out[-1][1] + z)
+      else: out.append((s, z))
+    self.free = out
+
+
+class _Process:
+  """What amdkfd keeps once per process, however often /dev/kfd is opened: the KFD file, one render-node file per
+  GPU (ACQUIRE_VM with a second one is EBUSY), and the signal-event page (a second one is EINVAL, freeing it EPERM)."""
+  def __init__(self): self.kfd_fd, self.refs, self.drm, self.event_page = -1, 0, {}, None
+
+
+_PROCESSES: dict[int, _Process] = {}   # id(System) -> its process state
+
+
+class KFDIface:
+  def __init__(self, index: int = 0, system: System = SYSTEM, *, iface_name: str | None = None):
+    self.system, self.closed = system, False
+    self.kfd_fd = self.drm_fd = -1
+    self.proc = _PROCESSES.setdefault(id(system), _Process())
+    self.proc.refs += 1
+    self.gpu_id = 0
+    self.mems: list[Mem] = []
+    self.queues: list[tuple[int, list[Mem]]] = []
+    self.events: list[int] = []
+    self.doorbells = None
+    try: self._open(index, iface_name)
+    except BaseException:
+      self.close()
+      raise
+    atexit.register(_close_ref, weakref.ref(self))
+
+  # ---- bring-up
+  @staticmethod
+  def check_present(system: System) -> None:
+    if not system.exists(KFD_PATH): raise DeviceNotFound(f"no {KFD_PATH}: the amdgpu kernel module is not loaded or the kernel is not ROCm-capable (CONFIG_HSA_AMD)")
+
+  def _open(self, index: int, iface_name: str | None) -> None:
+    sysm = self.system
+    self.check_present(sysm)
+    if self.proc.kfd_fd < 0: self.proc.kfd_fd = self._open_node(KFD_PATH)
+    self.kfd_fd = self.proc.kfd_fd
+    ver = self._ioctl(F.AMDKFD_IOC_GET_VERSION)
+    self.version = (ver.major_version, ver.minor_version)
+    if ver.major_version != F.KFD_IOCTL_MAJOR_VERSION or ver.minor_version < MIN_MINOR:
+      raise DeviceNotFound(f"{KFD_PATH}: KFD ioctl interface {ver.major_version}.{ver.minor_version} is not supported "
+                           f"(rawgpu speaks {F.KFD_IOCTL_MAJOR_VERSION}.{MIN_MINOR} to {F.KFD_IOCTL_MAJOR_VERSION}.{F.KFD_IOCTL_MINOR_VERSION}); use a Linux 5.15+ kernel or PCI+AMD")
+    nodes = topology.gpu_nodes(sysm)
+    if not nodes: raise DeviceNotFound("the KFD topology lists no GPU: amdgpu found no ROCm-capable GPU")
+    if index >= len(nodes): raise DeviceNotFound(f"KFD device index {index} asked for, but only {len(nodes)} GPU node(s) found")
+    self.node = n = nodes[index]
+    if n.gfx_target_version // 10000 not in SUPPORTED_GFX:
+      raise DeviceNotFound(f"KFD node {n.index} ({n.pci_bus}) is {n.arch}: unsupported GPU (rawgpu runs gfx11 and gfx12 parts: RDNA3, RDNA4)")
+    self.gpu_id = n.gpu_id
+    versions, bases = topology.ip_discovery(sysm, n.render_minor)
+    drm = self.proc.drm.get(self.gpu_id)
+    if drm is None:
+      fd = self._open_node(topology.render_node(n.render_minor))
+      try: self._ioctl(F.AMDKFD_IOC_ACQUIRE_VM, drm_fd=fd, gpu_id=self.gpu_id)
+      except BaseException:
+        sysm.close(fd)
+        raise
+      drm = self.proc.drm[self.gpu_id] = [fd, 0]
+    drm[1] += 1
+    self.drm_fd = drm[0]
+    if self.version[1] >= RUNTIME_ENABLE_MINOR:
+      try: self._ioctl(F.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=F.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK, capabilities_mask=0)
+      except IoctlError as e:
+        if e.errno_ != errno.EBUSY: raise   # EBUSY: this process enabled the runtime already
+    self.sizes = self._queue_sizes(n)
+    base, limit = self._aperture()
+    self.va = VARange(max(base, 1 << 32), min(limit + 1, max(base, 1 << 32) + (1 << 40)))
+    p = n.props
+    emulated = sysm.host_memory is not None
+    self.props = DeviceProps(vendor="AMD", arch=n.arch, iface=iface_name or ("MOCKKFD" if emulated else "KFD"), pci_bus=n.pci_bus,
+                             compute_units=p.get("simd_count", 0) // max(1, p.get("simd_per_cu", 2)), simd_per_cu=p.get("simd_per_cu", 2),
+                             wave_size=p.get("wave_front_size", 32) or 32, lds_size=p.get("lds_size_in_kb", 64) << 10,
+                             vram_size=topology.vram_size(n), bar_size=topology.bar_size(n),
+                             ip_versions=versions, ip_bases=bases, emulated=emulated)
+    self._setup_events()
+
+  def _open_node(self, path: str) -> int:
+    try: return self.system.open(path, os.O_RDWR)
+    except PermissionError as e:
+      raise PermissionProblem(f"cannot open {path}: permission denied; add the user to the render and video groups "
+                              "(sudo usermod -aG render,video $USER, then log in again)") from e
+    except FileNotFoundError as e: raise DeviceNotFound(f"{path} does not exist: amdgpu is not loaded or the kernel is not ROCm-capable") from e
+
+  def _ioctl(self, ioc, fd: int | None = None, **fields):
+    return ioc(self.system, self.kfd_fd if fd is None else fd, **fields)
+
+  def _queue_sizes(self, n: topology.Node) -> QueueSizes:
+    p = n.props
+    s = queue_sizes(n.gfx_target_version, p.get("simd_count", 0), p.get("simd_per_cu", 2), p.get("array_count", 1),
+                    max(1, p.get("simd_arrays_per_engine", 1)), max(1, p.get("num_xcc", 1)))
+    # kernels that publish the sizes (6.10+) are the authority; older ones do not check them
+    if p.get("ctl_stack_size") or p.get("cwsr_size"):
+      s = QueueSizes(p.get("ctl_stack_size", s.ctl_stack), max(p.get("cwsr_size", s.cwsr), s.cwsr), s.debug_memory, s.eop, s.num_xcc)
+    return s
+
+  def _aperture(self) -> tuple[int, int]:
+    arr = (F.kfd_process_device_apertures * 16)()
+    a = self._ioctl(F.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=16)
+    for ap in arr[:a.num_of_nodes]:
+      if ap.gpu_id == self.gpu_id: return ap.gpuvm_base, ap.gpuvm_limit
+    raise RawGPUError(f"KFD: no GPUVM aperture reported for gpu_id {self.gpu_id}")
+
+  def _setup_events(self) -> None:
+    # dGPUs: the signal-event page is the process's (GTT), handed over with its first CREATE_EVENT; it lives as long as the process
+    page = 0
+    if self.proc.event_page is None:
+      m = self._alloc(0x8000, F.KFD_IOC_ALLOC_MEM_FLAGS_GTT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED | WRITABLE_EXEC, cpu=True, host=True)
+      self.mems.remove(m)
+      self.proc.event_page, page = m, m.meta[0]
+    ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page, event_type=F.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
+    self.signal_event = ev.event_id
+    self.events.append(ev.event_id)
+    ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_type=F.KFD_IOC_EVENT_MEMORY, auto_reset=1, node_id=self.node.index)
+    self.memory_event = ev.event_id
+    self.events.append(ev.event_id)
+    ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_type=F.KFD_IOC_EVENT_HW_EXCEPTION, auto_reset=1, node_id=self.node.index)
+    self.hw_event = ev.event_id
+    self.events.append(ev.event_id)
+    self._wait_arr = (F.kfd_event_data * 3)()
+    for i, e in enumerate((self.signal_event, self.memory_event, self.hw_event)): self._wait_arr[i].event_id = e
+
+  # ---- memory
+  def _alloc(self, asked: int, flags: int, *, cpu: bool, host: bool, map_gpu: bool = True, va: int | None = None,
+             mmap_offset: int = 0, exact: bool = False) -> Mem:
+    size = align(asked, PAGE) if exact else align(asked, HUGE if asked >= HUGE else PAGE)
+    gva = va if va is not None else self.va.alloc(size, HUGE if size >= HUGE else PAGE)
+    try:
+      a = self._ioctl(F.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=gva, size=size, gpu_id=self.gpu_id, flags=flags, mmap_offset=mmap_offset)
+    except IoctlError as e:
+      if va is None: self.va.release(gva, size)
+      if e.errno_ == errno.ENOMEM:
+        what = "system memory (GTT)" if host else "VRAM"
+        raise IoctlError(e.name, e.errno_, f"out of {what} on {self.node.pci_bus}: {size:#x} bytes asked; free buffers or use smaller ones") from e
+      raise
+    handle = a.handle
+    cpu_view = None
+    try:
+      if cpu:
+        fd = self.kfd_fd if flags & (F.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | F.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) else self.drm_fd
+        cpu_view = self.system.mmap(fd, size, a.mmap_offset)
+      if map_gpu:
+        ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+        m = self._ioctl(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
+        if m.n_success != 1: raise RawGPUError(f"MAP_MEMORY_TO_GPU mapped {m.n_success} of 1 device(s)")
+    except BaseException:
+      self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
+      if va is None: self.va.release(gva, size)
+      raise
+    # Mem.size is what was asked (hcq sizes buffers by it); the BO's own size stays in meta
+    mem = Mem(gva, asked, cpu_view, host=host, uncached=bool(flags & F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED), meta=(handle, map_gpu, va is None, size))
+    self.mems.append(mem)
+    return mem
+
+  def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = True, contiguous: bool = False) -> Mem:
+    if size <= 0: raise RawGPUError(f"alloc of {size} bytes: the size must be positive")
+    flags = WRITABLE_EXEC
+    if host: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_GTT | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT
+    else:
+      flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_VRAM
+      if cpu_access: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC
+      if contiguous and self.version[1] >= 16: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_CONTIGUOUS
+    if uncached: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED
+    return self._alloc(size, flags, cpu=host or cpu_access, host=host)
+
+  def alloc_userptr(self, cpu_mem) -> Mem:
+    """Register page-aligned host memory (a MemMMIO, e.g. from system.alloc_host) with the GPU (USERPTR)."""
+    m = self._alloc(cpu_mem.size, F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | WRITABLE_EXEC, cpu=False, host=True, mmap_offset=cpu_mem.addr, exact=True)
+    m.cpu = cpu_mem
+    return m
+
+  def free(self, mem: Mem) -> None:
+    handle, mapped, own_va, size = mem.meta  # type: ignore[misc]
+    if mem not in self.mems: return
+    self.mems.remove(mem)
+    ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+    try:
+      if mapped: self._ioctl(F.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
+      self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
+    finally:
+      if own_va: self.va.release(mem.va, size)
+
+  # ---- rings
+  def create_ring(self, kind: Literal["compute", "sdma"], size: int) -> HWRing:
+    if kind not in ("compute", "sdma"): raise RawGPUError(f"unknown ring kind {kind!r}; use 'compute' or 'sdma'")
+    if size & (size - 1) or size < 1024: raise RawGPUError(f"{kind} ring size {size:#x} must be a power of two >= 1 KiB")
+    gtt = F.KFD_IOC_ALLOC_MEM_FLAGS_GTT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | WRITABLE_EXEC
+    vram = F.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | WRITABLE_EXEC
+    bufs: list[Mem] = []
+    try:
+      ring = self._alloc(size, gtt, cpu=True, host=True, exact=True); bufs.append(ring)
+      ptrs = self._alloc(PAGE, gtt, cpu=True, host=True, exact=True); bufs.append(ptrs)   # rptr at +0, wptr at +8
+      args = dict(gpu_id=self.gpu_id, queue_percentage=100, queue_priority=7, ring_base_address=ring.va, ring_size=size,
+                  read_pointer_address=ptrs.va, write_pointer_address=ptrs.va + 8)
+      if kind == "compute":
+        s = self.sizes
+        eop = self._alloc(s.eop, vram, cpu=False, host=False, exact=True); bufs.append(eop)
+        cwsr = self._alloc(s.cwsr_alloc, vram, cpu=False, host=False, exact=True); bufs.append(cwsr)
+        args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_COMPUTE, eop_buffer_address=eop.va, eop_buffer_size=s.eop,
+                    ctx_save_restore_address=cwsr.va, ctx_save_restore_size=s.cwsr, ctl_stack_size=s.ctl_stack)
+      else: args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_SDMA)
+      try: q = self._ioctl(F.AMDKFD_IOC_CREATE_QUEUE, **args)
+      except IoctlError as e:
+        raise IoctlError(e.name, e.errno_, f"the kernel refused a {kind} queue on {self.node.pci_bus} (ring {size:#x} bytes"
+                         + (f", ctl stack {self.sizes.ctl_stack:#x}, cwsr {self.sizes.cwsr:#x}" if kind == "compute" else "")
+                         + "); too many queues open, or a kernel whose size rules differ: run with dmesg open") from e
+    except BaseException:
+      for m in reversed(bufs): self.free(m)
+      raise
+    self.queues.append((q.queue_id, bufs))
+    if self.doorbells is None:
+      self.doorbell_base = q.doorbell_offset & ~(DOORBELL_SLICE - 1)
+      self.doorbells = self.system.mmap(self.kfd_fd, DOORBELL_SLICE, self.doorbell_base)
+    off = q.doorbell_offset - self.doorbell_base
+    if not 0 <= off < DOORBELL_SLICE: raise RawGPUError(f"CREATE_QUEUE returned doorbell offset {q.doorbell_offset:#x} outside the process doorbell page {self.doorbell_base:#x}")
+    return HWRing(kind, ring, ptrs.cpu.view(8, 8).cast("Q"), ptrs.cpu.view(0, 8).cast("Q"), self.doorbells.view(off, 8).cast("Q"),
+                  4 if kind == "compute" else 1, name=f"{kind} queue {q.queue_id}")
+
+  # ---- waits and faults
+  def _wait(self, timeout_ms: int) -> None:
+    arr = self._wait_arr
+    for e in arr: e.memory_exception_data.va = 0
+    self._ioctl(F.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=len(arr), wait_for_all=0, timeout=timeout_ms)
+    mx = arr[1].memory_exception_data
+    if mx.gpu_id or mx.va:
+      f = mx.failure
+      why = ", ".join(n for n, v in (("page not present", f.NotPresent), ("write to read-only page", f.ReadOnly), ("execute of NX page", f.NoExecute),
+                                     ("imprecise address", f.imprecise)) if v) or "memory violation"
+      raise DeviceFault(f"{self.props.iface}+AMD {self.node.pci_bus}: GPU page fault at {mx.va:#x} ({why}); the queues of this process are stopped")
+    hx = arr[2].hw_exception_data
+    if hx.gpu_id:
+      raise DeviceFault(f"{self.props.iface}+AMD {self.node.pci_bus}: hardware exception (reset type {hx.reset_type}, cause {hx.reset_cause}): the GPU was reset")
+
+  def sleep(self, timeout_ms: float) -> None:
+    if self.closed: return
+    self._wait(max(1, math.ceil(timeout_ms)))
+
+  def check_faults(self) -> None:
+    if not self.closed: self._wait(0)
+
+  def close(self) -> None:
+    if self.closed: return
+    self.closed = True
+    for qid, bufs in reversed(self.queues):
+      try: self._ioctl(F.AMDKFD_IOC_DESTROY_QUEUE, queue_id=qid)
+      except RawGPUError: pass
+    self.queues = []
+    for ev in self.events:
+      try: self._ioctl(F.AMDKFD_IOC_DESTROY_EVENT, event_id=ev)
+      except RawGPUError: pass
+    for m in reversed(list(self.mems)):
+      try: self.free(m)
+      except RawGPUError: pass
+    proc = self.proc
+    drm = proc.drm.get(self.gpu_id)
+    if drm is not None and self.drm_fd == drm[0]:
+      drm[1] -= 1
+      if drm[1] == 0:
+        del proc.drm[self.gpu_id]
+        _close_fd(self.system, drm[0])
+    proc.refs -= 1
+    if proc.refs == 0:   # the last user: closing /dev/kfd ends the process's KFD state (queues, memory, events)
+      _PROCESSES.pop(id(self.system), None)
+      for fd, _ in proc.drm.values(): _close_fd(self.system, fd)
+      if proc.kfd_fd >= 0: _close_fd(self.system, proc.kfd_fd)
+    self.drm_fd = self.kfd_fd = -1
+
+
+def _close_fd(system: System, fd: int) -> None:
+  try: system.close(fd)
+  except OSError: pass
+
+
+def _close_ref(ref) -> None:
+  if (iface := ref()) is not None: iface.close()
