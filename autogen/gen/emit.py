@@ -28,13 +28,19 @@ def record_src(rec: Record) -> list[str]:
   elif len(fields) == 1: out.append(f"  _fields_ = [{fields[0]}]")
   else: out += ["  _fields_ = ["] + [f"    {x}," for x in fields] + ["  ]"]
   bnames = [b.name for b in rec.bitfields] + sorted(rec.anon_fwd)
+  late = []  # accessors named like a Python keyword cannot be written in the class body
   for b in rec.bitfields:
     st, sh = rec.storage[b.name]
     fn = "bytes_bitfield" if st in rec.byte_storage else "bitfield"
-    out.append(f"  {pyname(b.name)} = {fn}(\"{st}\", {sh}, {b.width})")
+    acc = f"{fn}(\"{st}\", {sh}, {b.width})"
+    if pyname(b.name) == b.name: out.append(f"  {b.name} = {acc}")
+    else: late.append(f"setattr({rec.name}, \"{b.name}\", {acc})")
   for n in sorted(rec.anon_fwd):
-    out.append(f"  {pyname(n)} = forward(\"{rec.anon_fwd[n]}\", \"{n}\")")
+    acc = f"forward(\"{rec.anon_fwd[n]}\", \"{n}\")"
+    if pyname(n) == n: out.append(f"  {n} = {acc}")
+    else: late.append(f"setattr({rec.name}, \"{n}\", {acc})")
   if bnames: out.append(f"  _bitfields_ = ({', '.join(repr(n) for n in bnames)},)")
+  out += late
   out.append(f"assert ctypes.sizeof({rec.name}) == {rec.size}")
   out += [f"{a} = {rec.name}" for a in rec.aliases]
   return out
@@ -77,4 +83,11 @@ def module_src(m: Model) -> str:
       st = f", {c.ioctl_struct}" if c.ioctl_struct else ""
       lines.append(f"{pyname(c.name)} = Ioctl({_num(c.value)}, \"{c.name}\"{st})")
     lines.append("")
+  seen: dict[str, int] = {}
+  for ln in lines:
+    name = ln[6:].split("(")[0] if ln.startswith("class ") else ln[4:].split("(")[0] if ln.startswith("def ") else \
+        ln.split(" = ")[0] if " = " in ln and ln[:1].isalpha() else None
+    if name: seen[name] = seen.get(name, 0) + 1
+  dup = sorted(n for n, c in seen.items() if c > 1)
+  if dup: raise RuntimeError(f"{r.module}: names defined twice: {dup[:10]}")
   return "\n".join(lines).rstrip("\n") + "\n"
