@@ -39,7 +39,11 @@ class PSP(Block):
 
   # ---- bootloader
   def _wait_bootloader(self, what: str) -> None:
+    """Ready is C2PMSG_35 == 0x80000000 exactly (psp_v13_0_wait_for_bootloader); bits [7:0] carry an error code."""
     self.dev.wait(lambda: self.msg(35).read() & 0x80000000, f"PSP bootloader ready ({what})", timeout=10.0)
+    if (err := self.msg(35).read() & 0xff) != 0:
+      raise FirmwareError(f"{self.dev.bus}: the PSP bootloader rejected {what} with error {err:#x}; the SOS firmware does not "
+                          f"match this board ({self.dev.fw_hint()})")
 
   def _load_component(self, data: bytes, cmd: int, what: str) -> None:
     if len(data) > F.PSP_1_MEG: raise FirmwareError(f"PSP component {what} is {len(data)} bytes, more than the 1 MiB bootloader buffer")

@@ -54,3 +54,7 @@ class SMU(Block):
       self.mb(53).write(0); self.mb(75).write(F.DEBUGSMC_MSG_Mode1Reset); self.mb(54).write(0)
     else: self.send(F.PPSMC_MSG_Mode1Reset_V13)
     time.sleep(self.dev.reset_wait_s if self.dev.reset_wait_s is not None else MODE1_RESET_WAIT_S)
+    # out of reset when the straps read back (amdgpu_device_mode1_reset polls get_memsize) and the sOS is gone
+    d = self.dev
+    d.wait(lambda: d.mmio.read(F.RCC_CONFIG_MEMSIZE * 4) not in (0, 0xffffffff) and not d.psp.sos_alive(), "the board to leave mode 1 reset",
+           timeout=5.0)

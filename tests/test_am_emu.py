@@ -1,0 +1,108 @@
+"""AM on the emulated board as it is (its own PSP, SMU, GFX, SDMA models; no stand-ins): the same code DEV=PCI+AMD runs."""
+from __future__ import annotations
+import os, tempfile, time
+import pytest
+from rawgpu.autogen.amd import pm4, sdma_v6
+from rawgpu.drivers.am import AMIface
+from rawgpu.errors import DeviceFault, DeviceTimeout, FirmwareError, RawGPUError
+
+FAST = dict(timeout_scale=1.0, reset_wait_s=0.0)
+SHORT = dict(timeout_scale=0.05, reset_wait_s=0.0)   # for waits that are meant to time out
+
+
+@pytest.fixture(autouse=True)
+def private_locks(tmp_path, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+@pytest.fixture(params=["gfx1100", "gfx1201"])
+def board(request, firmware_dir, monkeypatch):
+  from rawgpu.drivers.emu.pcibus import VirtualBus
+  from rawgpu.drivers.emu.amd.board import AMDBoard
+  if not {"psp", "smu"} <= {a for _, _, a in AMDBoard.BLOCKS}: pytest.skip("the emulated board has no PSP/SMU model yet")
+  monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", firmware_dir)
+  monkeypatch.delenv("RAWGPU_AM_RESET", raising=False)
+  vb = VirtualBus()
+  b = AMDBoard(arch=request.param, host=vb.host)
+  bus = vb.plug(b)
+  yield vb, bus, b
+  b.close()
+
+
+def _wait(cond, what, timeout=10.0):
+  end = time.time() + timeout
+  while not cond():
+    if time.time() > end: raise AssertionError(f"timed out: {what}")
+    time.sleep(0.001)
+
+
+def _run_rings(it):
+  c = it.create_ring("compute", 0x1000)
+  words = [pm4.PACKET3(pm4.PACKET3_NOP, 2), 0, 0, 0] * 8
+  for i, w in enumerate(words): c.ring.cpu.write(4 * i, w)
+  c.write_ptr[0] = len(words); c.before_doorbell(); c.doorbell[0] = len(words)
+  s = it.create_ring("sdma", 0x1000)
+  for i in range(16): s.ring.cpu.write(4 * i, sdma_v6.SDMA_OP_NOP)
+  s.write_ptr[0] = 64; s.before_doorbell(); s.doorbell[0] = 64
+  _wait(lambda: c.read_ptr[0] == len(words), "compute ring consumed")
+  _wait(lambda: s.read_ptr[0] == 64, "sdma ring consumed")
+
+
+def test_cold_then_warm_boot(board):
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert not it.dev.warm and it.props.arch == b.arch and it.props.ip_bases["gc"] == b.asic.ip(11).bases
+    _run_rings(it)
+  finally: it.close()
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert it.dev.warm
+    _run_rings(it)        # GFX and SDMA came back without the PSP
+  finally: it.close()
+
+
+def test_crashed_owner_gets_a_reset(board):
+  """A process that died without fini leaves the MEC running: the next open resets (mode 1) and boots cold."""
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  _run_rings(it)
+  it.dev.pci.close()                       # dies: the lock goes, no fini
+  it2 = AMIface(bus, vb.system, **FAST)
+  try:
+    assert not it2.dev.warm
+    _run_rings(it2)
+  finally: it2.close()
+
+
+def test_gpu_sees_cpu_writes(board):
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    for m in (it.alloc(0x2000), it.alloc(4 << 20), it.alloc(0x3000, host=True)):
+      m.cpu.write(m.size - 4, 0xc0ffee00 | (m.size & 0xff))
+      assert b.gmc.gc.read32(0, m.va + m.size - 4) == 0xc0ffee00 | (m.size & 0xff)
+  finally: it.close()
+
+
+def test_fault_on_an_unmapped_address(board):
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    m = it.alloc(0x1000)
+    with pytest.raises(Exception): b.gmc.mm.read32(0, m.va + (1 << 24))
+    with pytest.raises(DeviceFault, match=hex((m.va + (1 << 24)) & ~0xfff)): it.sleep(5)
+    it.check_faults()
+  finally: it.close()
+
+
+@pytest.mark.parametrize("kind,err", [("psp_timeout", DeviceTimeout), ("psp_error", FirmwareError), ("smu_timeout", DeviceTimeout),
+                                      ("smu_error", DeviceFault)])
+def test_injected_firmware_failures(board, kind, err):
+  vb, bus, b = board
+  b.inject(kind, **({"status": 0x12} if kind == "psp_error" else {"response": 0xff} if kind == "smu_error" else {}))
+  with pytest.raises(err): AMIface(bus, vb.system, **SHORT)
+  b.clear_faults()
+  b.reset()                                 # what a power cycle does
+  it = AMIface(bus, vb.system, **FAST)
+  it.close()
