@@ -366,7 +366,8 @@ def _mbcnt(i: Inst, L: int, fam: str) -> Fn:
   a, b = raw_src(i, f["src0"], 32, True), raw_src(i, f["src1"], 32, True)
   r = f["vdst"]
   lane = np.arange(L)
-  if hi: m = np.where(lane >= 32, (np.uint64(1) << np.clip(lane - 32, 0, 63).astype(u64)) - u64(1), u64(0xffffffff)).astype(u64)
+  # ThreadMask = (1 << lane) - 1; mbcnt_lo counts its low word, mbcnt_hi its high word
+  if hi: m = np.where(lane >= 32, (np.uint64(1) << np.clip(lane - 32, 0, 63).astype(u64)) - u64(1), u64(0)).astype(u64)
   else: m = np.where(lane >= 32, u64(0xffffffff), (np.uint64(1) << np.clip(lane, 0, 63).astype(u64)) - u64(1)).astype(u64)
   from rawgpu.drivers.emu.rdna.valu import _popc32
   mask = (m & u64(0xffffffff)).astype(u32)

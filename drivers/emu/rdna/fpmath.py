@@ -22,11 +22,14 @@ def _round_odd_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     s = np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
   return s
 
-def fma_narrow(a, b, c, out_type) -> np.ndarray:
-  """fma for f32/f16 operands: the product is exact in float64, the sum is rounded to odd, then to out_type."""
+def fma_narrow(a, b, c, out_type, scale=None) -> np.ndarray:
+  """fma for f32/f16 operands: the product is exact in float64, the sum is rounded to odd, then (optionally scaled
+  by a power of two, exactly) rounded once to out_type."""
   a, b, c = (np.asarray(x, f64) for x in (a, b, c))
   with np.errstate(all="ignore"):
-    return _round_odd_sum(a * b, np.broadcast_to(c, np.broadcast(a, b, c).shape)).astype(out_type)
+    s = _round_odd_sum(a * b, np.broadcast_to(c, np.broadcast(a, b, c).shape))
+    if scale is not None: s = np.ldexp(s, scale)
+    return s.astype(out_type)
 
 _SPLIT = f64(134217729.0)  # 2^27 + 1 (Veltkamp)
 
@@ -67,62 +70,63 @@ def _exp(x: np.ndarray, bits: int, mant: int) -> np.ndarray:
   raw = x.view(u32 if bits == 32 else u64)
   return ((raw >> (u32(mant) if bits == 32 else u64(mant))) & ((1 << (bits - mant - 1)) - 1)).astype(np.int64)
 
+def _denorm(x, ftype) -> np.ndarray:
+  return (x != 0) & (np.abs(x) < np.finfo(ftype).tiny)
+
 def div_scale(s0, s1, s2, ftype) -> tuple[np.ndarray, np.ndarray]:
-  """(scaled value, vcc) for v_div_scale_f32/f64: s1 denominator, s2 numerator, s0 one of them."""
+  """(scaled value, vcc) for v_div_scale_f32/f64: s1 denominator, s2 numerator, s0 one of them (ISA pseudocode)."""
   bits, mant = (32, 23) if ftype == f32 else (64, 52)
   big, tiny, sc = (96, 23, 64) if bits == 32 else (768, 53, 128)
   s0, s1, s2 = np.broadcast_arrays(*(np.asarray(x, ftype) for x in (s0, s1, s2)))
+  U = u32 if bits == 32 else u64
   with np.errstate(all="ignore"):
     e1, e2 = _exp(s1, bits, mant), _exp(s2, bits, mant)
-    fmin = np.finfo(ftype).tiny
-    den1 = (s1 != 0) & (np.abs(s1) < fmin)
-    rcp = (ftype(1) / s1)
-    q = s2 / s1
-    rden = (rcp != 0) & (np.abs(rcp) < fmin) & np.isfinite(rcp)
-    qden = (q != 0) & (np.abs(q) < fmin)
-    d = s0.copy()
-    vcc = np.zeros(s0.shape, bool)
+    rden = _denorm(f64(1.0) / s1.astype(f64), f64)   # the reciprocal is checked in double precision
+    qden = _denorm(s2 / s1, ftype)
     up, down = np.ldexp(s0, sc).astype(ftype), np.ldexp(s0, -sc).astype(ftype)
+    is_s1, is_s2 = s0.view(U) == s1.view(U), s0.view(U) == s2.view(U)
     zero = (s2 == 0) | (s1 == 0)
     c1 = ~zero & (e2 - e1 >= big)
-    c2 = ~zero & ~c1 & den1
-    c3 = ~zero & ~c1 & ~c2 & rden & qden
-    c4 = ~zero & ~c1 & ~c2 & ~c3 & rden
-    c5 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & qden
-    c6 = ~zero & ~c1 & ~c2 & ~c3 & ~c4 & ~c5 & (e2 <= tiny)
-    s0_is_s1 = (s0.view(u32 if bits == 32 else u64) == s1.view(u32 if bits == 32 else u64))
-    s0_is_s2 = (s0.view(u32 if bits == 32 else u64) == s2.view(u32 if bits == 32 else u64))
-    d = np.where(zero, ftype(np.nan), d)
-    d = np.where((c1 | c3) & s0_is_s1, up, d)
-    d = np.where(c2 | c6, up, d)
+    rest = ~zero & ~c1
+    c2 = rest & _denorm(s1, ftype); rest &= ~c2
+    c3 = rest & rden & qden; rest &= ~c3
+    c4 = rest & rden; rest &= ~c4
+    c5 = rest & qden; rest &= ~c5
+    c6 = rest & (e2 <= tiny)
+    d = np.where(zero, ftype(np.nan), s0)
+    d = np.where(((c1 | c3) & is_s1) | c2 | c6 | (c5 & is_s2), up, d)
     d = np.where(c4, down, d)
-    d = np.where(c5 & s0_is_s2, up, d)
-    vcc = c1 | c3 | c5
-  return d.astype(ftype), vcc
+  return d.astype(ftype), c1 | c3 | c5
 
 def div_fmas(s0, s1, s2, vcc, ftype) -> np.ndarray:
-  r = fma_narrow(s0, s1, s2, f32) if ftype == f32 else fma64(s0, s1, s2)
+  """fma, then when VCC undo div_scale's scaling: up if the quotient estimate s2 is >= 1, else down."""
+  bits, mant = (32, 23) if ftype == f32 else (64, 52)
+  bias, sc = (127, 64) if bits == 32 else (1023, 128)
+  e = _exp(np.asarray(s2, ftype), bits, mant)
+  k = np.where(np.asarray(vcc), np.where(e >= bias, sc, -sc), 0)
+  if ftype == f32: return fma_narrow(s0, s1, s2, f32, k)  # one rounding, after the scaling
   with np.errstate(all="ignore"):
-    scaled = (r * ftype(2.0 ** (64 if ftype == f32 else 128))).astype(ftype)
-  return np.where(vcc, scaled, r).astype(ftype)
+    return np.ldexp(fma64(s0, s1, s2), k).astype(ftype)
 
 def div_fixup(s0, s1, s2, ftype) -> np.ndarray:
-  """s0 quotient estimate, s1 denominator, s2 numerator."""
+  """s0 quotient estimate, s1 denominator, s2 numerator: the IEEE special cases of s2 / s1 (ISA pseudocode)."""
   bits, mant = (32, 23) if ftype == f32 else (64, 52)
+  U = u32 if bits == 32 else u64
   s0, s1, s2 = np.broadcast_arrays(*(np.asarray(x, ftype) for x in (s0, s1, s2)))
+  quiet = U(1 << (mant - 1))
   with np.errstate(all="ignore"):
     neg = np.signbit(s1) ^ np.signbit(s2)
     inf = np.where(neg, -np.inf, np.inf).astype(ftype)
     zero = np.where(neg, ftype(-0.0), ftype(0.0))
-    d = np.where(neg, -np.abs(s0), np.abs(s0)).astype(ftype)
     e1, e2 = _exp(s1, bits, mant), _exp(s2, bits, mant)
-    emax = (1 << (bits - mant - 1)) - 1
-    under = (e2 - e1 < -(150 if bits == 32 else 1075))
-    d = np.where(under & (s2 != 0), zero, d)
-    d = np.where(e1 == emax, np.where(np.isnan(s1), d, d), d)
+    d = np.where(neg, -np.abs(s0), np.abs(s0)).astype(ftype)
+    d = np.where(np.isnan(s0), inf, d)                                  # the iteration overflowed
+    d = np.where(e1 == (1 << (bits - mant - 1)) - 1, inf, d)
+    d = np.where(e2 - e1 < -(150 if bits == 32 else 1075), zero, d)
     d = np.where((np.abs(s1) == np.inf) | (s2 == 0), zero, d)
     d = np.where((s1 == 0) | (np.abs(s2) == np.inf), inf, d)
-    d = np.where(((s1 == 0) & (s2 == 0)) | ((np.abs(s1) == np.inf) & (np.abs(s2) == np.inf)), ftype(np.nan), d)
-    d = np.where(np.isnan(s1), s1, d)
-    d = np.where(np.isnan(s2), s2, d)
+    dnan = np.array(0xffc00000 if bits == 32 else 0xfff8000000000000, U).view(ftype)
+    d = np.where(((s1 == 0) & (s2 == 0)) | ((np.abs(s1) == np.inf) & (np.abs(s2) == np.inf)), dnan, d)
+    d = np.where(np.isnan(s1), (s1.view(U) | quiet).view(ftype), d)
+    d = np.where(np.isnan(s2), (s2.view(U) | quiet).view(ftype), d)
   return d.astype(ftype)

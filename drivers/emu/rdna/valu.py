@@ -21,11 +21,14 @@ VOPS: dict[str, tuple[str, tuple[str, ...], callable]] = {}
 def op(name: str, dst: str, srcs: str, fn) -> None:
   VOPS[name] = (dst, tuple(srcs.split()), fn)
 
-def _fmin(a, b):  # IEEE minNum: a quiet NaN loses
-  return np.fmin(a, b)
+def _fmin(a, b):
+  """v_min: a quiet NaN loses, and -0 is below +0 (the ISA's rule, IEEE 754-2019 minimumNumber)."""
+  z = (a == 0) & (b == 0)
+  return np.where(z, -((-a) + (-b)), np.fmin(a, b))
 
 def _fmax(a, b):
-  return np.fmax(a, b)
+  z = (a == 0) & (b == 0)
+  return np.where(z, a + b, np.fmax(a, b))
 
 def _sh(t):
   return {u16: 15, u32: 31, u64: 63}[t]
@@ -108,9 +111,8 @@ def _mul_hi(a, b, signed):
 
 def _cls(x):
   x = np.asarray(x, u32)
-  y = np.where(x >> u32(31), ~x, x)
-  c = _clz32(y)
-  return np.where(c == u32(0xffffffff), u32(0xffffffff), c - u32(1))
+  # leading bits equal to the sign bit, the sign bit included; -1 when all 32 are
+  return _clz32(np.where(x >> u32(31), ~x, x))
 
 def _sad(a, b):
   return np.where(a > b, a - b, b - a)
