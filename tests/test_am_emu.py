@@ -106,3 +106,34 @@ def test_injected_firmware_failures(board, kind, err):
   b.reset()                                 # what a power cycle does
   it = AMIface(bus, vb.system, **FAST)
   it.close()
+
+
+def _submit(ring, words):
+  for i, w in enumerate(words): ring.ring.cpu.write(4 * i, w)
+  ring.write_ptr[0] = len(words); ring.before_doorbell(); ring.doorbell[0] = len(words)
+
+
+def test_bad_packet_names_the_queue_and_reopen_recovers(board):
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    c = it.create_ring("compute", 0x1000)
+    _submit(c, [pm4.PACKET3(0xee, 0), 0])                              # no such opcode
+    with pytest.raises(DeviceFault, match="compute queue 0 .*bad opcode"): it.sleep(5000)
+  finally: it.close()
+  it = AMIface(bus, vb.system, **FAST)
+  try: _run_rings(it)
+  finally: it.close()
+
+
+@pytest.mark.xfail(reason="emulator: drivers/emu/amd/gmc.py posts GC-hub faults with IH client 0x1b (SOC15 UTCL2); SOC21 has no "
+                   "such client and gmc_v11_0.c/gmc_v12_0.c take them from SOC21_IH_CLIENTID_GFX (0x0a)", strict=False)
+def test_compute_page_fault_names_the_address(board):
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    c = it.create_ring("compute", 0x1000)
+    bad = it.alloc(0x1000).va + (1 << 26)
+    _submit(c, [pm4.PACKET3(pm4.PACKET3_WRITE_DATA, 3), pm4.WRITE_DATA_DST_SEL(5), bad & 0xffffffff, bad >> 32, 0x1234])
+    with pytest.raises(DeviceFault, match=hex(bad & ~0xfff)): it.sleep(5000)
+  finally: it.close()

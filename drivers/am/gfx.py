@@ -52,6 +52,8 @@ class GFX(Block):
     self.gc("regCP_MEC_DOORBELL_RANGE_LOWER").write((F.AMDGPU_NAVI10_DOORBELL_KIQ * 2) << 2)
     self.gc("regCP_MEC_DOORBELL_RANGE_UPPER").write((F.AMDGPU_NAVI10_DOORBELL_USERQUEUE_END * 2) << 2)
     self.mec_enable(True)
+    # end-of-pipe timestamps and queue errors of pipe 0 raise interrupts (gfx_v11_0_set_*_state for ME1 pipe 0)
+    self.gc("regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1, OPCODE_ERROR_INT_ENABLE=1, PRIV_REG_INT_ENABLE=1)
     for q in list(self.queues.values()): self.program_hqd(q)
 
   def mec_enable(self, on: bool) -> None:

@@ -87,11 +87,13 @@ class AMIface:
   def check_faults(self) -> None: self.dev.ih.check_faults()
 
   def sleep(self, timeout_ms: float) -> None:
+    """Until an interrupt arrives (an end-of-pipe, a fault: raised) or timeout_ms pass. No MSI in userspace: the IH
+    ring's write pointer is polled."""
     deadline = time.perf_counter() + timeout_ms / 1e3
-    while True:
-      self.check_faults()
-      if time.perf_counter() >= deadline: return
-      time.sleep(min(1e-3, max(0.0, deadline - time.perf_counter())))
+    while not self.dev.ih.check_faults():
+      left = deadline - time.perf_counter()
+      if left <= 0: return
+      time.sleep(min(2e-4, left))
 
   def close(self) -> None:
     if self.closed: return

@@ -5,9 +5,13 @@ from __future__ import annotations
 import struct
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
+from rawgpu.autogen.amd import ih as _IH
+from rawgpu.errors import DeviceFault
 
 RING_SIZE = 256 << 10
 ENTRY = 32
+CP_ERRORS = {_IH.GFX_11_0_0__SRCID__CP_BAD_OPCODE_ERROR: "bad opcode", _IH.GFX_11_0_0__SRCID__CP_PRIV_REG_FAULT: "privileged register access",
+             _IH.GFX_11_0_0__SRCID__CP_PRIV_INSTR_FAULT: "privileged instruction"}
 DOORBELL_IH = F.AMDGPU_NAVI10_DOORBELL_IH
 
 
@@ -64,10 +68,19 @@ class IH(Block):
     if out: self.reg("osssys", "regIH_RB_RPTR").write(self.rptr)
     return out
 
-  def check_faults(self) -> None:
-    for iv in self.poll():
+  def check_faults(self) -> bool:
+    """Consume pending entries; raise DeviceFault for VM faults and CP queue errors. True if anything arrived."""
+    ivs = self.poll()
+    for iv in ivs:
+      if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] in CP_ERRORS:
+        rid = iv["ring_id"]
+        me, pipe, queue = (rid & 0x0c) >> 2, rid & 0x03, (rid & 0x70) >> 4   # gfx_v11_0_handle_priv_fault
+        raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}) stopped: {CP_ERRORS[iv['src_id']]}; the "
+                          "packet stream is malformed (check what was written to the ring); reopen the device to recover")
       if iv["client_id"] in (F.SOC21_IH_CLIENTID_VMC, F.SOC21_IH_CLIENTID_GFX) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
         hub = "MM" if iv["client_id"] == F.SOC21_IH_CLIENTID_VMC else "GC"
-        self.dev.gmc.raise_fault(hub, addr, f"{'sdma/mm' if hub == 'MM' else 'gfx'} client ring {iv['ring_id']} vmid {iv['vmid']}")
+        self.dev.gmc.raise_fault(hub, addr, f"{'an MM-hub client (SDMA)' if hub == 'MM' else 'a GFX-hub client (compute)'}, "
+                                 f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}")
+    return bool(ivs)
