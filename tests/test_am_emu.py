@@ -137,3 +137,26 @@ def test_compute_page_fault_names_the_address(board):
     _submit(c, [pm4.PACKET3(pm4.PACKET3_WRITE_DATA, 3), pm4.WRITE_DATA_DST_SEL(5), bad & 0xffffffff, bad >> 32, 0x1234])
     with pytest.raises(DeviceFault, match=hex(bad & ~0xfff)): it.sleep(5000)
   finally: it.close()
+
+
+def test_board_left_by_amdgpu_is_reset(board):
+  """What the kernel driver leaves: sOS and SMU running, every image loaded; AM resets it (mode 1) and boots cold."""
+  vb, bus, b = board
+  if not hasattr(b, "preload_firmware"): pytest.skip("the emulated board cannot stage a previous driver's state")
+  b.preload_firmware()
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert not it.dev.warm and getattr(b, "mode1_resets", 0) == 1
+    _run_rings(it)
+  finally: it.close()
+
+
+def test_quiet_unless_debug(board, capsys, monkeypatch):
+  vb, bus, b = board
+  monkeypatch.delenv("DEBUG", raising=False)
+  AMIface(bus, vb.system, **FAST).close()
+  assert capsys.readouterr().out == ""
+  monkeypatch.setenv("DEBUG", "1")
+  AMIface(bus, vb.system, **FAST).close()
+  out = capsys.readouterr().out.splitlines()
+  assert any("boot done (warm)" in ln for ln in out) and all(" ms" in ln and bus in ln for ln in out)

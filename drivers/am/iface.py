@@ -6,7 +6,6 @@ from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.device import AMDevice
 from rawgpu.drivers.am.discovery import compute_units
 from rawgpu.drivers.iface import DeviceProps, HWRing, Mem
-from rawgpu.drivers.mmio import MemMMIO
 from rawgpu.drivers.system import SYSTEM, System
 from rawgpu.errors import RawGPUError
 
@@ -76,8 +75,7 @@ class AMIface:
       ring, wunit, name = q.ring, 1, f"sdma{q.engine}"
     else: raise RawGPUError(f"unknown ring kind {kind!r}; use 'compute' or 'sdma'")
     ptrs = d.vram_bar.view(q.ptrs, mm.PAGE)
-    rptr = ptrs.view(0, 8).cast("Q") if isinstance(ptrs, MemMMIO) else ptrs.view(0, 8).cast("Q")
-    wptr = ptrs.view(0x100, 8).cast("Q")
+    rptr, wptr = ptrs.view(0, 8).cast("Q"), ptrs.view(0x100, 8).cast("Q")   # report and poll slots (gfx.py / sdma.py)
     doorbell = self.dev.doorbells.view(q.doorbell * 4, 8).cast("Q")
     hw = HWRing(kind, self._ring_mem(ring, size), wptr, rptr, doorbell, wunit, before_doorbell=d.soc.flush_hdp, name=name)
     self.rings.append((hw, q))
