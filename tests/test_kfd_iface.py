@@ -1,0 +1,272 @@
+"""KFDIface against a fake sysfs topology (real files, the kernel's formats) and a fake /dev/kfd whose ioctls answer
+from a script: every error path, the open sequence, and what the queues are created with."""
+import ctypes, errno, os
+import pytest
+from rawgpu.autogen import kfd as K
+from rawgpu.drivers.kfd import KFDIface
+from rawgpu.drivers.kfd.sizes import queue_sizes
+from rawgpu.drivers.mmio import MemMMIO
+from rawgpu.drivers.system import DirProvider, System
+from rawgpu.errors import DeviceFault, DeviceNotFound, IoctlError, PermissionProblem, RawGPUError
+
+NAMES = {int(v): k for k, v in vars(K).items() if k.startswith("AMDKFD_IOC_")}
+GPU_ID = 0x1a2b
+
+
+def gpu_props(gfxv=110000, location=0xc100, simds=192, **extra):
+  p = {"cpu_cores_count": 0, "simd_count": simds, "mem_banks_count": 1, "lds_size_in_kb": 64, "wave_front_size": 32, "array_count": 12,
+       "simd_arrays_per_engine": 2, "cu_per_simd_array": 8, "simd_per_cu": 2, "gfx_target_version": gfxv, "vendor_id": 0x1002,
+       "device_id": 0x744c, "location_id": location, "domain": 0, "drm_render_minor": 128, "num_xcc": 1, "local_mem_size": 24 << 30}
+  p.update(extra)
+  return p
+
+
+def make_sysfs(root, gpus):
+  """gpus: list of (gpu_id, props). Node 0 is the CPU, as on every real machine."""
+  topo = os.path.join(root, "topology", "nodes")
+  def w(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f: f.write(text)
+  w(f"{topo}/0/gpu_id", "0\n"); w(f"{topo}/0/properties", "cpu_cores_count 16\nsimd_count 0\n")
+  for i, (gid, props) in enumerate(gpus, 1):
+    w(f"{topo}/{i}/gpu_id", f"{gid}\n")
+    w(f"{topo}/{i}/properties", "".join(f"{k} {v}\n" for k, v in props.items()))
+    w(f"{topo}/{i}/mem_banks/0/properties", f"heap_type 1\nsize_in_bytes {props['local_mem_size']}\nflags 0\n")
+    ip = os.path.join(root, "drm", f"renderD{props['drm_render_minor']}", "device", "ip_discovery", "die", "0")
+    gfxv = props["gfx_target_version"]
+    for name, ver, bases in (("GC", (gfxv // 10000, gfxv // 100 % 100, gfxv % 100), (0x1260, 0xa000, 0x1c000)), ("SDMA0", (6, 0, 0), (0x1260,))):
+      for f, v in zip(("major", "minor", "revision"), ver): w(f"{ip}/{name}/0/{f}", f"{v}\n")
+      w(f"{ip}/{name}/0/base_addr", "".join(f"0x{b:08X}\n" for b in bases))
+
+
+class FakeKFD:
+  """/dev/kfd and /dev/dri: records every ioctl; `fail` maps an ioctl name to the errno it returns."""
+  def __init__(self, version=(1, 17), fail=None, fault=None, deny=False):
+    self.version, self.fail, self.fault, self.deny = version, dict(fail or {}), fault, deny
+    self.calls, self.args, self.handles, self.events = [], {}, 0, 0
+    self.opened, self.closed, self.maps = [], [], []
+
+  # Provider
+  def open(self, rel, flags):
+    if self.deny: raise PermissionError(13, "Permission denied")
+    self.opened.append(rel)
+    return FakeFile(self, rel)
+  def listdir(self, rel): return ["renderD128", "renderD129"] if rel in ("", "dri") else []
+  def readlink(self, rel): raise OSError(22, "no link")
+  def exists(self, rel): return True
+
+
+class FakeFile:
+  def __init__(self, k, rel): self.k, self.rel = k, rel
+  def read(self, n, off): return b""
+  def write(self, d, off): return 0
+  def close(self): self.k.closed.append(self.rel)
+  def mmap(self, size, offset):
+    self.k.maps.append((self.rel, size, offset))
+    return MemMMIO(bytearray(size))
+
+  def ioctl(self, request, a):
+    k, name = self.k, NAMES[int(request)]
+    k.calls.append(name)
+    try: self._answer(k, name, a)
+    finally: k.args.setdefault(name, []).append(type(a).from_buffer_copy(a))   # what the caller saw afterwards
+    return 0
+
+  def _answer(self, k, name, a):
+    if name in k.fail: raise OSError(k.fail[name], os.strerror(k.fail[name]))
+    if name == "AMDKFD_IOC_GET_VERSION": a.major_version, a.minor_version = k.version
+    elif name == "AMDKFD_IOC_GET_PROCESS_APERTURES_NEW":
+      arr = (K.kfd_process_device_apertures * a.num_of_nodes).from_address(a.kfd_process_device_apertures_ptr)
+      arr[0].gpu_id, arr[0].gpuvm_base, arr[0].gpuvm_limit = GPU_ID, 0x1000000, (1 << 47) - 1
+      a.num_of_nodes = 1
+    elif name == "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU":
+      k.handles += 1
+      a.handle, a.mmap_offset = (a.gpu_id << 32) | k.handles, k.handles << 32
+    elif name == "AMDKFD_IOC_MAP_MEMORY_TO_GPU": a.n_success = a.n_devices
+    elif name == "AMDKFD_IOC_CREATE_EVENT":
+      k.events += 1
+      a.event_id = k.events
+    elif name == "AMDKFD_IOC_CREATE_QUEUE":
+      a.queue_id, a.doorbell_offset = 3, (3 << 62) | (a.gpu_id << 46) | 0x18
+    elif name == "AMDKFD_IOC_WAIT_EVENTS":
+      data = (K.kfd_event_data * a.num_events).from_address(a.events_ptr)
+      if k.fault is not None:
+        for d in data:
+          if d.event_id == 2:   # the memory event (second created)
+            d.memory_exception_data.gpu_id, d.memory_exception_data.va = GPU_ID, k.fault
+            d.memory_exception_data.failure.NotPresent = 1
+      a.wait_result = K.KFD_IOC_WAIT_RESULT_TIMEOUT
+
+
+@pytest.fixture
+def machine(tmp_path):
+  def build(gpus=((GPU_ID, gpu_props()),), **kw):
+    make_sysfs(str(tmp_path), list(gpus))
+    s = System()
+    fake = FakeKFD(**kw)
+    s.mount("/dev/kfd", fake)
+    s.mount("/dev/dri", fake)
+    s.mount("/sys/devices/virtual/kfd/kfd", DirProvider(str(tmp_path)))
+    s.mount("/sys/class/drm", DirProvider(str(tmp_path / "drm")))
+    return s, fake
+  return build
+
+
+def test_open_sequence_and_props(machine):
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try:
+    assert fake.calls[:2] == ["AMDKFD_IOC_GET_VERSION", "AMDKFD_IOC_ACQUIRE_VM"] and "AMDKFD_IOC_RUNTIME_ENABLE" in fake.calls
+    acq = fake.args["AMDKFD_IOC_ACQUIRE_VM"][0]
+    assert acq.gpu_id == GPU_ID and acq.drm_fd == next(fd for fd, f in s.vfds.items() if f.rel == "renderD128")
+    p = it.props
+    assert (p.arch, p.iface, p.compute_units, p.pci_bus) == ("gfx1100", "KFD", 96, "0000:c1:00.0")
+    assert p.ip_versions["gc"] == (11, 0, 0) and p.ip_bases["gc"] == (0x1260, 0xa000, 0x1c000) and p.vram_size == 24 << 30
+    types = [a.event_type for a in fake.args["AMDKFD_IOC_CREATE_EVENT"]]
+    assert types == [K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_MEMORY, K.KFD_IOC_EVENT_HW_EXCEPTION]
+    assert fake.args["AMDKFD_IOC_CREATE_EVENT"][0].event_page_offset != 0   # the dGPU event page goes with the first one
+  finally: it.close()
+  assert "" in fake.closed and "renderD128" in fake.closed and not s.vfds
+
+
+def test_old_minor_skips_runtime_enable(machine):
+  s, fake = machine(version=(1, 12))
+  KFDIface(0, s).close()
+  assert "AMDKFD_IOC_RUNTIME_ENABLE" not in fake.calls
+
+
+@pytest.mark.parametrize("version", [(2, 0), (0, 9), (1, 2)])
+def test_version_mismatch(machine, version):
+  s, fake = machine(version=version)
+  with pytest.raises(DeviceNotFound, match=r"KFD ioctl interface .* not supported"): KFDIface(0, s)
+  assert fake.calls == ["AMDKFD_IOC_GET_VERSION"] and fake.closed == [""]
+
+
+def test_no_dev_kfd(tmp_path):
+  with pytest.raises(DeviceNotFound, match="amdgpu kernel module is not loaded or the kernel is not ROCm-capable"):
+    KFDIface(0, System() if not os.path.exists("/dev/kfd") else _without_kfd(tmp_path))
+
+
+def _without_kfd(tmp_path):
+  s = System()
+  s.mount("/dev/kfd", DirProvider(str(tmp_path / "missing")))
+  return s
+
+
+def test_permission_denied(machine):
+  s, _ = machine(deny=True)
+  with pytest.raises(PermissionProblem, match="render and video groups"): KFDIface(0, s)
+
+
+def test_unsupported_gpu(machine):
+  s, fake = machine(gpus=[(GPU_ID, gpu_props(gfxv=90010))])
+  with pytest.raises(DeviceNotFound, match="gfx90a: unsupported GPU"): KFDIface(0, s)
+  assert "AMDKFD_IOC_ACQUIRE_VM" not in fake.calls
+
+
+def test_no_gpu(machine):
+  s, _ = machine(gpus=[])
+  with pytest.raises(DeviceNotFound, match="lists no GPU"): KFDIface(0, s)
+
+
+def test_nodes_in_pci_order(machine, tmp_path):
+  # topology node numbers need not follow the bus; KFD:N must be PCI:N
+  s, fake = machine(gpus=[(0x2222, gpu_props(location=0xc300, drm_render_minor=129)), (GPU_ID, gpu_props(location=0xc100))])
+  from rawgpu.drivers.kfd.topology import gpu_nodes
+  assert [n.gpu_id for n in gpu_nodes(s)] == [GPU_ID, 0x2222]
+  with pytest.raises(DeviceNotFound, match="index 2 asked for, but only 2"): KFDIface(2, s)
+
+
+def test_out_of_memory(machine):
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try:
+    fake.fail["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"] = errno.ENOMEM
+    with pytest.raises(IoctlError, match="out of VRAM") as e: it.alloc(1 << 30)
+    assert e.value.errno_ == errno.ENOMEM
+    with pytest.raises(IoctlError, match=r"out of system memory \(GTT\)"): it.alloc(4096, host=True)
+  finally: it.close()
+
+
+def test_alloc_flags_and_free(machine):
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try:
+    n0 = len(fake.args["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"])
+    v, h = it.alloc(5000), it.alloc(3 << 20, host=True, uncached=True)
+    av, ah = fake.args["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"][n0:]
+    assert av.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and av.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC and av.size == 8192
+    assert ah.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_GTT and ah.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED and ah.size == 4 << 20
+    assert av.va_addr % 4096 == 0 and ah.va_addr % (2 << 20) == 0 and (av.va_addr + av.size <= ah.va_addr or ah.va_addr + ah.size <= av.va_addr)
+    assert v.size == 5000 and v.cpu is not None and ("renderD128", 8192, av.mmap_offset) in fake.maps
+    it.free(v)
+    assert fake.args["AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU"][-1].handle == fake.args["AMDKFD_IOC_FREE_MEMORY_OF_GPU"][-1].handle
+  finally: it.close()
+
+
+def test_compute_queue_arguments(machine):
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try:
+    ring = it.create_ring("compute", 1 << 16)
+    q = fake.args["AMDKFD_IOC_CREATE_QUEUE"][0]
+    want = queue_sizes(110000, 192, 2, 12, 2, 1)
+    assert q.queue_type == K.KFD_IOC_QUEUE_TYPE_COMPUTE and q.ring_size == 1 << 16 and q.ring_base_address == ring.ring.va
+    assert (q.ctl_stack_size, q.ctx_save_restore_size, q.eop_buffer_size) == (want.ctl_stack, want.cwsr, want.eop)
+    allocs = {a.va_addr: a for a in fake.args["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"]}
+    assert allocs[q.ctx_save_restore_address].size == want.cwsr_alloc and allocs[q.ring_base_address].size == 1 << 16
+    assert allocs[q.read_pointer_address].size == 4096 and q.write_pointer_address == q.read_pointer_address + 8
+    assert ring.wptr_unit == 4
+    # the doorbell page is mapped through /dev/kfd at the offset's page; the queue's doorbell is 0x18 into it
+    assert ("", 8192, q.doorbell_offset & ~0x1fff) in [(r, z, o) for r, z, o in fake.maps]
+    sd = it.create_ring("sdma", 1 << 14)
+    assert fake.args["AMDKFD_IOC_CREATE_QUEUE"][1].queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA and sd.wptr_unit == 1
+  finally: it.close()
+  assert fake.calls.count("AMDKFD_IOC_DESTROY_QUEUE") == 2
+
+
+def test_kernel_published_sizes_win(machine):
+  s, fake = machine(gpus=[(GPU_ID, gpu_props(ctl_stack_size=0x5000, cwsr_size=0x2000000))])
+  it = KFDIface(0, s)
+  try:
+    it.create_ring("compute", 4096)
+    q = fake.args["AMDKFD_IOC_CREATE_QUEUE"][0]
+    assert q.ctl_stack_size == 0x5000 and q.ctx_save_restore_size >= 0x2000000
+  finally: it.close()
+
+
+def test_queue_creation_refused(machine):
+  s, fake = machine(fail={"AMDKFD_IOC_CREATE_QUEUE": errno.EINVAL})
+  it = KFDIface(0, s)
+  try:
+    n = len(fake.args["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"])
+    with pytest.raises(IoctlError, match="refused a compute queue") as e: it.create_ring("compute", 1 << 12)
+    assert e.value.errno_ == errno.EINVAL
+    assert len(fake.args.get("AMDKFD_IOC_FREE_MEMORY_OF_GPU", [])) == len(fake.args["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"]) - n   # nothing leaks
+    with pytest.raises(RawGPUError, match="power of two"): it.create_ring("sdma", 3000)
+  finally: it.close()
+
+
+def test_fault_event_becomes_device_fault(machine):
+  s, fake = machine(fault=0x7f0012345000)
+  it = KFDIface(0, s)
+  try:
+    with pytest.raises(DeviceFault, match="0x7f0012345000.*page not present"): it.sleep(5)
+    w = fake.args["AMDKFD_IOC_WAIT_EVENTS"][-1]
+    assert w.timeout == 5 and w.num_events == 3 and w.wait_for_all == 0
+    with pytest.raises(DeviceFault): it.check_faults()
+    assert fake.args["AMDKFD_IOC_WAIT_EVENTS"][-1].timeout == 0
+  finally: it.close()
+
+
+def test_two_ifaces_share_the_process(machine):
+  # amdkfd keeps one process per task: a second render-node ACQUIRE_VM would be EBUSY, a second event page EINVAL
+  s, fake = machine()
+  a, b = KFDIface(0, s), KFDIface(0, s)
+  try:
+    assert fake.opened.count("") == 1 and fake.opened.count("renderD128") == 1 and fake.calls.count("AMDKFD_IOC_ACQUIRE_VM") == 1
+    assert sum(1 for e in fake.args["AMDKFD_IOC_CREATE_EVENT"] if e.event_page_offset) == 1
+    a.close()
+    assert "" not in fake.closed
+  finally: b.close()
+  assert fake.closed.count("") == 1
