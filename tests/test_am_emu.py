@@ -160,3 +160,21 @@ def test_quiet_unless_debug(board, capsys, monkeypatch):
   AMIface(bus, vb.system, **FAST).close()
   out = capsys.readouterr().out.splitlines()
   assert any("boot done (warm)" in ln for ln in out) and all(" ms" in ln and bus in ln for ln in out)
+
+
+def test_mqd_matches_the_programmed_hqd(board):
+  """The MQD in VRAM (generated v11/v12_compute_mqd layout) says what the HQD registers the board latched say."""
+  import ctypes
+  from rawgpu.autogen.amd import mqd_v11, mqd_v12
+  from rawgpu.drivers.am.gfx import GFX
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    it.create_ring("compute", 0x2000)
+    q = it.dev.gfx.queues[0]
+    cls = mqd_v12.v12_compute_mqd if b.arch.startswith("gfx12") else mqd_v11.v11_compute_mqd
+    m = cls.from_buffer_copy(bytes(b.vram[q.mqd:q.mqd + ctypes.sizeof(cls)]))
+    bank = b.gfx.banks[(1, 0, 0)]
+    for reg, fld in GFX.HQD_FROM_MQD: assert bank.get(b.regs.addr("gc", reg), 0) == getattr(m, fld), reg
+    assert (m.cp_hqd_pq_base_hi << 32 | m.cp_hqd_pq_base_lo) << 8 == it.dev.gmc.mc(q.ring)
+  finally: it.close()

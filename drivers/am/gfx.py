@@ -5,13 +5,14 @@ Queue N lives at MEC 1, pipe 0, queue N, with 64-bit doorbell MEC_RING0 + N. The
 save state into; the HQD registers are programmed directly, as the KIQ would from the MQD.
 """
 from __future__ import annotations
+import ctypes
 from dataclasses import dataclass
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
 from rawgpu.errors import RawGPUError
 
 MAX_QUEUES = 8
-MQD_SIZE = 0x1000
+MQD_SIZE = 0x1000           # >= sizeof(v11_compute_mqd) and sizeof(v12_compute_mqd)
 
 
 @dataclass
@@ -75,9 +76,52 @@ class GFX(Block):
     self.program_hqd(q)
     return q
 
+  def build_mqd(self, q: ComputeQueue):
+    """The memory queue descriptor as gfx_v11_0_compute_mqd_init / gfx_v12_0_compute_mqd_init fill it."""
+    from rawgpu.autogen.amd import mqd_v11, mqd_v12
+    mc, gc = self.dev.gmc.mc, lambda n: self.dev.regs.reg("gc", n).reg
+    m = (mqd_v12.v12_compute_mqd if self.dev.ips["gc"][0] >= 12 else mqd_v11.v11_compute_mqd)()
+    m.header = 0xC0310800
+    m.compute_pipelinestat_enable = 1
+    m.compute_static_thread_mgmt_se0 = m.compute_static_thread_mgmt_se1 = 0xffffffff
+    m.compute_static_thread_mgmt_se2 = m.compute_static_thread_mgmt_se3 = 0xffffffff
+    m.compute_misc_reserved = 7
+    eop = mc(q.eop) >> 8
+    m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = eop & 0xffffffff, eop >> 32
+    m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(F.GFX11_MEC_HPD_SIZE // 4).bit_length() - 2)
+    m.cp_mqd_base_addr_lo, m.cp_mqd_base_addr_hi = mc(q.mqd) & 0xfffffffc, mc(q.mqd) >> 32
+    m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0)
+    base = mc(q.ring) >> 8
+    m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = base & 0xffffffff, base >> 32
+    m.cp_hqd_pq_control = gc("regCP_HQD_PQ_CONTROL").encode(QUEUE_SIZE=(q.size // 4).bit_length() - 2,
+      RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, UNORD_DISPATCH=1, TUNNEL_DISPATCH=0, PRIV_STATE=1, KMD_QUEUE=1)
+    m.cp_hqd_pq_rptr_report_addr_lo, m.cp_hqd_pq_rptr_report_addr_hi = mc(q.ptrs) & 0xfffffffc, (mc(q.ptrs) >> 32) & 0xffff
+    poll = mc(q.ptrs + 0x100)
+    m.cp_hqd_pq_wptr_poll_addr_lo, m.cp_hqd_pq_wptr_poll_addr_hi = poll & 0xfffffffc, (poll >> 32) & 0xffff
+    m.cp_hqd_pq_doorbell_control = gc("regCP_HQD_PQ_DOORBELL_CONTROL").encode(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1)
+    m.cp_hqd_vmid = 0
+    m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_SIZE=0x55)
+    m.cp_hqd_ib_control = gc("regCP_HQD_IB_CONTROL").encode(MIN_IB_AVAIL_SIZE=3)
+    m.cp_hqd_active = 1
+    return m
+
+  # HQD registers in the order gfx_v11_0_kiq_init_register writes them, each from its MQD field
+  HQD_FROM_MQD = (("regCP_HQD_EOP_BASE_ADDR", "cp_hqd_eop_base_addr_lo"), ("regCP_HQD_EOP_BASE_ADDR_HI", "cp_hqd_eop_base_addr_hi"),
+                  ("regCP_HQD_EOP_CONTROL", "cp_hqd_eop_control"), ("regCP_MQD_BASE_ADDR", "cp_mqd_base_addr_lo"),
+                  ("regCP_MQD_BASE_ADDR_HI", "cp_mqd_base_addr_hi"), ("regCP_MQD_CONTROL", "cp_mqd_control"),
+                  ("regCP_HQD_PQ_BASE", "cp_hqd_pq_base_lo"), ("regCP_HQD_PQ_BASE_HI", "cp_hqd_pq_base_hi"),
+                  ("regCP_HQD_PQ_CONTROL", "cp_hqd_pq_control"), ("regCP_HQD_PQ_RPTR_REPORT_ADDR", "cp_hqd_pq_rptr_report_addr_lo"),
+                  ("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI", "cp_hqd_pq_rptr_report_addr_hi"),
+                  ("regCP_HQD_PQ_WPTR_POLL_ADDR", "cp_hqd_pq_wptr_poll_addr_lo"), ("regCP_HQD_PQ_WPTR_POLL_ADDR_HI", "cp_hqd_pq_wptr_poll_addr_hi"),
+                  ("regCP_HQD_PQ_DOORBELL_CONTROL", "cp_hqd_pq_doorbell_control"), ("regCP_HQD_PQ_RPTR", "cp_hqd_pq_rptr"),
+                  ("regCP_HQD_PQ_WPTR_LO", "cp_hqd_pq_wptr_lo"), ("regCP_HQD_PQ_WPTR_HI", "cp_hqd_pq_wptr_hi"),
+                  ("regCP_HQD_VMID", "cp_hqd_vmid"), ("regCP_HQD_PERSISTENT_STATE", "cp_hqd_persistent_state"),
+                  ("regCP_HQD_IB_CONTROL", "cp_hqd_ib_control"), ("regCP_HQD_ACTIVE", "cp_hqd_active"))
+
   def program_hqd(self, q: ComputeQueue) -> None:
     d, gc = self.dev, self.gc
-    mc = d.gmc.mc
+    m = self.build_mqd(q)
+    d.vram(q.mqd, ctypes.sizeof(m))[:] = bytes(m)
     self.grbm_select(me=1, pipe=0, queue=q.queue)
     try:
       gc("regCP_PQ_WPTR_POLL_CNTL").update(EN=0)
@@ -85,28 +129,7 @@ class GFX(Block):
         gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
         d.wait(lambda: (gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
         gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
-      gc("regCP_HQD_EOP_BASE_ADDR").write((mc(q.eop) >> 8) & 0xffffffff)
-      gc("regCP_HQD_EOP_BASE_ADDR_HI").write(mc(q.eop) >> 40)
-      gc("regCP_HQD_EOP_CONTROL").write(EOP_SIZE=(F.GFX11_MEC_HPD_SIZE // 4).bit_length() - 2)
-      gc("regCP_MQD_BASE_ADDR").write(mc(q.mqd) & 0xfffffffc)
-      gc("regCP_MQD_BASE_ADDR_HI").write(mc(q.mqd) >> 32)
-      gc("regCP_MQD_CONTROL").write(VMID=0)
-      gc("regCP_HQD_PQ_BASE").write((mc(q.ring) >> 8) & 0xffffffff)
-      gc("regCP_HQD_PQ_BASE_HI").write(mc(q.ring) >> 40)
-      gc("regCP_HQD_PQ_CONTROL").write(QUEUE_SIZE=(q.size // 4).bit_length() - 2, RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2,
-                                       UNORD_DISPATCH=1, TUNNEL_DISPATCH=0, PRIV_STATE=1, KMD_QUEUE=1)
-      gc("regCP_HQD_PQ_RPTR_REPORT_ADDR").write(mc(q.ptrs) & 0xfffffffc)
-      gc("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI").write((mc(q.ptrs) >> 32) & 0xffff)
-      gc("regCP_HQD_PQ_WPTR_POLL_ADDR").write(mc(q.ptrs + 0x100) & 0xfffffffc)
-      gc("regCP_HQD_PQ_WPTR_POLL_ADDR_HI").write((mc(q.ptrs + 0x100) >> 32) & 0xffff)
-      gc("regCP_HQD_PQ_DOORBELL_CONTROL").write(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1, DOORBELL_SOURCE=0, DOORBELL_HIT=0)
-      gc("regCP_HQD_PQ_RPTR").write(0)
-      gc("regCP_HQD_PQ_WPTR_LO").write(0)
-      gc("regCP_HQD_PQ_WPTR_HI").write(0)
-      gc("regCP_HQD_VMID").write(0)
-      gc("regCP_HQD_PERSISTENT_STATE").update(PRELOAD_SIZE=0x55)
-      gc("regCP_HQD_IB_CONTROL").update(MIN_IB_AVAIL_SIZE=3)
-      gc("regCP_HQD_ACTIVE").write(ACTIVE=1)
+      for reg, fld in self.HQD_FROM_MQD: gc(reg).write(getattr(m, fld))
     finally: self.grbm_select()
 
   def free_queue(self, q: ComputeQueue) -> None:
