@@ -24,7 +24,9 @@ class Device:
     self._free_signals: list[tuple[int, memoryview]] = []
     self.timeline = self.new_signal("timeline")
     self.timeline.value = 0
-    self.timeline_value = 1   # the next value the timeline will be signalled with
+    # Host-side tickets grow without bound; the GPU sees ticket - base, kept below the engines' 32-bit compare.
+    self.timeline_value = 1   # the next ticket
+    self.timeline_base = 0
     if self.props.vendor != "AMD": raise RawGPUError(f"{self}: hcq has no queues for {self.props.vendor} yet")
     from rawgpu.hcq.amd.backend import AMDBackend
     self.backend = AMDBackend(self)
@@ -53,15 +55,21 @@ class Device:
     return r
 
   def next_timeline(self) -> int:
-    """Take the next timeline value (the caller's queue signals it). Wraps before the engines' 32-bit compare would."""
-    if self.timeline_value >= TIMELINE_LIMIT - 1:
+    """Take the next ticket; the caller's queue signals the timeline with timeline_gpu(ticket) when its work is done.
+    Before the GPU value would reach the engines' 32-bit limit, everything is drained and the GPU value restarts."""
+    if self.timeline_value - self.timeline_base >= TIMELINE_LIMIT - 1:
       self.synchronize()
-      self.timeline.value, self.timeline_value = 0, 1
+      self.timeline.value, self.timeline_base = 0, self.timeline_value - 1
     v, self.timeline_value = self.timeline_value, self.timeline_value + 1
     return v
 
-  def wait_timeline(self, value: int, timeout_ms: float = 10_000) -> None:
-    if value > 0: self.timeline.wait(value, timeout_ms)
+  def timeline_gpu(self, ticket: int) -> int:
+    """The value the GPU writes to (and compares with) the timeline signal for `ticket`."""
+    return ticket - self.timeline_base
+
+  def wait_timeline(self, ticket: int, timeout_ms: float = 10_000) -> None:
+    """Wait until the work of `ticket` is done (tickets from before a restart are done already)."""
+    if ticket > self.timeline_base: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
 
   def synchronize(self, timeout_ms: float = 10_000) -> None:
     self.wait_timeline(self.timeline_value - 1, timeout_ms)

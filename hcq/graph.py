@@ -75,7 +75,7 @@ class Graph:
     for _, args, _, _ in self.launches:
       for a in args:
         if isinstance(a, Buffer): a.used_until(value)
-    self.q.submit(self.dev, {"timeline": value})
+    self.q.submit(self.dev, {"timeline": self.dev.timeline_gpu(value)})
     self.last = value
     return value
 

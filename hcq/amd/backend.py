@@ -13,17 +13,16 @@ STAGING = 2 << 20  # per staging buffer; two of them, so the CPU fills one while
 
 
 class KernargRing:
-  """Kernel arguments in GPU-visible host memory, bump-allocated; on wrap, waits for the work that used it."""
+  """Kernel arguments in GPU-visible host memory, bump-allocated; on wrap, waits for the work queued before."""
   def __init__(self, dev: "Device", size: int):
     self.dev, self.mem = dev, dev.iface.alloc(size, host=True, uncached=True)
     self.view, self.off, self.size = self.mem.cpu.cast("B"), 0, size
-    self.fence = 0  # timeline value whose completion frees everything allocated before the last wrap
 
   def alloc(self, n: int) -> tuple[int, memoryview]:
     n = (n + 255) & ~255
-    if self.off + n > self.size:
-      self.dev.wait_timeline(self.fence)
-      self.off, self.fence = 0, self.dev.timeline_value - 1
+    if self.off + n > self.size:  # wrap: everything queued so far may still read its arguments
+      self.dev.synchronize()
+      self.off = 0
     off, self.off = self.off, self.off + n
     return self.mem.va + off, self.view[off:off + n]
 
@@ -71,7 +70,7 @@ class AMDBackend:
 
   def _sdma(self, dst_va: int, src_va: int, n: int) -> int:
     v = self.dev.next_timeline()
-    AMDCopyQueue(self).copy(dst_va, src_va, n).signal(self.dev.timeline, v).submit(self.dev)
+    AMDCopyQueue(self).copy(dst_va, src_va, n).signal(self.dev.timeline, self.dev.timeline_gpu(v)).submit(self.dev)
     return v
 
   def copyin(self, dst: Buffer, src: memoryview) -> None:

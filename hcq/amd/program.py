@@ -94,7 +94,8 @@ class AMDProgram:
     q = self._templates.get(key)
     if q is None: q = self._templates[key] = be.exec_template(self, g, l, timing)
     values = {k: v for k, v in values.items() if k in q.vars}
-    values["timeline"] = value = dev.next_timeline()
+    value = dev.next_timeline()
+    values["timeline"] = dev.timeline_gpu(value)
     q.submit(dev, values)
     if not (wait or timing): return None
     dev.wait_timeline(value)
