@@ -41,32 +41,35 @@ class CUnion(_Init, ctypes.Union):
   """Base of generated unions."""
 
 
-def bitfield(storage: str, shift: int, width: int) -> property:
+def bitfield(storage: str, shift: int, width: int, signed: bool = False) -> property:
   """A C bitfield as an accessor over an explicit integer storage field (value `width` bits at bit `shift`)."""
-  mask = (1 << width) - 1
+  mask, top = (1 << width) - 1, 1 << (width - 1)
 
   def get(self) -> int:
-    return (getattr(self, storage) >> shift) & mask
+    v = (getattr(self, storage) >> shift) & mask
+    return v - (v & top) * 2 if signed else v
 
   def set_(self, v: int) -> None:
     v = int(v)
-    if v < 0: v &= mask  # signed bitfields: store two's complement
-    if v > mask: raise ValueError(f"{v:#x} does not fit a {width}-bit field")
+    if v < 0 and (not signed or v >= -top): v &= mask  # store two's complement
+    if not 0 <= v <= mask: raise ValueError(f"{v:#x} does not fit a {width}-bit field")
     setattr(self, storage, (getattr(self, storage) & ~(mask << shift)) | (v << shift))
 
   return property(get, set_, doc=f"bits {shift}..{shift + width - 1} of {storage}")
 
 
-def bytes_bitfield(storage: str, shift: int, width: int) -> property:
+def bytes_bitfield(storage: str, shift: int, width: int, signed: bool = False) -> property:
   """A bitfield inside a byte-array storage (used where C packs a bitfield across storage units)."""
-  mask = (1 << width) - 1
+  mask, top = (1 << width) - 1, 1 << (width - 1)
 
   def get(self) -> int:
-    return (int.from_bytes(bytes(getattr(self, storage)), "little") >> shift) & mask
+    v = (int.from_bytes(bytes(getattr(self, storage)), "little") >> shift) & mask
+    return v - (v & top) * 2 if signed else v
 
   def set_(self, v: int) -> None:
-    v = int(v) & mask if int(v) < 0 else int(v)
-    if v > mask: raise ValueError(f"{v:#x} does not fit a {width}-bit field")
+    v = int(v)
+    if v < 0 and (not signed or v >= -top): v &= mask
+    if not 0 <= v <= mask: raise ValueError(f"{v:#x} does not fit a {width}-bit field")
     arr = getattr(self, storage)
     cur = (int.from_bytes(bytes(arr), "little") & ~(mask << shift)) | (v << shift)
     arr[:] = list(cur.to_bytes(len(arr), "little"))

@@ -32,7 +32,7 @@ def record_src(rec: Record) -> list[str]:
   for b in rec.bitfields:
     st, sh = rec.storage[b.name]
     fn = "bytes_bitfield" if st in rec.byte_storage else "bitfield"
-    acc = f"{fn}(\"{st}\", {sh}, {b.width})"
+    acc = f"{fn}(\"{st}\", {sh}, {b.width}{', signed=True' if b.signed else ''})"
     if pyname(b.name) == b.name: out.append(f"  {b.name} = {acc}")
     else: late.append(f"setattr({rec.name}, \"{b.name}\", {acc})")
   for n in sorted(rec.anon_fwd):

@@ -31,6 +31,9 @@ class Bitfield:
   bit: int              # absolute bit offset in the record
   width: int
   ctype: str            # declared type (for the C check)
+  signed: bool = False  # reads back sign-extended, as C does for signed bitfields
+  unit: int = 4         # bytes of the declared type (the storage unit C allocates it in)
+  run: int = 0          # consecutive bitfields (no ordinary member between them) share a run number
 
 
 @dataclasses.dataclass
@@ -137,6 +140,7 @@ class Builder:
     self.type_sizes: dict[str, int] = {}
     self.tag_names: dict[str, tuple] = {}
     self.enum_type: dict[str, str] = {}
+    self.typedef_records: dict[str, tuple] = {}
 
   # ---- helpers
   def loc(self, c) -> tuple:
@@ -197,6 +201,7 @@ class Builder:
           d = t.get_declaration()
           if t.kind == ci.TypeKind.RECORD and d.is_definition():
             self.typedef_name.setdefault(self.key(d), ns + c.spelling)
+            self.typedef_records[c.spelling] = self.key(d)
           if t.kind == ci.TypeKind.RECORD or t.kind == ci.TypeKind.ENUM or t.kind.name in (
               "UCHAR", "USHORT", "UINT", "ULONG", "ULONGLONG", "CHAR_S", "SCHAR", "SHORT", "INT", "LONG", "LONGLONG"):
             self.type_sizes[c.spelling] = t.get_size()
@@ -281,12 +286,18 @@ class Builder:
     nanon = 0
     plain: list[Field] = []
     bits: list[Bitfield] = []
+    run = 0
     for f in decl.type.get_fields():
       off = f.get_field_offsetof()
+      if not f.is_bitfield() or union or not f.spelling: run += 1
       anon = "(anonymous" in f.spelling or "(unnamed" in f.spelling or not f.spelling
       if f.is_bitfield():
         if not f.spelling: continue  # unnamed padding bitfield
-        bits.append(Bitfield(f.spelling, off, f.get_bitfield_width(), f.type.get_canonical().spelling))
+        ct = f.type.get_canonical()
+        if ct.kind == ci.TypeKind.ENUM: ct = ct.get_declaration().enum_type.get_canonical()
+        signed = ct.kind.name in ("SCHAR", "CHAR_S", "SHORT", "INT", "LONG", "LONGLONG")
+        bits.append(Bitfield(f.spelling, off, f.get_bitfield_width(), f.type.get_canonical().spelling, signed,
+                             ct.get_size(), run))
         rec.members.append((f.spelling, "bits"))
         continue
       if anon:
@@ -311,54 +322,39 @@ class Builder:
     return rec
 
   def place_bitfields(self, rec: Record) -> None:
-    """Give every bitfield an explicit storage field: its declared unit when that fits, else a byte span."""
+    """Give every bitfield an explicit integer storage field: the unit C allocates it in (its declared type, aligned)
+    when that unit holds no ordinary member, else the bytes the run of bitfields covers (merged where they touch)."""
     if not rec.bitfields: return
     ints = {1: "ctypes.c_uint8", 2: "ctypes.c_uint16", 4: "ctypes.c_uint32", 8: "ctypes.c_uint64"}
-    runs: list[list[Bitfield]] = []
-    for b in rec.bitfields:  # runs of bitfields whose bit ranges touch
-      if runs and not rec.union and b.bit <= max(x.bit + x.width for x in runs[-1]) + 64 and \
-          not any(f.offset * 8 < b.bit + b.width and b.bit < (f.offset + f.size) * 8 and b.bit >= runs[-1][0].bit
-                  for f in rec.fields if f.offset * 8 >= runs[-1][0].bit):
-        runs[-1].append(b)
-      else:
-        runs.append([b])
-    n = 0
-    occupied = [(f.offset, f.offset + f.size) for f in rec.fields]
-    new_fields = []
-    for run in runs:
-      units: dict[tuple[int, int], str] = {}
+    plain = [(f.offset, f.offset + f.size) for f in rec.fields]
+    clash = lambda lo, hi: not rec.union and any(a < hi and lo < b for a, b in plain)
+    runs: dict[int, list[Bitfield]] = {}
+    for b in rec.bitfields: runs.setdefault(b.run, []).append(b)
+    spans: list[tuple[int, int, list[Bitfield]]] = []  # (byte lo, byte hi, bitfields)
+    for run in runs.values():
+      units: dict[int, list[Bitfield]] = {}
       ok = True
       for b in run:
-        size = cexpr.INT_TYPES.get(b.ctype.replace("enum ", ""), (None,))[0] or self.type_sizes.get(b.ctype) or 4
-        start = (b.bit // (8 * size)) * size
-        if b.bit + b.width > (start + size) * 8 or start + size > rec.size: ok = False; break
-        units.setdefault((start, size), "")
-      spans = sorted(units)
-      if ok:
-        for i in range(len(spans) - 1):
-          if spans[i][0] + spans[i][1] > spans[i + 1][0]: ok = False
-        for s, sz in spans:
-          if not rec.union and any(a < s + sz and s < b for a, b in occupied): ok = False
-      if ok:
-        for s, sz in spans:
-          nm = f"_bf{n}"
-          n += 1
-          units[(s, sz)] = nm
-          new_fields.append(Field(nm, s, sz, ints[sz]))
-          occupied.append((s, s + sz))
-        for b in run:
-          size = next(sz for (s, sz) in spans if s * 8 <= b.bit and b.bit + b.width <= (s + sz) * 8)
-          start = next(s for (s, sz) in spans if s * 8 <= b.bit and b.bit + b.width <= (s + sz) * 8)
-          rec.storage[b.name] = (units[(start, size)], b.bit - start * 8)
+        start = b.bit // (8 * b.unit) * b.unit
+        if b.bit + b.width > (start + b.unit) * 8 or start + b.unit > rec.size or clash(start, start + b.unit): ok = False
+        units.setdefault(start, []).append(b)
+      if ok and len({b.unit for b in run}) == 1:
+        spans += [(start, start + run[0].unit, bs) for start, bs in units.items()]
+        continue
+      merged: list[list] = []
+      for b in sorted(run, key=lambda b: b.bit):
+        lo, hi = b.bit // 8, (b.bit + b.width + 7) // 8
+        if merged and lo < merged[-1][1]: merged[-1][1], merged[-1][2] = max(hi, merged[-1][1]), merged[-1][2] + [b]
+        else: merged.append([lo, hi, [b]])
+      spans += [tuple(m) for m in merged]
+    new_fields = []
+    for n, (lo, hi, bs) in enumerate(sorted(spans, key=lambda sp: (sp[0], sp[2][0].bit))):
+      nm = f"_bf{n}"
+      if hi - lo in ints: new_fields.append(Field(nm, lo, hi - lo, ints[hi - lo]))
       else:
-        lo = min(b.bit for b in run) // 8
-        hi = (max(b.bit + b.width for b in run) + 7) // 8
-        nm = f"_bf{n}"
-        n += 1
         new_fields.append(Field(nm, lo, hi - lo, f"(ctypes.c_uint8 * {hi - lo})"))
-        occupied.append((lo, hi))
         rec.byte_storage.add(nm)
-        for b in run: rec.storage[b.name] = (nm, b.bit - lo * 8)
+      for b in bs: rec.storage[b.name] = (nm, b.bit - lo * 8)
     rec.fields = sorted(rec.fields + new_fields, key=lambda f: (f.offset, f.name.startswith("_bf")))
 
   # ---- macros
@@ -464,9 +460,9 @@ class Builder:
         if info.get("ioctl"):
           c.is_ioctl = True
           t = info.get("type")
-          if t and (t.startswith("struct ") or t.startswith("union ")):
-            k = self.tag_names.get(t.split()[1])
-            if k: c.ioctl_struct = self.records[k].name if k in self.records else None
+          k = self.tag_names.get(t.split()[1]) if t and t.startswith(("struct ", "union ")) else \
+              self.typedef_records.get(t or "")
+          if k in self.records: c.ioctl_struct = self.records[k].name
         consts[n] = c
       else:
         funcs[n] = Func(n, params, self.range_node(node) or node, loc)

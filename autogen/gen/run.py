@@ -12,11 +12,13 @@ from rawgpu.autogen.gen.recipes import RECIPES, Recipe
 AUTOGEN = pathlib.Path(__file__).resolve().parent.parent
 
 
-def generate(r: Recipe, out: pathlib.Path = AUTOGEN, verify: bool = True) -> tuple[pathlib.Path, list[str]]:
-  """Write <out>/<module>.py (and <module>.layout.json); returns the module path and the checks gcc rejected."""
+def generate(r: Recipe, out: pathlib.Path = AUTOGEN, verify: bool = True,
+             root: pathlib.Path | None = None) -> tuple[pathlib.Path, list[str]]:
+  """Write <out>/<module>.py (and <module>.layout.json); returns the module path and the checks gcc rejected.
+  `root` overrides the fetched header folder of r.source (tests use it for their own headers)."""
   from rawgpu.autogen.fetch import header_root
   from rawgpu.autogen.gen import emit, model, verify as ver
-  root = header_root(r.source)
+  root = root or header_root(r.source)
   dest = out.joinpath(*r.module.split(".")).with_suffix(".py")
   dest.parent.mkdir(parents=True, exist_ok=True)
   for d in dest.relative_to(out).parents:  # package markers for subpackages (amd/, nv/)

@@ -17,15 +17,16 @@ C_HEAD = r"""
 #include <stdio.h>
 #include <string.h>
 #include <stddef.h>
-static void bits(const char *name, const unsigned char *p, size_t n) {
+static void bits(const char *name, const unsigned char *p, size_t n, long long back) {
   int lo = -1, w = 0;
   for (size_t i = 0; i < n * 8; i++) if (p[i / 8] >> (i % 8) & 1) { if (lo < 0) lo = (int)i; w++; }
-  printf("B %s %d %d\n", name, lo, w);
+  printf("B %s %d %d %lld\n", name, lo, w, back);
 }
 #define S(name, T) printf("S %s %zu\n", name, sizeof(T));
 #define F(name, T, f) printf("F %s %zu %zu\n", name, offsetof(T, f), sizeof(((T *)0)->f));
 #define FX(name, T, f) printf("F %s %zu 0\n", name, offsetof(T, f));
-#define BF(name, T, f) { T s_; memset(&s_, 0, sizeof s_); s_.f = ~0ull; bits(name, (const unsigned char *)&s_, sizeof s_); }
+#define BF(name, T, f) { T s_; memset(&s_, 0, sizeof s_); s_.f = ~0ull; \
+  bits(name, (const unsigned char *)&s_, sizeof s_, (long long)s_.f); }
 #define C(name, x) printf("C %s %zu %llu\n", name, sizeof(x), (unsigned long long)(x));
 """
 CHUNK = 200  # checks per C function: gcc is much slower on one huge function
