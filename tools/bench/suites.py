@@ -199,8 +199,8 @@ def bench_signal(ctx: Ctx) -> None:
     with ctx.case(f"{engine} queue", "signal round trip", "us", dev=dev):
       def roundtrip() -> None:
         v = dev.next_timeline()
-        getattr(dev, make)().signal(dev.timeline, v).submit(dev)
-        dev.timeline.wait(v)
+        getattr(dev, make)().signal(dev.timeline, dev.timeline_gpu(v)).submit(dev)
+        dev.wait_timeline(v)
       with ctx.needs(f"Device.{make}().signal().submit()"): roundtrip()
       ctx.figure(f"{engine} queue", "signal round trip", "us", samples(roundtrip, ctx.warmup, ctx.repeats * 4), dev=dev)
 
