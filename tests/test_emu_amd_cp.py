@@ -214,6 +214,26 @@ def test_dispatch_vadd_matches_numpy(d, P):
   np.testing.assert_array_equal(c, a + b)
 
 
+def test_dispatch_indirect_reads_dims_from_memory(d, P, monkeypatch):
+  """What the CP hands the compute units: the programmed SH registers and the dimensions read from memory."""
+  import rawgpu.drivers.emu.rdna as rdna
+  seen = []
+  monkeypatch.setattr(rdna, "run_dispatch", lambda mem, regs, **kw: seen.append(regs) or rdna.DispatchResult(True, None, None, 0))
+  q = ComputeRing(d)
+  dims = 0x560000
+  for i, v in enumerate((7, 3, 2)): d.vram.write32(dims + 4 * i, v)
+  sh = lambda name, vals: pkt3(P["PACKET3_SET_SH_REG"], [d.addr("gc", name) - P["PACKET3_SET_SH_REG_START"]] + vals)
+  pk = sh("regCOMPUTE_PGM_LO", [0x1234, 0x56]) + sh("regCOMPUTE_PGM_RSRC1", [0x11, 0x22]) + sh("regCOMPUTE_PGM_RSRC3", [0x33])
+  pk += sh("regCOMPUTE_USER_DATA_0", [10, 11, 12]) + sh("regCOMPUTE_NUM_THREAD_X", [64, 2, 1])
+  pk += pkt3(P["PACKET3_DISPATCH_INDIRECT"], [q.mc(dims) & 0xffffffff, q.mc(dims) >> 32, 0x8001])
+  q.submit(pk)
+  q.run()
+  assert len(seen) == 1
+  r = seen[0]
+  assert (r.pgm_addr, r.rsrc1, r.rsrc2, r.rsrc3) == ((0x56 << 40) | (0x1234 << 8), 0x11, 0x22, 0x33)
+  assert r.user_data[:3] == [10, 11, 12] and r.num_thread == (64, 2, 1) and r.grid == (7, 3, 2) and r.dispatch_initiator == 0x8001
+
+
 def test_dispatch_page_fault_hangs_queue_and_reports(d, P):
   """fault.cl writes to an address given as argument: the GC hub reports it and the queue stops."""
   pytest.importorskip("elftools")

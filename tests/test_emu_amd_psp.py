@@ -332,3 +332,12 @@ def test_mode1_reset_loses_firmware_keeps_vram(booted):
   assert d.rd("mp0", "regMP0_SMN_C2PMSG_81" if "regMP0_SMN_C2PMSG_81" in d.tables["mp0"] else "regMPASP_SMN_C2PMSG_81") == 0
   assert d.rd("gc", "regSCRATCH_REG7") == 0 and d.vram.read32(0x100) == 0xabcdef
   assert d.f("gc", "regRLC_RLCS_BOOTLOAD_STATUS", d.rd("gc", "regRLC_RLCS_BOOTLOAD_STATUS"), "BOOTLOAD_COMPLETE") == 0
+
+
+def test_ring_destroy_and_recreate(d):
+  """psp_v13_0_ring_stop/ring_create: DESTROY_RINGS answers with bit 31, a new ring starts at write pointer 0."""
+  p = full_boot(d)
+  p.wr(64, G.GFX_CTRL_CMD_ID_DESTROY_RINGS); p.run()
+  assert p.rd(64) & 0x80000000
+  assert p.ring_create() == 0x80000000 and p.rd(67) == 0
+  assert p.submit(G.GFX_CMD_ID_LOAD_TA).resp.status == 0

@@ -23,6 +23,7 @@ class ComputeQueue:
     self.gfx, self.board, self.me, self.pipe, self.queue = gfx, gfx.b, me, pipe, queue
     self.bank: dict[int, int] = gfx.hqd_bank(me, pipe, queue)
     self.sh: dict[int, int] = {}
+    self.bases: dict[int, int] = {}     # SET_BASE
     self.active = False
     self.rptr = 0                       # dwords consumed, not wrapped
     self.wptr = 0

@@ -70,6 +70,24 @@ def dispatch_direct(q: "ComputeQueue", body: list[int]) -> bool:
   return True
 
 
+def set_base(q: "ComputeQueue", body: list[int]) -> bool:
+  _need(body, 3, "SET_BASE")
+  q.bases[body[0] & 0xf] = ((body[2] & 0xffff) << 32) | (body[1] & ~7)
+  return True
+
+
+def dispatch_indirect(q: "ComputeQueue", body: list[int]) -> bool:
+  """Compute queues give the dimensions' address in the packet (3 dwords); the 2-dword form is relative to the
+  SET_BASE index 1 base."""
+  if len(body) >= 3: addr, init = (body[1] << 32) | body[0], body[2]
+  else:
+    _need(body, 2, "DISPATCH_INDIRECT")
+    addr, init = q.bases.get(1, 0) + body[0], body[1]
+  x, y, z = (q.mem_read32(addr + 4 * i) for i in range(3))
+  q.dispatch(x, y, z, init)
+  return True
+
+
 def write_data(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 3, "WRITE_DATA")
   ctl, lo, hi, data = body[0], body[1], body[2], body[3:]
@@ -204,9 +222,9 @@ def query_status(q: "ComputeQueue", body: list[int]) -> bool:
 
 
 HANDLERS: dict[int, Callable[["ComputeQueue", list[int]], bool]] = {
-  NOP: nop, CLEAR_STATE: nop, CONTEXT_CONTROL: nop, PFP_SYNC_ME: nop, SET_Q_PREEMPTION_MODE: nop, SET_BASE: nop,
+  NOP: nop, CLEAR_STATE: nop, CONTEXT_CONTROL: nop, PFP_SYNC_ME: nop, SET_Q_PREEMPTION_MODE: nop, SET_BASE: set_base,
   SET_SH_REG: set_sh_reg, SET_SH_REG_INDEX: set_sh_reg, SET_UCONFIG_REG: set_uconfig_reg, SET_CONFIG_REG: set_config_reg,
-  DISPATCH_DIRECT: dispatch_direct, WRITE_DATA: write_data, WAIT_REG_MEM: wait_reg_mem, INDIRECT_BUFFER: indirect_buffer,
+  DISPATCH_DIRECT: dispatch_direct, P.PACKET3_DISPATCH_INDIRECT: dispatch_indirect, WRITE_DATA: write_data, WAIT_REG_MEM: wait_reg_mem, INDIRECT_BUFFER: indirect_buffer,
   COPY_DATA: copy_data, EVENT_WRITE: event_write, ACQUIRE_MEM: acquire_mem, RELEASE_MEM: release_mem, DMA_DATA: dma_data,
   INVALIDATE_TLBS: invalidate_tlbs, SET_RESOURCES: set_resources, MAP_QUEUES: map_queues, UNMAP_QUEUES: unmap_queues,
   QUERY_STATUS: query_status,
