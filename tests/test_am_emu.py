@@ -178,3 +178,15 @@ def test_mqd_matches_the_programmed_hqd(board):
     for reg, fld in GFX.HQD_FROM_MQD: assert bank.get(b.regs.addr("gc", reg), 0) == getattr(m, fld), reg
     assert (m.cp_hqd_pq_base_hi << 32 | m.cp_hqd_pq_base_lo) << 8 == it.dev.gmc.mc(q.ring)
   finally: it.close()
+
+
+def test_board_bound_to_amdgpu_is_refused(board, monkeypatch):
+  import dataclasses
+  from rawgpu.drivers import pci
+  from rawgpu.errors import DeviceBusy
+  vb, bus, b = board
+  real = pci.info
+  monkeypatch.setattr(pci, "info", lambda bus_, system=None: dataclasses.replace(real(bus_, system), driver="amdgpu"))
+  with pytest.raises(DeviceBusy, match="bound to the kernel driver amdgpu"): AMIface(bus, vb.system, **FAST)
+  monkeypatch.setattr(pci, "info", real)
+  AMIface(bus, vb.system, **FAST).close()     # nothing was left held

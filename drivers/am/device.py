@@ -20,7 +20,7 @@ from rawgpu.drivers.am.smu import SMU
 from rawgpu.drivers.am.soc import SOC
 from rawgpu.drivers.pci import PCIDevice
 from rawgpu.drivers.system import SYSTEM, System
-from rawgpu.errors import DeviceNotFound, DeviceTimeout, RawGPUError
+from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, RawGPUError
 
 BOOT_MARKER = 0x72670001        # "rg" + version: written to GC SCRATCH_REG7 by a clean fini
 RESERVED_TOP = 16 << 20         # top of VRAM left alone: discovery and the firmware's own reservations
@@ -49,6 +49,9 @@ class AMDevice:
       raise DeviceNotFound(f"{self.bus}: PCI {p.vendor:04x}:{p.device:04x} is not a board AM supports "
                            f"(supported: {', '.join(f'{d:04x} {b.name}' for d, b in BOARDS.items())}); use KFD+AMD instead")
     self.board = BOARDS[p.device]
+    if p.info.driver is not None:
+      raise DeviceBusy(f"{self.bus} is bound to the kernel driver {p.info.driver}; unbind it first "
+                       f"(echo {self.bus} > /sys/bus/pci/drivers/{p.info.driver}/unbind, or rmmod amdgpu) or use KFD+AMD")
     p.enable_bus_master()
     self.bar_size = p.bar_size(VRAM_BAR)
     self.vram_bar, self.doorbells, self.mmio = p.map_bar(VRAM_BAR), p.map_bar(DOORBELL_BAR), p.map_bar(MMIO_BAR)
