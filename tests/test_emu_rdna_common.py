@@ -67,12 +67,13 @@ def kernels(elf: bytes) -> dict[str, Kernel]:
     out[kname] = Kernel(kname, text.data(), text["sh_addr"], entry, kd)
   return out
 
-def objdump(elf: bytes, mcpu: str) -> list[tuple[int, str, list[int]]]:
+def objdump(elf: bytes, mcpu: str, wave64: bool = False) -> list[tuple[int, str, list[int]]]:
   """(address, text, encoding words) for every instruction llvm-objdump prints."""
   need(OBJDUMP)
   with tempfile.NamedTemporaryFile(suffix=".hsaco") as f:
     f.write(elf); f.flush()
-    r = subprocess.run([OBJDUMP, "-d", f"--mcpu={mcpu}", f.name], check=True, capture_output=True, text=True)
+    attr = ["--mattr=+wavefrontsize64"] if wave64 else []
+    r = subprocess.run([OBJDUMP, "-d", f"--mcpu={mcpu}", *attr, f.name], check=True, capture_output=True, text=True)
   out = []
   for ln in r.stdout.splitlines():
     m = re.match(r"\s+(.*?)\s*// ([0-9A-F]{12,16}): ((?:[0-9A-F]{8} ?)+)", ln)

@@ -172,7 +172,7 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
   if name in CMP: return _vopc(i, name, L)
   special = _SPECIAL_VALU.get(name)
   if special: return special(i, L, fam)
-  if name.startswith("v_pk_"): return _vop3p(i, name, L)
+  if name.startswith("v_pk_") or name.startswith("v_fma_mix"): return _vop3p(i, name, L)
   if name not in VOPS: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled", i.addr)
   dty, stys, fn = VOPS[name]
   opsel = f.get("opsel", 0) if i.fmt == "vop3" else 0
@@ -398,6 +398,12 @@ def _permlane(i: Inst, L: int, fam: str) -> Fn:
     st.wv(r, v)
   return run
 
+def _permlane64(i: Inst, L: int, fam: str) -> Fn:
+  """Lane i takes lane i ^ 32 (wave64: the two halves trade places)."""
+  src, r = i.f["src0"] - 256, i.f["vdst"]
+  perm = np.arange(L) ^ 32 if L == 64 else np.arange(L)
+  return lambda st: st.wv(r, st.v[src][:, perm])
+
 def _swap(i: Inst, L: int, fam: str) -> Fn:
   a, b = i.f["vdst"], i.f["src0"] - 256
   def run(st):
@@ -416,7 +422,7 @@ _SPECIAL_VALU = {
   "v_div_fixup_f16": _div_fixup, "v_readlane_b32": _readlane, "v_readfirstlane_b32": _readfirstlane,
   "v_writelane_b32": _writelane, "v_mbcnt_lo_u32_b32": _mbcnt, "v_mbcnt_hi_u32_b32": _mbcnt,
   "v_permlane16_b32": _permlane, "v_permlanex16_b32": _permlane, "v_swap_b32": _swap, "v_nop": _nop,
-  "v_pipeflush": _nop, "v_cndmask_b16": _cndmask,
+  "v_pipeflush": _nop, "v_cndmask_b16": _cndmask, "v_permlane64_b32": _permlane64,
 }
 
 def _vopd(i: Inst, L: int, fam: str) -> Fn:
@@ -461,7 +467,34 @@ _PK = {
   "v_pk_ashrrev_i16": ("i16", 2, lambda s, x: x >> (s & np.int16(15))),
 }
 
+def _fma_mix(i: Inst, name: str, L: int) -> Fn:
+  """v_fma_mix*: each source is f32, or (op_sel_hi) an f16 half picked by op_sel; one f32 fma; f32 or f16 result."""
+  f = i.f
+  raws = [raw_src(i, f[k], 32, True, True) for k in ("src0", "src1", "src2")]
+  for k, fl in enumerate(("src0", "src1", "src2")):
+    if f[fl] in INLINE_F16 and (f["opsel_hi"] >> k) & 1: raws[k] = (lambda c: lambda st: u32(c))(INLINE_F16[f[fl]])
+  r = f["vdst"]
+  def src(st, k):
+    v = np.asarray(raws[k](st), u32)
+    if (f["opsel_hi"] >> k) & 1:
+      x = (((v >> u32(16)) if (f["opsel"] >> k) & 1 else v).astype(u16)).view(f16).astype(f32)
+    else: x = v.view(f32)
+    if (f["neg_hi"] >> k) & 1: x = np.abs(x)
+    if (f["neg"] >> k) & 1: x = -x
+    return x
+  def run(st):
+    with np.errstate(all="ignore"):
+      a, b, c = src(st, 0), src(st, 1), src(st, 2)
+      if name == "v_fma_mix_f32": st.wv(r, fpmath.fma_narrow(a, b, c, f32).view(u32)); return
+      h = fpmath.fma_narrow(a, b, c, f16)
+      if f["clamp"]: h = np.clip(h, f16(0), f16(1))
+      bits = np.asarray(h, f16).view(u16).astype(u32)
+      old = st.v[r]
+      st.wv(r, (old & u32(0xffff)) | (bits << u32(16)) if name == "v_fma_mixhi_f16" else (old & u32(0xffff0000)) | bits)
+  return run
+
 def _vop3p(i: Inst, name: str, L: int) -> Fn:
+  if name.startswith("v_fma_mix"): return _fma_mix(i, name, L)
   if name not in _PK: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled", i.addr)
   ty, n, fn = _PK[name]
   f = i.f

@@ -1,7 +1,5 @@
 """Inst -> LLVM-style assembly text (the subset of llvm-objdump's syntax our tests compare against)."""
 from __future__ import annotations
-import struct
-
 from rawgpu.drivers.emu.rdna.decode import Inst, family
 
 INLINE_F = {240: "0.5", 241: "-0.5", 242: "1.0", 243: "-1.0", 244: "2.0", 245: "-2.0", 246: "4.0", 247: "-4.0",
@@ -73,7 +71,7 @@ def _sopp(i: Inst, fam: str) -> str:
   if n in ("s_endpgm", "s_barrier", "s_code_end", "s_icache_inv", "s_endpgm_saved", "s_wait_idle") and v == 0: return n
   if n == "s_waitcnt": return f"{n} {_waitcnt(v)}"
   if n == "s_delay_alu": return f"{n} {_delay_alu(v)}"
-  if n.startswith("s_branch") or n.startswith("s_cbranch"): return f"{n} {struct.unpack('<h', struct.pack('<H', v))[0]}"
+  if n.startswith("s_branch") or n.startswith("s_cbranch"): return f"{n} {v}"  # llvm-objdump prints it unsigned
   if n == "s_sendmsg" and v == 3: return f"{n} sendmsg(MSG_DEALLOC_VGPRS)"
   if n in ("s_nop", "s_setprio", "s_sleep"): return f"{n} {v}"
   return f"{n} 0x{v:x}"
@@ -82,6 +80,9 @@ def _flat(i: Inst, fam: str) -> str:
   f, n = i.f, i.name
   out = []
   seg = i.fmt
+  if "_atomic_" in n and (f["glc"] if fam == "gfx11" else f["th"] & 1):  # returning atomics name their vdst first
+    cnt = next(c for fl, c, _ in i.ops if fl == "data")
+    out.append(reg(f["vdst"] + 256, cnt // 2 if "cmpswap" in n else cnt))
   for fld, cnt, _ in i.ops:
     if fld == "addr":
       if seg == "scratch" and not f["sve"]: out.append("off")
@@ -137,18 +138,26 @@ def _smem(i: Inst, fam: str) -> str:
   else: text += _th_scope(i.name, f["th"], f["scope"])
   return text
 
-def _valu(i: Inst, fam: str) -> str:
+_MASK_SRC2 = ("v_cndmask_b32", "v_cndmask_b16", "v_add_co_ci_u32", "v_sub_co_ci_u32", "v_subrev_co_ci_u32")
+
+def _valu(i: Inst, fam: str, w64: bool) -> str:
   f, out = i.f, []
   fp16 = "f16" in i.name
   k = 0
   for fld, cnt, rf in i.ops:
-    if fld == "vcc": out.append("vcc_lo" if cnt == 1 else "vcc"); continue
-    if fld in ("vdst", "vdstx", "vdsty"): out.append(reg(f[fld] + (256 if rf == "v" else 0), cnt)); continue
-    if fld == "sdst": out.append(reg(f[fld], cnt)); continue
+    if fld == "vcc": out.append("vcc" if w64 else "vcc_lo"); continue
+    if fld in ("vdst", "vdstx", "vdsty"):
+      if rf == "s" and i.fmt == "vop3" and i.op < 256: cnt = 2 if w64 else 1  # VOPC e64 writes a lane mask
+      out.append(reg(f[fld] + (256 if rf == "v" else 0), cnt)); continue
+    if fld == "sdst": out.append(reg(f[fld], 2 if w64 else 1)); continue
+    if fld == "src2" and i.name in _MASK_SRC2: cnt = 2 if w64 else 1
     k = int(fld[3]) if fld[3].isdigit() else 0
     out.append(_mods(i, k, _src(i, fld, cnt, fp16)))
   name = i.name
-  if i.fmt in ("vop1", "vop2", "vopc") and i.dpp is None and i.dpp8 is None: name += "_e32"
+  if "fmamk" in name: out.insert(2, f"0x{i.lit:x}")   # the constant K sits between the sources
+  elif "fmaak" in name: out.append(f"0x{i.lit:x}")
+  if i.fmt in ("vop1", "vop2", "vopc") and i.dpp is None and i.dpp8 is None and "fmamk" not in name and "fmaak" not in name:
+    name += "_e32"
   elif i.vop3: name += "_e64"
   text = f"{name} " + ", ".join(out) if out else name
   if i.fmt == "vop3":
@@ -156,7 +165,8 @@ def _valu(i: Inst, fam: str) -> str:
     if f["omod"]: text += [" ", " mul:2", " mul:4", " div:2"][f["omod"]]
   return text
 
-def disasm(arch: str, i: Inst) -> str:
+def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
+  """LLVM assembly text of i. Lane-mask operands are SGPR pairs in wave64, so the text depends on the wave size."""
   fam = family(arch)
   if i.fmt == "sopp": return _sopp(i, fam)
   if i.fmt in ("sop1", "sop2", "sopc", "sopk"):
@@ -167,6 +177,6 @@ def disasm(arch: str, i: Inst) -> str:
   if i.fmt == "ds": return _ds(i)
   if i.fmt == "smem": return _smem(i, fam)
   if i.fmt == "vopdx":
-    return _valu(i, fam) + " :: " + _valu(i.y, fam)
+    return _valu(i, fam, wave64) + " :: " + _valu(i.y, fam, wave64)
   if i.fmt == "mubuf" and not i.ops: return i.name
-  return _valu(i, fam)
+  return _valu(i, fam, wave64)

@@ -115,6 +115,7 @@ def disassemble(mcpu: str, probes: list[list[int]]) -> list[str | None]:
   for ln in r.stdout.splitlines():
     m = re.match(r"\s*s_movk_i32 s99, (0x[0-9a-f]+|\d+)$", ln)
     if m: cur = int(m.group(1), 0); continue
+    if "Invalid register" in ln: bad.add(cur)  # LLVM prints these, but the probe put a wrong register kind there
     if cur is not None and cur not in bad and out[cur] is None and ln.strip() and not ln.strip().startswith("."):
       out[cur] = ln.strip()
   return out

@@ -216,7 +216,7 @@ def _swizzle(i: Inst, L: int):
   else:
     am, om, xm = off & 0x1f, (off >> 5) & 0x1f, (off >> 10) & 0x1f
     src = (lane & ~31) | ((((lane & 31) & am) | om) ^ xm)
-  ra, rd = f["data0"], f["vdst"]
+  ra, rd = f["addr"], f["vdst"]  # the swizzled value comes in the address operand
   def run(st):
     v = st.v[ra][:, src]
     ok = st.exec_lanes()[:, src]

@@ -1,0 +1,128 @@
+// Kernels exercising one feature each; tests/test_emu_rdna_exec.py checks their results against numpy.
+#define TID ((int)__builtin_amdgcn_workitem_id_x())
+#define GID ((int)(__builtin_amdgcn_workgroup_id_x() * __builtin_amdgcn_workgroup_size_x() + __builtin_amdgcn_workitem_id_x()))
+#define BARRIER() do { __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); \
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup"); } while (0)
+
+__kernel void vadd(__global const float *a, __global const float *b, __global float *c, int n) {
+  int i = GID;
+  if (i < n) c[i] = a[i] + b[i];
+}
+
+__kernel void saxpy(float alpha, __global const float *x, __global float *y, int n) {
+  int i = GID;
+  if (i < n) y[i] = alpha * x[i] + y[i];
+}
+
+// tree reduction in LDS, one partial sum per workgroup
+__kernel void reduce(__global const float *a, __global float *part) {
+  __local float s[256];
+  int t = TID;
+  s[t] = a[GID];
+  BARRIER();
+  for (int k = 128; k > 0; k >>= 1) {
+    if (t < k) s[t] += s[t + k];
+    BARRIER();
+  }
+  if (t == 0) part[__builtin_amdgcn_workgroup_id_x()] = s[0];
+}
+
+// integer atomics on global and local memory; uniform addresses go through LLVM's atomic optimizer
+__kernel void atomics(__global const int *a, __global int *g, __global unsigned *h) {
+  __local int l[4];
+  int t = TID, v = a[GID];
+  if (t < 4) l[t] = 0;
+  BARRIER();
+  __atomic_fetch_add(&l[t & 3], v, __ATOMIC_RELAXED);
+  __atomic_fetch_max(&l[2], v, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&g[0], v, __ATOMIC_RELAXED);
+  __atomic_fetch_min(&g[1], v, __ATOMIC_RELAXED);
+  __atomic_fetch_max(&g[2], v, __ATOMIC_RELAXED);
+  __atomic_fetch_xor(&g[3], v, __ATOMIC_RELAXED);
+  __atomic_fetch_or(&h[0], 1u << (t & 31), __ATOMIC_RELAXED);
+  __atomic_fetch_add(&g[8 + (v & 7)], 1, __ATOMIC_RELAXED);
+  BARRIER();
+  if (t < 4) __atomic_fetch_add(&g[4 + t], l[t], __ATOMIC_RELAXED);
+}
+
+// the value each lane gets back from an atomic: a permutation of the prefix sums
+__kernel void atomic_ret(__global int *counter, __global int *out) {
+  out[GID] = __atomic_fetch_add(counter, 1, __ATOMIC_RELAXED);
+}
+
+// compare-and-swap loop: float max through integer CAS
+__kernel void cas_fmax(__global const float *a, __global float *m) {
+  float v = a[GID];
+  __global int *p = (__global int *)m;
+  int old = *p;
+  while (v > __builtin_bit_cast(float, old)) {
+    int seen = old;
+    if (__atomic_compare_exchange_n(p, &seen, __builtin_bit_cast(int, v), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) break;
+    old = seen;
+  }
+}
+
+// float atomic add of small integers (exact in any order)
+__kernel void fatomic(__global const float *a, __global float *s) {
+  __atomic_fetch_add(s, a[GID], __ATOMIC_RELAXED);
+}
+
+// naive matmul, one output per work-item, 2D workgroups
+__kernel void matmul(__global const float *A, __global const float *B, __global float *C, int n) {
+  int col = __builtin_amdgcn_workgroup_id_x() * 16 + __builtin_amdgcn_workitem_id_x();
+  int row = __builtin_amdgcn_workgroup_id_y() * 16 + __builtin_amdgcn_workitem_id_y();
+  float acc = 0.0f;
+  for (int k = 0; k < n; k++) acc += A[row * n + k] * B[k * n + col];
+  C[row * n + col] = acc;
+}
+
+// work-item and workgroup ids in three dimensions
+__kernel void ids3(__global int *out) {
+  int x = __builtin_amdgcn_workitem_id_x(), y = __builtin_amdgcn_workitem_id_y(), z = __builtin_amdgcn_workitem_id_z();
+  int gx = __builtin_amdgcn_workgroup_id_x(), gy = __builtin_amdgcn_workgroup_id_y(), gz = __builtin_amdgcn_workgroup_id_z();
+  int sx = __builtin_amdgcn_workgroup_size_x(), sy = __builtin_amdgcn_workgroup_size_y(), sz = __builtin_amdgcn_workgroup_size_z();
+  int lin = ((gz * 2 + gy) * 3 + gx) * (sx * sy * sz) + (z * sy + y) * sx + x;
+  out[4 * lin + 0] = x | (y << 8) | (z << 16);
+  out[4 * lin + 1] = gx | (gy << 8) | (gz << 16);
+  out[4 * lin + 2] = sx | (sy << 8) | (sz << 16);
+  out[4 * lin + 3] = 1;
+}
+
+// cross-lane builtins: wave-relative values
+__kernel void lanes(__global const int *a, __global int *out) {
+  int v = a[GID];
+  int t = TID;
+  out[8 * GID + 0] = __builtin_amdgcn_readfirstlane(v);
+  out[8 * GID + 1] = __builtin_amdgcn_readlane(v, 5);
+  out[8 * GID + 2] = __builtin_amdgcn_ds_bpermute((t ^ 3) << 2, v);
+  out[8 * GID + 3] = __builtin_amdgcn_ds_swizzle(v, 0x041f);        // xor lane with 1 (bitmask mode)
+  out[8 * GID + 4] = __builtin_amdgcn_mov_dpp(v, 0x111, 0xf, 0xf, 1); // row_shr:1, bound_ctrl
+  out[8 * GID + 5] = __builtin_amdgcn_update_dpp(-7, v, 0x1b, 0xf, 0xf, 0); // quad_perm [3,2,1,0]
+  out[8 * GID + 6] = __builtin_amdgcn_mbcnt_lo(0xffffffffu, 0u);
+  out[8 * GID + 7] = (v & 1) ? __builtin_amdgcn_readfirstlane(t) : -1;
+}
+
+// private array with a dynamic index: scratch memory
+__kernel void scratch(__global const int *a, __global int *out) {
+  int buf[48];
+  int v = a[GID];
+  for (int k = 0; k < 48; k++) buf[k] = v * k + (k ^ v);
+  int s = 0;
+  for (int k = 0; k < 12; k++) s += buf[(v + 7 * k) & 47];
+  out[GID] = s;
+}
+
+// fp16, fp64 and 64-bit integer arithmetic
+__kernel void mixed(__global const float *x, __global const double *d, __global const long *l,
+                    __global float *of, __global double *od, __global long *ol) {
+  int i = GID;
+  _Float16 h = (_Float16)x[i], k = (_Float16)0.75f;
+  of[2 * i + 0] = (float)(h * k + h);
+  of[2 * i + 1] = (float)(h / (k + h));
+  od[3 * i + 0] = d[i] / (d[i] + 3.0);
+  od[3 * i + 1] = __builtin_sqrt(__builtin_fabs(d[i]));
+  od[3 * i + 2] = __builtin_fma(d[i], d[i], -1.0);
+  ol[3 * i + 0] = l[i] * (l[i] >> 7);
+  ol[3 * i + 1] = l[i] / ((l[i] & 0xfff) | 1);
+  ol[3 * i + 2] = (long)((unsigned long)l[i] % 1000003ul);
+}

@@ -1,0 +1,158 @@
+"""The RDNA emulator runs real clang-19 code objects (tests/rdna_cases/features.cl) for gfx1100 wave32, gfx1100
+wave64 and gfx1201; results are checked against numpy / exact Python arithmetic."""
+from __future__ import annotations
+import os
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from test_emu_rdna_common import compile_cl, kernels, launch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ())]
+IDS = ["gfx1100", "gfx1100-w64", "gfx1201"]
+
+def _src() -> str:
+  with open(os.path.join(HERE, "rdna_cases", "features.cl")) as f: return f.read()
+
+@pytest.fixture(scope="module", params=TARGETS, ids=IDS)
+def target(request):
+  mcpu, flags = request.param
+  return mcpu, kernels(compile_cl(_src(), mcpu, flags))
+
+@pytest.fixture(scope="module", params=TARGETS, ids=IDS)
+def target_dpp(request):
+  """The same kernels with LLVM's atomic optimizer using DPP wave reductions instead of a scalar loop."""
+  mcpu, flags = request.param
+  return mcpu, kernels(compile_cl(_src(), mcpu, flags + ("-mllvm", "-amdgpu-atomic-optimizer-strategy=DPP")))
+
+def run(target, name, args, grid, block):
+  mcpu, ks = target
+  res, outs, _ = launch(ks[name], mcpu, args, grid, block)
+  assert res.ok, res.fault
+  return outs
+
+def test_vadd(target):
+  rng = np.random.default_rng(1)
+  n = 256 * 8 - 37
+  a, b = rng.standard_normal(2048).astype(np.float32), rng.standard_normal(2048).astype(np.float32)
+  c = np.full(2048, 7.0, np.float32)
+  out = run(target, "vadd", [a, b, c, np.int32(n)], (8, 1, 1), (256, 1, 1))[2]
+  np.testing.assert_array_equal(out[:n], a[:n] + b[:n])
+  np.testing.assert_array_equal(out[n:], 7.0)  # lanes past n are masked off by EXEC
+
+def test_saxpy(target):
+  rng = np.random.default_rng(2)
+  x, y = rng.standard_normal(1024).astype(np.float32), rng.standard_normal(1024).astype(np.float32)
+  out = run(target, "saxpy", [np.float32(1.5), x, y.copy(), np.int32(1000)], (4, 1, 1), (256, 1, 1))[1]
+  np.testing.assert_array_equal(out[:1000], np.float32(1.5) * x[:1000] + y[:1000])  # -ffp-contract=off: no fma
+  np.testing.assert_array_equal(out[1000:], y[1000:])
+
+def test_reduce_lds_barrier(target):
+  rng = np.random.default_rng(3)
+  a = rng.standard_normal(256 * 6).astype(np.float32)
+  part = run(target, "reduce", [a, np.zeros(6, np.float32)], (6, 1, 1), (256, 1, 1))[1]
+  ref = a.reshape(6, 256).copy()
+  k = 128
+  while k:  # the same tree order, in float32
+    ref[:, :k] = ref[:, :k] + ref[:, k:2 * k]
+    k //= 2
+  np.testing.assert_array_equal(part, ref[:, 0])
+
+@pytest.mark.parametrize("dpp", [False, True], ids=["iterative", "dpp"])
+def test_atomics(target, target_dpp, dpp):
+  t = target_dpp if dpp else target
+  rng = np.random.default_rng(4)
+  a = rng.integers(-2**31, 2**31, 512).astype(np.int32)
+  g = np.zeros(16, np.int32); g[1] = 2**31 - 1; g[2] = -2**31
+  g, h = run(t, "atomics", [a, g, np.zeros(1, np.uint32)], (2, 1, 1), (256, 1, 1))[1:]
+  with np.errstate(over="ignore"):
+    assert g[0] == a.sum(dtype=np.int32)
+  assert g[1] == a.min() and g[2] == a.max() and g[3] == np.bitwise_xor.reduce(a)
+  assert h[0] == 0xffffffff
+  np.testing.assert_array_equal(g[8:16], np.bincount(a & 7, minlength=8))
+  # LDS: per group, sums over t & 3 added into g[4..7] (slot 2 also takes a max in between: order-dependent, skipped)
+  with np.errstate(over="ignore"):
+    for k in (0, 1, 3): assert g[4 + k] == a.reshape(2, 256)[:, k::4].sum(dtype=np.int32)
+
+def test_atomic_returns_are_a_permutation(target):
+  out = run(target, "atomic_ret", [np.zeros(1, np.int32), np.zeros(512, np.int32)], (2, 1, 1), (256, 1, 1))
+  assert out[0][0] == 512
+  np.testing.assert_array_equal(np.sort(out[1]), np.arange(512))
+
+def test_cas_loop(target):
+  rng = np.random.default_rng(5)
+  a = rng.standard_normal(512).astype(np.float32)
+  m = np.full(1, -np.inf, np.float32)
+  assert run(target, "cas_fmax", [a, m], (2, 1, 1), (256, 1, 1))[1][0] == a.max()
+
+def test_float_atomic_add(target):
+  a = np.random.default_rng(6).integers(-50, 50, 512).astype(np.float32)
+  assert run(target, "fatomic", [a, np.zeros(1, np.float32)], (2, 1, 1), (256, 1, 1))[1][0] == a.sum()
+
+def test_matmul_2d_groups(target):
+  n = 32
+  rng = np.random.default_rng(7)
+  A, B = rng.standard_normal((n, n)).astype(np.float32), rng.standard_normal((n, n)).astype(np.float32)
+  C = run(target, "matmul", [A, B, np.zeros((n, n), np.float32), np.int32(n)], (2, 2, 1), (16, 16, 1))[2]
+  ref = np.zeros((n, n), np.float32)
+  for k in range(n): ref = ref + np.outer(A[:, k], B[k, :])  # sequential float32 accumulation, no fma
+  np.testing.assert_array_equal(C, ref)
+
+def test_ids_3d(target):
+  bx, by, bz, gx, gy, gz = 4, 3, 2, 3, 2, 2
+  total = bx * by * bz * gx * gy * gz
+  out = run(target, "ids3", [np.zeros(4 * total, np.int32)], (gx, gy, gz), (bx, by, bz))[0].reshape(-1, 4)
+  assert (out[:, 3] == 1).all()
+  want = [(x | y << 8 | z << 16, a | b << 8 | c << 16) for c in range(gz) for b in range(gy) for a in range(gx)
+          for z in range(bz) for y in range(by) for x in range(bx)]
+  np.testing.assert_array_equal(out[:, :2], np.array(want))
+  assert (out[:, 2] == (bx | by << 8 | bz << 16)).all()
+
+def test_cross_lane(target):
+  mcpu, ks = target
+  wave = 64 if ks["lanes"].props >> 10 & 1 == 0 else 32
+  a = np.random.default_rng(8).integers(-1000, 1000, 256).astype(np.int32)
+  out = run(target, "lanes", [a, np.zeros(8 * 256, np.int32)], (1, 1, 1), (256, 1, 1))[1].reshape(256, 8)
+  lane = np.arange(256) % wave
+  base = np.arange(256) - lane
+  np.testing.assert_array_equal(out[:, 0], a[base])
+  np.testing.assert_array_equal(out[:, 1], a[base + 5])
+  np.testing.assert_array_equal(out[:, 2], a[base + (lane ^ 3)])
+  np.testing.assert_array_equal(out[:, 3], a[base + ((lane & ~31) | ((lane & 31) ^ 1))])
+  shr = np.where(lane % 16 == 0, 0, a[np.maximum(np.arange(256) - 1, 0)])
+  np.testing.assert_array_equal(out[:, 4], shr)
+  np.testing.assert_array_equal(out[:, 5], a[(np.arange(256) & ~3) | (3 - (np.arange(256) & 3))])
+  np.testing.assert_array_equal(out[:, 6], np.minimum(lane, 32) if wave == 64 else lane)
+  first_odd = np.array([next((b + k for k in range(wave) if a[b + k] & 1), -1) for b in base])  # its work-item id
+  np.testing.assert_array_equal(out[:, 7], np.where(a & 1, first_odd, -1))
+
+def test_scratch(target):
+  a = np.random.default_rng(9).integers(-1000, 1000, 128).astype(np.int32)
+  out = run(target, "scratch", [a, np.zeros(128, np.int32)], (2, 1, 1), (64, 1, 1))[1]
+  v = a.astype(np.int64)
+  buf = [(v * k + (k ^ v)) for k in range(48)]
+  ref = sum(np.choose((v + 7 * k) & 47, buf) for k in range(12))
+  np.testing.assert_array_equal(out, ref.astype(np.int32))
+
+def test_mixed_precision(target):
+  rng = np.random.default_rng(10)
+  n = 64
+  x = (rng.standard_normal(n) * 4).astype(np.float32)
+  d = rng.standard_normal(n) * 1e3
+  l = rng.integers(-2**62, 2**62, n, dtype=np.int64)
+  of, od, ol = run(target, "mixed", [x, d, l, np.zeros(2 * n, np.float32), np.zeros(3 * n), np.zeros(3 * n, np.int64)],
+                   (1, 1, 1), (64, 1, 1))[3:]
+  h, k = x.astype(np.float16), np.float16(0.75)
+  np.testing.assert_array_equal(of[0::2], (h * k + h).astype(np.float32))
+  q = (h / (k + h)).astype(np.float32)  # f16 division runs through an f32 reciprocal: allow 1 f16 ulp
+  assert (np.abs(of[1::2] - q) <= np.abs(np.spacing(q.astype(np.float16)).astype(np.float32))).all()
+  np.testing.assert_array_equal(od[0::3], d / (d + 3.0))
+  np.testing.assert_array_equal(od[1::3], np.sqrt(np.abs(d)))
+  np.testing.assert_array_equal(od[2::3], [float(Fraction(v) * Fraction(v) - 1) for v in d])
+  wrap = lambda v: ((v + 2**63) % 2**64) - 2**63
+  L = [int(v) for v in l]
+  np.testing.assert_array_equal(ol[0::3], [wrap(v * (v >> 7)) for v in L])
+  np.testing.assert_array_equal(ol[1::3], [(abs(v) // ((v & 0xfff) | 1)) * (1 if v >= 0 else -1) for v in L])
+  np.testing.assert_array_equal(ol[2::3], [(v % 2**64) % 1000003 for v in L])
