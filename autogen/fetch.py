@@ -334,12 +334,14 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
     if lock_files and diff:
       bad += len(diff)
       print(f"  {len(diff)} headers of {p.name} differ from autogen/headers.lock, e.g. {', '.join(diff[:3])}", flush=True)
+  kept_roots: list[str] = []  # sources we could not fetch keep their lock entries
   for src, (rootname, fname, what) in LOCAL.items():
     if sources and src not in sources: continue
     arc = _local_archive(fname)
     dest = cache / "headers" / rootname
     if not arc.exists():
       print(f"{what}: {arc} not found, skipped (the modules generated from it are committed)", flush=True)
+      kept_roots.append(rootname + "/")
       continue
     digest = hashlib.sha256(arc.read_bytes()).hexdigest()
     if not ((dest / ".complete").exists() and (dest / ".complete").read_text().strip() == digest) or force:
@@ -366,10 +368,12 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
     new_files.update({f"{rootname}/{k}": v for k, v in _hash_tree(dest).items()})
   write_lock(new_pkgs, new_files, cache / "headers" / "headers.lock")
   if write_repo_lock:
-    if sources:  # keep the other sources' entries
-      new_pkgs = {**{k: v for k, v in lock_pkgs.items() if k not in new_pkgs}, **new_pkgs}
-      roots = tuple((LOCAL[s][0] if s in LOCAL else _package(s).root) + "/" for s in sources)
-      new_files = {**{k: v for k, v in lock_files.items() if not k.startswith(roots)}, **new_files}
+    # keep the entries of sources not fetched this time (not asked for, or their archive is absent)
+    done = set(new_pkgs)
+    done_roots = tuple(r for r in ((LOCAL[s][0] if s in LOCAL else _package(s).root) + "/" for s in done)
+                       if r not in kept_roots)
+    new_pkgs = {**{k: v for k, v in lock_pkgs.items() if k not in done}, **new_pkgs}
+    new_files = {**{k: v for k, v in lock_files.items() if not k.startswith(done_roots)}, **new_files}
     write_lock(new_pkgs, new_files, LOCK_PATH)
     print(f"wrote {LOCK_PATH}", flush=True)
   print(f"fetch done in {time.monotonic() - t0:.1f} s; headers in {cache / 'headers'}", flush=True)
