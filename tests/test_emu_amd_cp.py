@@ -298,3 +298,56 @@ def test_map_queues_refused_on_a_normal_queue(d, P):
   q.submit(pkt3(P["PACKET3_MAP_QUEUES"], [(1 << 18) | (1 << 29), 0, 0, 0, 0, 0]))
   q.run()
   assert q.hqd("regCP_HQD_PQ_RPTR") == 0 and d.board.gfx.queues[(1, 0, 0)].hung
+
+
+def _dispatch_packets(d, q, P, name: str, args: bytes, wg: int = 32, grid: int = 1) -> list[int]:
+  code_off, KA = 0x400000, 0x530000
+  syms = load_kernel(d, d.board.arch, name, code_off)
+  kd_off = code_off + syms[next(s for s in syms if s.endswith(".kd"))]
+  kd = d.vram.readbytes(kd_off, 64)
+  entry = struct.unpack_from("<q", kd, 16)[0]
+  rsrc3, rsrc1, rsrc2, props = struct.unpack_from("<IIIH", kd, 44)
+  d.vram.writebytes(KA, args + bytes(256 - len(args)))
+  user = ([0] * 4 if props & 1 else []) + ([0, 0] if props & 2 else []) + ([0, 0] if props & 4 else []) + \
+         ([q.mc(KA) & 0xffffffff, q.mc(KA) >> 32] if props & 8 else [])
+  pgm = q.mc(kd_off + entry)
+  sh = lambda n, vals: pkt3(P["PACKET3_SET_SH_REG"], [d.addr("gc", n) - P["PACKET3_SET_SH_REG_START"]] + vals)
+  pk = sh("regCOMPUTE_PGM_LO", [(pgm >> 8) & 0xffffffff, pgm >> 40]) + sh("regCOMPUTE_PGM_RSRC1", [rsrc1, rsrc2])
+  pk += sh("regCOMPUTE_PGM_RSRC3", [rsrc3]) + sh("regCOMPUTE_USER_DATA_0", user) + sh("regCOMPUTE_NUM_THREAD_X", [wg, 1, 1])
+  return pk + pkt3(P["PACKET3_DISPATCH_DIRECT"], [grid, 1, 1, 1 | ((1 << 15) if props & (1 << 10) else 0)])
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_spinning_kernel_released_by_sdma_while_it_runs(arch, P):
+  """Concurrent mode: the shader array runs beside the other engines, so a kernel spinning on memory finishes when
+  an SDMA fence, submitted after the dispatch, writes it."""
+  pytest.importorskip("elftools")
+  from test_emu_amd_sdma import SDMARing, hdr
+  from test_emu_amd_common import sdma_defs
+  S = sdma_defs()
+  d = Dev(arch, deterministic=False, firmware="loaded")
+  try:
+    q = ComputeRing(d)
+    flag, done = 0x570000, 0x570100
+    q.submit(_dispatch_packets(d, q, P, "spin", struct.pack("<QIIQ", q.mc(flag), 5, 0, q.mc(done))))
+    deadline = time.monotonic() + 5
+    while not d.board.gfx.queues[(1, 0, 0)].inflight and time.monotonic() < deadline: time.sleep(0.001)
+    assert d.vram.read32(done) == 0                       # still spinning
+    s = SDMARing(d)
+    s.submit([hdr(S, "FENCE"), s.mc(flag) & 0xffffffff, s.mc(flag) >> 32, 5])
+    deadline = time.monotonic() + 30
+    while d.vram.read32(done) != 6 and time.monotonic() < deadline: time.sleep(0.002)
+    assert d.vram.read32(done) == 6 and not d.board.errors
+  finally: d.close()
+
+
+def test_close_kills_a_kernel_that_never_finishes(P):
+  pytest.importorskip("elftools")
+  d = Dev("gfx1100", deterministic=False, firmware="loaded")
+  q = ComputeRing(d)
+  q.submit(_dispatch_packets(d, q, P, "spin", struct.pack("<QIIQ", q.mc(0x570000), 5, 0, q.mc(0x570100))))
+  deadline = time.monotonic() + 5
+  while not d.board.gfx.queues[(1, 0, 0)].inflight and time.monotonic() < deadline: time.sleep(0.001)
+  t = d.board.gfx.queues[(1, 0, 0)].inflight
+  d.close()
+  assert t is not None and not t.is_alive()

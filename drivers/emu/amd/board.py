@@ -55,6 +55,8 @@ class AMDBoard:
     self.clock = GPUClock(deterministic)
     self.removed = False
     self.faults: dict[str, Any] = {}
+    self.halt_shaders = False                   # set on close/reset/removal: running waves fault at their next access
+    self.errors: list[str] = []                 # internal errors the worker survived (a model bug: report it)
     self.doorbells: dict[int, int] = {}
     self.engines: list[Engine] = []
     self.fw_loaded: set[int] = set()            # GFX_FW_TYPE_* ids the PSP has loaded
@@ -99,8 +101,8 @@ class AMDBoard:
 
   def reset(self) -> None:
     """Function-level reset from sysfs: the board returns to its power-on state (VRAM content is not cleared)."""
+    self.stop_worker()
     with self.lock:
-      self.stop_worker()
       self.doorbells.clear(); self.engines.clear(); self.faults.clear(); self.fw_loaded.clear()
       self.regs = RegFile(self.asic)
       self._build()
@@ -177,7 +179,11 @@ class AMDBoard:
     progressed = False
     for e in list(self.engines):
       if self.removed: return False
-      with self.lock: progressed |= bool(e.step())
+      with self.lock:
+        try: progressed |= bool(e.step())
+        except Exception as ex:                   # a model bug must not silently stop the whole GPU
+          self.errors.append(f"{type(e).__name__}: {type(ex).__name__}: {ex}")
+          if self.deterministic: raise
     if self._mode1_pending and (self.clock.now() >= self._mode1_at):
       self._mode1_pending = False
       self._mode1_reset()
@@ -191,6 +197,7 @@ class AMDBoard:
 
   def _mode1_reset(self) -> None:
     # Mode 1: the whole ASIC but the PCI configuration restarts; firmware is gone, VRAM keeps its content.
+    self._drain_shaders()
     with self.lock:
       cfg = self.cfg
       self.doorbells.clear(); self.engines.clear(); self.fw_loaded.clear()
@@ -227,6 +234,16 @@ class AMDBoard:
     self._event.set()
     if self._thread is not None and self._thread is not threading.current_thread(): self._thread.join(timeout=5)
     self._thread = None
+    self._drain_shaders()
+
+  def _drain_shaders(self) -> None:
+    """Kill in-flight dispatches (they fault at their next memory access) and wait for their threads."""
+    q_all = list(getattr(getattr(self, "gfx", None), "queues", {}).values())
+    if not any(q.inflight is not None for q in q_all): return
+    self.halt_shaders = True
+    for q in q_all:
+      if q.inflight is not None: q.inflight.join(timeout=5)
+    self.halt_shaders = False
 
   def close(self) -> None: self.stop_worker()
 
@@ -236,8 +253,8 @@ class AMDBoard:
     smu_error(response=), hung_queue(engine="compute"|"sdma"), page_fault(va=), surprise_removal."""
     known = {"psp_timeout", "psp_error", "smu_timeout", "smu_error", "hung_queue", "page_fault", "surprise_removal"}
     if kind not in known: raise ValueError(f"unknown fault {kind!r}; known: {', '.join(sorted(known))}")
-    if kind == "surprise_removal": self.removed = True
+    if kind == "surprise_removal": self.removed = self.halt_shaders = True
     self.faults[kind] = kw or True
 
   def clear_faults(self) -> None:
-    self.faults.clear(); self.removed = False
+    self.faults.clear(); self.removed = self.halt_shaders = False

@@ -6,7 +6,7 @@ is unhalted with the pipe active. On a doorbell in the MEC doorbell range the qu
 write pointer; the read pointer is reported to CP_HQD_PQ_RPTR and to the report address in memory.
 """
 from __future__ import annotations
-import struct
+import struct, threading
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
@@ -32,6 +32,8 @@ class ComputeQueue:
     self.hung: str | None = None
     self.waiting = False
     self.dispatches = 0
+    self.inflight: threading.Thread | None = None
+    self.result = None
 
   # ---- HQD state
   def g(self, name: str) -> int: return self.bank.get(self.gfx.hqd_addr[name], 0)
@@ -77,27 +79,43 @@ class ComputeQueue:
     if cntl & self.gfx.ts_int_en:
       self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_EOP, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), data=(ctx, 0, 0, 0))
 
-  def dispatch(self, x: int, y: int, z: int, initiator: int) -> None:
+  def dispatch(self, x: int, y: int, z: int, initiator: int) -> bool:
+    """Start (or check on) a dispatch. In concurrent mode the shader array runs on its own thread, so the other
+    engines and queues keep going meanwhile (a kernel may spin on memory another engine writes); the packet
+    completes when the waves do. Deterministic mode runs it inline."""
+    if self.inflight is not None:
+      if self.inflight.is_alive(): return False
+      self.inflight, res = None, self.result
+      return self._finish(res)
+    try:
+      from rawgpu.drivers.emu.rdna import DispatchRegs, run_dispatch
+    except ImportError as e:
+      raise pm4.BadPacket(f"dispatch: compute units unavailable ({e})") from None
     g = self.gfx
     sh = self.sh.get
     wg = tuple(sh(a, 0) & 0xffff for a in g.num_thread)
     grid = (x, y, z)
     if initiator & g.use_thread_dims: grid = tuple(-(-n // max(w, 1)) for n, w in zip(grid, wg))
     self.dispatches += 1
-    try:
-      from rawgpu.drivers.emu.rdna import DispatchRegs, run_dispatch
-    except ImportError as e:
-      self.halt(f"dispatch: compute units unavailable ({e})"); raise pm4.BadPacket("no compute units") from None
     regs = DispatchRegs(arch=self.board.arch, pgm_addr=((sh(g.pgm_hi, 0) << 32) | sh(g.pgm_lo, 0)) << 8,
                         rsrc1=sh(g.rsrc[0], 0), rsrc2=sh(g.rsrc[1], 0), rsrc3=sh(g.rsrc[2], 0),
                         user_data=[sh(a, 0) for a in g.user_data], num_thread=wg, grid=grid,
                         start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
                         tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8)
     mem = VMMemory(self.hub(), self.vmid)
-    res = run_dispatch(mem, regs)
+    if self.board.deterministic: return self._finish(run_dispatch(mem, regs))
+    def run() -> None:
+      try: self.result = run_dispatch(mem, regs)
+      finally: self.board.kick()
+    self.inflight = threading.Thread(target=run, name="amdboard-shader", daemon=True)
+    self.inflight.start()
+    return False
+
+  def _finish(self, res) -> bool:
     if not res.ok:
       self.last_fault = (res.fault, res.fault_addr)
       raise pm4.BadPacket(f"wave fault: {res.fault} at {res.fault_addr:#x}" if res.fault_addr is not None else f"wave fault: {res.fault}")
+    return True
 
   def halt(self, why: str) -> None:
     self.hung = why
@@ -124,7 +142,8 @@ class ComputeQueue:
       count -= take; first = 0
     return out
 
-  def busy(self) -> bool: return self.active and self.hung is None and (self.waiting or self.wptr != self.rptr or bool(self.ib))
+  def busy(self) -> bool:
+    return self.active and self.hung is None and (self.waiting or self.wptr != self.rptr or bool(self.ib) or self.inflight is not None)
 
   def step(self) -> bool:
     if not self.active or self.hung is not None or "hung_queue" in self.board.faults and self._fault_engine() == "compute": return False

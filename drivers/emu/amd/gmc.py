@@ -76,8 +76,9 @@ class Hub:
     self.b.regs.vals[a] = v
     d = self.req.decode(v)
     vmids = d["PER_VMID_INVALIDATE_REQ"]
-    for key in [k for k in self.tlb if vmids >> k[0] & 1]: del self.tlb[key]
-    for key in [k for k in self.ext if vmids >> k[0] & 1]: del self.ext[key]
+    # copies are atomic under the GIL; the shader thread may be filling the TLB meanwhile
+    for key in [k for k in self.tlb.copy() if vmids >> k[0] & 1]: self.tlb.pop(key, None)
+    for key in [k for k in self.ext.copy() if vmids >> k[0] & 1]: self.ext.pop(key, None)
     if d["CLEAR_PROTECTION_FAULT_STATUS_ADDR"]: self._clear_fault()
     self.b.regs.vals[ack] = (self.b.regs.vals.get(ack, 0) & ~0xffff) | vmids
 
@@ -266,6 +267,7 @@ class VMMemory:
     self.fault: Fault | None = None
 
   def _phys(self, a: np.ndarray, write: bool) -> tuple[np.ndarray, np.ndarray]:
+    if self.hub.b.halt_shaders: raise self.MemoryFault(int(a[0]) if len(a) else 0, write)   # board closing/removed: waves die
     pages, inv = np.unique(a >> np.uint64(12), return_inverse=True)
     kinds, bases = np.empty(len(pages), np.int8), np.empty(len(pages), np.uint64)
     for i, p in enumerate(pages.tolist()):
@@ -317,6 +319,7 @@ class VMMemory:
     return self.flat[int(k[0])].atomic(op, p, values, size, cmp)
 
   def read(self, addr: int, n: int) -> bytes:
+    if self.hub.b.halt_shaders: raise self.MemoryFault(addr, False)
     try: return self.hub.read(self.vmid, addr, n)
     except Fault as f:
       self.fault = f

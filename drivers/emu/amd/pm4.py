@@ -66,8 +66,7 @@ def set_config_reg(q: "ComputeQueue", body: list[int]) -> bool:
 
 def dispatch_direct(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 4, "DISPATCH_DIRECT")
-  q.dispatch(body[0], body[1], body[2], body[3])
-  return True
+  return q.dispatch(body[0], body[1], body[2], body[3])
 
 
 def set_base(q: "ComputeQueue", body: list[int]) -> bool:
@@ -84,8 +83,7 @@ def dispatch_indirect(q: "ComputeQueue", body: list[int]) -> bool:
     _need(body, 2, "DISPATCH_INDIRECT")
     addr, init = q.bases.get(1, 0) + body[0], body[1]
   x, y, z = (q.mem_read32(addr + 4 * i) for i in range(3))
-  q.dispatch(x, y, z, init)
-  return True
+  return q.dispatch(x, y, z, init)
 
 
 def write_data(q: "ComputeQueue", body: list[int]) -> bool:
