@@ -2,7 +2,7 @@
 dw0 client id [7:0], source id [15:8], ring id [23:16], vmid [27:24]; dw1-2 timestamp; dw3 pasid; dw4-7 source data.
 """
 from __future__ import annotations
-import struct
+import struct, threading
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd.gmc import Fault
@@ -69,12 +69,14 @@ class IH:
     self.b = board
     self.rings = [IHRing(board, ""), IHRing(board, "_RING1")]
     self.posted = 0
+    self.lock = threading.Lock()          # the worker and a shader thread (page faults) may post at once
 
   def post(self, client: int, src: int, ring_id: int = 0, vmid: int = 0, pasid: int = 0, data: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
     ts = self.b.clock.now()
     words = struct.pack("<8I", client | (src << 8) | (ring_id << 16) | (vmid << 24), ts & 0xffffffff, (ts >> 32) & 0xffff, pasid, *data)
-    self.posted += 1
-    self.rings[0].post(words)
+    with self.lock:
+      self.posted += 1
+      self.rings[0].post(words)
 
   def doorbell(self, idx: int, value: int) -> None:
     for r in self.rings: r.doorbell(idx, value)
