@@ -143,6 +143,10 @@ def test_dequeue_request_deactivates(d, P):
   d.wr("gc", "regCP_HQD_DEQUEUE_REQUEST", 2)
   assert d.rd("gc", "regCP_HQD_ACTIVE") & 1 == 0
   d.wr("gc", "regGRBM_GFX_CNTL", 0)
+  dst = q.mc(0x370000)
+  q.submit(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 5]))
+  q.run()
+  assert d.vram.read32(0x370000) == 0                                  # a dequeued HQD fetches nothing
 
 
 def test_concurrent_mode_worker_runs_on_doorbell(P):

@@ -1,8 +1,7 @@
 """IP discovery, VRAM size strap, MM_INDEX/MM_DATA window, small-BAR boards, resizable BAR, register decode."""
 from __future__ import annotations
 import subprocess
-import pytest
-from test_emu_amd_common import Dev, compile_c, linux_root, parse_discovery, dev  # noqa: F401
+from test_emu_amd_common import Dev, compile_c, linux_root, dev  # noqa: F401  (dev is a fixture)
 
 C_WALK = r"""
 #include <stdio.h>

@@ -43,8 +43,7 @@ def test_hung_queue_injection(d):
 
 def test_injected_page_fault_reports_like_a_missing_page(d):
   from test_emu_amd_gmc import setup_ih
-  import struct
-  ring, wb = setup_ih(d)
+  setup_ih(d)
   P = nvd()
   q = ComputeRing(d)
   dst = q.mc(0x300000)

@@ -5,9 +5,8 @@ Page tables are written into VRAM through BAR0 by the test, with bit values pars
 """
 from __future__ import annotations
 import re, struct
-import numpy as np
 import pytest
-from test_emu_amd_common import Dev, linux_root, dev  # noqa: F401
+from test_emu_amd_common import Dev, linux_root, dev  # noqa: F401  (dev is a fixture)
 
 
 def pte_bits() -> dict[str, int]:

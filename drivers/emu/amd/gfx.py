@@ -201,7 +201,7 @@ class ComputeQueue:
 
 class GFX:
   def __init__(self, board: "AMDBoard"):
-    self.b = b = board
+    self.b = board
     r = board.regs
     t = r.tables["gc"]
     self.grbm = t["regGRBM_GFX_CNTL"]

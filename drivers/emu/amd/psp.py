@@ -47,7 +47,7 @@ def signed_ok(img: bytes) -> bool:
 
 class PSP:
   def __init__(self, board: "AMDBoard"):
-    self.b = b = board
+    self.b = board
     r = board.regs
     pfx = "regMP0_SMN_C2PMSG_" if r.has("mp0", "regMP0_SMN_C2PMSG_35") else "regMPASP_SMN_C2PMSG_"
     self.a = {n: r.addr("mp0", f"{pfx}{n}") for n in (33, 35, 36, 58, 64, 67, 69, 70, 71, 81) if r.has("mp0", f"{pfx}{n}")}

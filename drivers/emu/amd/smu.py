@@ -34,7 +34,7 @@ DPM = {PPCLK_GFXCLK: [500, 1200, 1900, 2500], PPCLK_SOCCLK: [500, 960, 1200], PP
 
 class SMU:
   def __init__(self, board: "AMDBoard"):
-    self.b = b = board
+    self.b = board
     self.major = board.asic.version(1)[0]
     r = board.regs
     a = lambda n: r.addr("mp1", f"regMP1_SMN_C2PMSG_{n}")
