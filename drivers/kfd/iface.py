@@ -49,7 +49,9 @@ class VARange:
 class _Process:
   """What amdkfd keeps once per process, however often /dev/kfd is opened: the KFD file, one render-node file per
   GPU (ACQUIRE_VM with a second one is EBUSY), and the signal-event page (a second one is EINVAL, freeing it EPERM)."""
-  def __init__(self): self.kfd_fd, self.refs, self.drm, self.event_page = -1, 0, {}, None
+  def __init__(self):
+    self.kfd_fd, self.refs, self.drm, self.event_page = -1, 0, {}, None
+    self.va: VARange | None = None   # one GPU address space per process, as ROCr keeps it
 
 
 _PROCESSES: dict[int, _Process] = {}   # id(System) -> its process state
@@ -110,8 +112,10 @@ class KFDIface:
       except IoctlError as e:
         if e.errno_ != errno.EBUSY: raise   # EBUSY: this process enabled the runtime already
     self.sizes = self._queue_sizes(n)
-    base, limit = self._aperture()
-    self.va = VARange(max(base, 1 << 32), min(limit + 1, max(base, 1 << 32) + (1 << 40)))
+    if self.proc.va is None:
+      base, limit = self._aperture()
+      self.proc.va = VARange(max(base, 1 << 32), min(limit + 1, max(base, 1 << 32) + (1 << 40)))
+    self.va = self.proc.va
     p = n.props
     emulated = sysm.host_memory is not None
     self.props = DeviceProps(vendor="AMD", arch=n.arch, iface=iface_name or ("MOCKKFD" if emulated else "KFD"), pci_bus=n.pci_bus,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes, errno, itertools, threading, time, zlib
 from dataclasses import dataclass, field
 from rawgpu.autogen import kfd as K
+from rawgpu.autogen.amd import ih as IH
 from rawgpu.drivers.am import facts as F, mm
 from rawgpu.drivers.kfd.sizes import PAGE, align, queue_sizes
 from rawgpu.drivers.emu.mockkfd import hw
@@ -22,6 +23,7 @@ EVENT_TYPES = {K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_NODECHANGE, K.KFD_IOC_EVE
 DOMAIN_FLAGS = K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | \
                K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP
 SRC_CP_EOP = 181       # ivsrcid gfx 11: CP end of pipe
+FAULT_CLIENTS = (IH.SOC21_IH_CLIENTID_VMC, IH.SOC21_IH_CLIENTID_GFX, IH.SOC15_IH_CLIENTID_UTCL2)   # MM hub, GC hub (either id)
 
 
 def fail(code: int, why: str) -> OSError: return OSError(code, f"{errno.errorcode.get(code, code)}: {why}")
@@ -85,6 +87,15 @@ class GPU:
     s = queue_sizes(self.gfxv, cu * 2, 2, se * sa, sa)
     self.sizes = s
     self.props["cwsr_size"], self.props["ctl_stack_size"] = s.cwsr, s.ctl_stack
+    self.fault_interrupts(True)
+
+  def fault_interrupts(self, on: bool) -> None:
+    """What gfxhub/mmhub setup_vmid_config does for user VMIDs: every protection fault interrupts (VMID 0 here).
+    Tests may turn it off where the emulated shader's code fetch reads past a program into an unmapped page."""
+    for ip, name in (("gc", "regGCVM_CONTEXT0_CNTL"), ("mmhub", "regMMVM_CONTEXT0_CNTL")):
+      r = self.dev.regs.reg(ip, name)
+      r.update(**{f: int(on) for k in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
+                  if (f := f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT") in r.reg.fields})
 
   @staticmethod
   def _location(bus: str) -> int:
@@ -121,10 +132,10 @@ class GPU:
     for iv in self.dev.ih.poll():
       if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] == SRC_CP_EOP:
         for p in kernel.processes: p.signal_from_interrupt(iv["src_data"][0])
-      elif iv["client_id"] in (F.SOC21_IH_CLIENTID_VMC, F.SOC21_IH_CLIENTID_GFX) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
+      elif iv["client_id"] in FAULT_CLIENTS and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
-        hub = "MM" if iv["client_id"] == F.SOC21_IH_CLIENTID_VMC else "GC"
+        hub = "MM" if iv["client_id"] == IH.SOC21_IH_CLIENTID_VMC else "GC"
         st = self.dev.gmc.fault_status(hub)
         for p in kernel.processes: p.vm_fault(self, addr, write=bool(st.get("RW")))
 

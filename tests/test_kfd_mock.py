@@ -1,0 +1,305 @@
+"""MOCKKFD end to end: the emulated amdkfd (boards booted by the AM driver) under KFDIface and hcq, and its argument
+checks, each expecting the errno amdkfd's kfd_chardev.c / kfd_queue.c return for the same mistake (Linux 6.12)."""
+import ctypes, errno, os
+import numpy as np
+import pytest
+from rawgpu import kernels
+from rawgpu.autogen import kfd as K
+from rawgpu.errors import DeviceFault, IoctlError
+
+ENOTSUPP = 524   # kernel-internal, what set_queue_properties_from_user returns for an unknown queue type
+PAGE = 4096
+
+
+@pytest.fixture(scope="module", autouse=True)
+def firmware():
+  from conftest import find_firmware
+  fw = find_firmware()
+  if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
+  os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
+
+
+@pytest.fixture(scope="module")
+def system():
+  from rawgpu.drivers.emu.mockkfd import mock_kfd
+  return mock_kfd("gfx1100")
+
+
+class Raw:
+  """A process talking to the mock through the bare ioctls (what KFDIface would send, or mistakes it never makes)."""
+  def __init__(self, system, acquire=True):
+    from rawgpu.drivers.kfd.topology import gpu_nodes
+    self.s = system
+    self.node = gpu_nodes(system)[0]
+    self.gpu = self.node.gpu_id
+    self.kfd = system.open("/dev/kfd", os.O_RDWR)
+    self.drm = system.open(f"/dev/dri/renderD{self.node.render_minor}", os.O_RDWR)
+    if acquire: self.io(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=self.drm, gpu_id=self.gpu)
+    self.next_va = 0x7F10_0000_0000
+
+  def io(self, ioc, **kw): return ioc(self.s, self.kfd, **kw)
+
+  def errno_of(self, ioc, **kw) -> int:
+    with pytest.raises(IoctlError) as e: self.io(ioc, **kw)
+    return e.value.errno_
+
+  def alloc(self, size, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, map=True, va=None):
+    va = va or self.next_va
+    self.next_va += max(size, PAGE) + (2 << 20)
+    a = self.io(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=va, size=size, gpu_id=self.gpu, flags=flags | K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE)
+    if map: self.map(a.handle)
+    return a
+
+  def map(self, handle, ioc=K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, n=1, done=0):
+    ids = (ctypes.c_uint32 * 1)(self.gpu)
+    return self.io(ioc, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=n, n_success=done)
+
+  def close(self):
+    self.s.close(self.drm); self.s.close(self.kfd)
+
+
+@pytest.fixture
+def raw(system):
+  r = Raw(system)
+  yield r
+  r.close()
+
+
+def gpu_of(system):
+  from rawgpu.drivers.emu.mockkfd import machine
+  return machine("gfx1100").gpus[0]
+
+
+def test_topology_and_ip_discovery_match_the_board(system):
+  from rawgpu.drivers.kfd import KFDIface
+  g = gpu_of(system)
+  it = KFDIface(0, system)
+  try:
+    p = it.props
+    assert p.iface == "MOCKKFD" and p.emulated and p.arch == "gfx1100" and p.pci_bus == g.dev.bus
+    assert p.ip_versions["gc"] == g.dev.ips["gc"] and p.ip_bases["gc"] == g.dev.disc.find("gc").bases
+    from rawgpu.drivers.am.discovery import compute_units
+    assert p.compute_units == compute_units(g.dev.disc.gc_info) and p.vram_size == g.dev.vram_size
+  finally: it.close()
+
+
+def test_alloc_map_free_and_errnos(raw):
+  g = gpu_of(raw.s)
+  v = raw.alloc(1 << 20, K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC)
+  cpu = raw.s.mmap(raw.drm, 1 << 20, v.mmap_offset)
+  cpu.write(0x100, 0xdeadbeef)
+  assert g.dev.pt.translate(VAS[v.handle] + 0x100) is not None
+  # kfd_ioctl_alloc_memory_of_gpu
+  assert raw.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=raw.next_va, size=0, gpu_id=raw.gpu, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT) == errno.EINVAL
+  assert raw.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=raw.next_va, size=PAGE, gpu_id=raw.gpu ^ 0xffff, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT) == errno.EINVAL
+  assert raw.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=raw.next_va, size=PAGE, gpu_id=raw.gpu, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL) == errno.EINVAL
+  assert raw.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=raw.next_va, size=2 * PAGE, gpu_id=raw.gpu, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) == errno.EINVAL
+  mmio = raw.alloc(PAGE, K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, map=False)
+  assert mmio.mmap_offset >> 62 == 0 and (mmio.mmap_offset >> 46) & 0xffff == raw.gpu   # KFD_MMAP_TYPE_MMIO | GPU_ID
+  raw.alloc(2 * PAGE, K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, map=False)
+  # map/unmap/free
+  assert raw.errno_of(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=v.handle, device_ids_array_ptr=0, n_devices=0, n_success=0) == errno.EINVAL
+  ids = (ctypes.c_uint32 * 1)(raw.gpu)
+  assert raw.errno_of(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=v.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=2) == errno.EINVAL
+  assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle) == errno.EBUSY          # still mapped
+  assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=(raw.gpu << 32) | 0xfffff) == errno.EINVAL
+  raw.map(v.handle, K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU)
+  assert g.dev.pt.translate(VAS[v.handle] + 0x100) is None
+  free0 = g.dev.visible.free_bytes
+  raw.io(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle)
+  assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle) == errno.EINVAL
+  assert g.dev.visible.free_bytes == free0 + (1 << 20)   # the VRAM went back
+
+
+def test_no_acquire_vm_and_bad_drm_fd(system):
+  r = Raw(system, acquire=False)
+  try:
+    # kfd_bind_process_to_device: no VM yet
+    assert r.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=r.next_va, size=PAGE, gpu_id=r.gpu, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT) == errno.ENODEV
+    assert r.errno_of(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=r.kfd, gpu_id=r.gpu) == errno.EINVAL
+  finally: r.close()
+
+
+def _queue_bufs(raw, ring_size=PAGE, ring_bo=None):
+  ring = raw.alloc(ring_bo or ring_size)
+  ptrs = raw.alloc(PAGE)
+  return ring, ptrs
+
+
+def test_create_queue_checks(raw):
+  from rawgpu.drivers.kfd.sizes import align
+  s = gpu_of(raw.s).sizes
+  ring, ptrs = _queue_bufs(raw, 1 << 14)
+  eop = raw.alloc(s.eop, K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM)
+  cwsr = raw.alloc(align(s.cwsr + s.debug_memory, PAGE), K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM)
+  rva, pva = raw.next_va, 0
+  base = dict(gpu_id=raw.gpu, queue_type=K.KFD_IOC_QUEUE_TYPE_COMPUTE, queue_percentage=100, queue_priority=7, ring_size=1 << 14,
+              ring_base_address=_va(raw, ring), read_pointer_address=_va(raw, ptrs), write_pointer_address=_va(raw, ptrs) + 8,
+              eop_buffer_address=_va(raw, eop), eop_buffer_size=s.eop, ctx_save_restore_address=_va(raw, cwsr),
+              ctx_save_restore_size=s.cwsr, ctl_stack_size=s.ctl_stack)
+  bad = lambda **kw: raw.errno_of(K.AMDKFD_IOC_CREATE_QUEUE, **{**base, **kw})
+  assert bad(ring_size=3 << 12) == errno.EINVAL                      # not a power of 2
+  assert bad(queue_percentage=101) == errno.EINVAL
+  assert bad(queue_priority=16) == errno.EINVAL
+  assert bad(queue_type=99) == ENOTSUPP
+  assert bad(gpu_id=raw.gpu ^ 0xffff) == errno.EINVAL
+  assert bad(ctl_stack_size=s.ctl_stack + PAGE) == errno.EINVAL       # must equal the node's
+  assert bad(ctx_save_restore_size=s.cwsr - PAGE) == errno.EINVAL     # smaller than the node's
+  assert bad(ctx_save_restore_address=0, ctx_save_restore_size=s.cwsr) == errno.EINVAL   # no CWSR area
+  assert bad(eop_buffer_size=s.eop // 2) == errno.EINVAL
+  assert bad(ring_size=1 << 13) == errno.EINVAL                       # the ring BO must be exactly the ring size
+  assert bad(ring_base_address=raw.next_va) == errno.EINVAL           # unmapped ring
+  q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, **base)
+  assert q.doorbell_offset >> 62 == 3 and (q.doorbell_offset >> 46) & 0xffff == raw.gpu
+  assert raw.errno_of(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=ring.handle, device_ids_array_ptr=ctypes.addressof((ctypes.c_uint32 * 1)(raw.gpu)),
+                      n_devices=1, n_success=0) == errno.EBUSY      # a queue uses it
+  raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id)
+  assert raw.errno_of(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id) == errno.EINVAL
+  # SDMA queues take no EOP/CWSR
+  q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, gpu_id=raw.gpu, queue_type=K.KFD_IOC_QUEUE_TYPE_SDMA, queue_percentage=100, queue_priority=7,
+             ring_size=1 << 14, ring_base_address=base["ring_base_address"], read_pointer_address=base["read_pointer_address"],
+             write_pointer_address=base["write_pointer_address"])
+  raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id)
+
+
+VAS: dict = {}
+
+
+def _va(raw, a):
+  return VAS[a.handle]
+
+
+_orig_alloc = Raw.alloc
+def _alloc_recording(self, size, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, map=True, va=None):
+  va = va or self.next_va
+  a = _orig_alloc(self, size, flags, map, va)
+  VAS[a.handle] = va
+  return a
+Raw.alloc = _alloc_recording
+
+
+def test_events(raw):
+  page = raw.alloc(0x8000)
+  ev = raw.io(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page.handle, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
+  assert raw.errno_of(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page.handle, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1) == errno.EINVAL
+  raw.map(page.handle, K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU)
+  assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=page.handle) == errno.EPERM   # the signal BO stays
+  arr = (K.kfd_event_data * 1)()
+  arr[0].event_id = ev.event_id
+  w = raw.io(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=2)
+  assert w.wait_result == K.KFD_IOC_WAIT_RESULT_TIMEOUT
+  raw.io(K.AMDKFD_IOC_SET_EVENT, event_id=ev.event_id)
+  w = raw.io(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=1000)
+  assert w.wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE
+  arr[0].event_id = 12345
+  assert raw.errno_of(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0) == errno.EINVAL
+
+
+def test_close_releases_everything(system):
+  from rawgpu.drivers.kfd import KFDIface
+  g = gpu_of(system)
+  def cycle():
+    it = KFDIface(0, system)
+    it.alloc(3 << 20); it.alloc(8192, host=True)
+    it.create_ring("compute", 1 << 14); it.create_ring("sdma", 1 << 14)
+    assert g.compute_slots and g.sdma_slots
+    it.close()
+  cycle()   # page tables grown for these VAs stay, as the kernel's would: measure the second time round
+  free0 = g.dev.visible.free_bytes
+  cycle()
+  assert not g.compute_slots and not g.sdma_slots and g.dev.visible.free_bytes == free0
+  from rawgpu.drivers.emu.mockkfd import machine
+  assert not machine("gfx1100").kernel.processes
+
+
+# ---- hcq on MOCKKFD
+@pytest.fixture(scope="module", params=["gfx1100", "gfx1201"])
+def dev(request):
+  from rawgpu.drivers.emu.mockkfd import mock_kfd
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  try: d = Device(iface=KFDIface(0, mock_kfd(request.param)))
+  except Exception as e:
+    if "firmware" in str(e): pytest.skip(f"{request.param}: {e}")
+    raise
+  yield d
+  d.close()
+
+
+def test_hcq_signal_wait(dev):
+  s, done = dev.new_signal("host"), dev.new_signal("done")
+  dev.compute_queue().wait(s, 5).signal(done, 7).submit(dev)
+  s.value = 5
+  done.wait(7, timeout_ms=5000)
+  assert done.value == 7
+
+
+@pytest.fixture
+def no_fetch_faults(dev):
+  """The emulated shader core fetches up to 64 KiB of code ahead and reports a page fault at the first unmapped page
+  after the program (drivers/emu/rdna/dispatch.py _fetch); real hardware prefetches a few lines, which the code
+  object's s_code_end padding covers. Until the model fetches without reporting, launches run with fault
+  interrupts off."""
+  from rawgpu.drivers.emu.mockkfd import machine
+  g = machine(dev.props.arch).gpus[0]
+  g.fault_interrupts(False)
+  yield
+  g.dev.ih.poll()   # drop what was latched meanwhile
+  g.fault_interrupts(True)
+
+
+def test_hcq_vadd_and_copies_match_numpy(dev, no_fetch_faults):
+  n = 3000
+  rng = np.random.default_rng(7)
+  a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+  A, B, C = dev.alloc(4 * n).copyin(a), dev.alloc(4 * n).copyin(b), dev.alloc(4 * n)
+  prg = dev.program(kernels.path(dev.props.arch, "vadd").read_bytes(), "vadd_f32")
+  prg(A, B, C, n, global_size=(n + 127) // 128, local_size=128)
+  assert np.array_equal(C.numpy(np.float32), a + b)
+  D = dev.alloc(4 * n)
+  dev.transfer(D, C)
+  assert np.array_equal(D.numpy(np.float32), a + b)
+
+
+def test_hcq_via_dev_string():
+  # a second user in the same process (the module's `dev` may be open): one KFD process, one address space
+  from rawgpu.hcq.device import Device
+  with Device("MOCKKFD+AMD") as d:
+    assert d.props.iface == "MOCKKFD"
+    x = np.arange(5000, dtype=np.uint32)
+    assert np.array_equal(d.alloc(x.nbytes).copyin(x).numpy(np.uint32), x)
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_gpu_page_fault_is_device_fault(arch):
+  # the board is told to fault on C's page, as a missing page would (its own fault injection); the emulated kernel's
+  # interrupt handler turns the IH entry into a memory-exception event, WAIT_EVENTS hands it to KFDIface.
+  # A machine of its own: after a fault the process's queues are stopped for good, as with amdkfd.
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  try: m = MockMachine(arch, 1)
+  except Exception as e:
+    if "firmware" in str(e): pytest.skip(f"{arch}: {e}")
+    raise
+  board = next(iter(m.vbus.boards.values()))
+  dev = Device(iface=KFDIface(0, m.system))
+  try:
+    n = 1024
+    A, B, C = (dev.alloc(4 * n) for _ in range(3))
+    prg = dev.program(kernels.path(arch, "vadd").read_bytes(), "vadd_f32")
+    # map the 64 KiB the emulated code fetch reads ahead (see no_fetch_faults), so the one fault is the injected one
+    end, pt = prg.image.va + prg.image.mem.meta[3], m.gpus[0].dev.pt
+    for va in range(end, end + (64 << 10), 4096):
+      if pt.translate(va) is None: dev.iface._alloc(4096, K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, cpu=False, host=False, va=va, exact=True)
+    assert all(pt.translate(va) is not None for va in range(end, end + (64 << 10), 4096))
+    board.inject("page_fault", va=C.va)
+    with pytest.raises(DeviceFault, match=r"page fault at 0x[0-9a-f]+") as e:
+      prg(A, B, C, n, global_size=n // 128, local_size=128)
+      dev.synchronize(timeout_ms=5000)
+    addr = int(str(e.value).split("page fault at ")[1].split()[0], 16)
+    assert addr >> 12 == C.va >> 12
+  finally:
+    board.clear_faults()
+    dev.iface.close()
+    for g in m.gpus: g.dev.fini()
