@@ -39,3 +39,9 @@ def test_constants_and_macros(path):
 def test_every_constant_checked(path):
   bad = check.coverage(*reversed(load(path)))
   assert not bad, "\n".join(bad[:20])
+
+
+def test_every_recipe_has_a_committed_module_and_nothing_else():
+  from rawgpu.autogen.gen.recipes import RECIPES
+  want = {r.path.with_suffix(".layout.json").resolve() for r in RECIPES}
+  assert want == {p.resolve() for p in MANIFESTS}
