@@ -16,7 +16,10 @@ class Ring:
     self.history: list[list[int]] = []       # the last few submissions, for hang reports
 
   def _room(self) -> int:
-    return self.size_dw - (self.put - self.hw.read_ptr[0] // self.per_dw)
+    # engines report the read pointer either monotonic or wrapped to the ring size: both agree modulo the size,
+    # and the ring is never filled completely, so "full" and "empty" cannot be confused
+    pending = (self.put - self.hw.read_ptr[0] // self.per_dw) % self.size_dw
+    return self.size_dw - 1 - pending
 
   def push(self, words: array | list[int]) -> None:
     if not isinstance(words, array): words = array("I", words)

@@ -63,10 +63,18 @@ def test_ring_wraps_and_publishes(unit):
   assert ptrs[0] == 20 * 4 // unit == db[0]
 
 
+def test_ring_accepts_wrapped_read_pointer():
+  r, ring, ptrs, db = make_ring(16)
+  for _ in range(5):
+    r.push([7] * 10)
+    ptrs[1] = r.put % 16  # this engine reports its read pointer modulo the ring size
+  assert r.put == 50 and r._room() == 15
+
+
 def test_ring_full_times_out(monkeypatch):
   import rawgpu.hcq.ring as ringmod
   r, *_ = make_ring(8)
-  r.push([1] * 8)
+  r.push([1] * 7)  # one dword always stays free
   t = iter(range(0, 1000, 20))
   monkeypatch.setattr(ringmod.time, "monotonic", lambda: next(t))
   with pytest.raises(Exception, match="ring full"): r.push([2])

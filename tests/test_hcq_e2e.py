@@ -143,3 +143,51 @@ def test_free_waits_for_queued_work(dev):
   fill(buf, 1, 4096, global_size=16, local_size=256)
   buf.free()
   assert buf.freed and dev.timeline.value >= dev.timeline_gpu(buf.last_use)
+
+
+def test_reduce_with_lds_and_barriers(dev):
+  n = 256 * 6 + 17
+  x = np.random.default_rng(4).integers(0, 1 << 20, n, dtype=np.uint32)
+  groups = (n + 255) // 256
+  X, out = dev.alloc(4 * n).copyin(x), dev.alloc(4 * groups)
+  prog(dev, "reduce", "reduce_sum_u32")(X, out, n, global_size=groups, local_size=256, wait=True)
+  ref = np.add.reduceat(x, np.arange(0, n, 256)).astype(np.uint32)
+  assert np.array_equal(out.numpy(np.uint32), ref)
+
+
+def test_tiled_matmul_equals_naive_order(dev):
+  m, n, k = 20, 36, 24  # not multiples of the 16x16 tile
+  rng = np.random.default_rng(5)
+  A, B = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+  bA, bB, bC = dev.alloc(A.nbytes).copyin(A), dev.alloc(B.nbytes).copyin(B), dev.alloc(4 * m * n)
+  prog(dev, "matmul", "matmul_tiled_f32")(bA, bB, bC, m, n, k, global_size=((n + 15) // 16, (m + 15) // 16), local_size=(16, 16), wait=True)
+  ref = np.zeros((m, n), np.float32)
+  for i in range(k): ref += A[:, i:i + 1] * B[i:i + 1, :]
+  assert np.array_equal(bC.numpy(np.float32).reshape(m, n), ref)
+
+
+def test_atomic_counter(dev):
+  n = 1000
+  counter, old = dev.alloc(4).copyin(np.array([5], np.uint32)), dev.alloc(4 * n)
+  prog(dev, "atomic")(counter, old, n, global_size=(n + 127) // 128, local_size=128, wait=True)
+  assert counter.numpy(np.uint32)[0] == 5 + n
+  assert np.array_equal(np.sort(old.numpy(np.uint32)), np.arange(5, 5 + n, dtype=np.uint32))
+
+
+def test_relocated_pointer_tables(dev):
+  n = 37
+  out = dev.alloc(4 * n)
+  lut = prog(dev, "lut")
+  for which, table in ((0, [0, 1, 4, 9]), (1, [0, 1, 8, 27])):
+    lut(out, which, n, global_size=1, local_size=64, wait=True)
+    assert np.array_equal(out.numpy(np.uint32), np.array([table[i % 4] for i in range(n)], np.uint32))
+
+
+def test_wrong_arguments_are_clear_errors(dev):
+  vadd = prog(dev, "vadd", "vadd_f32")
+  buf = dev.alloc(64)
+  with pytest.raises(RawGPUError, match="takes 4 arguments"): vadd(buf, buf, 3)
+  with pytest.raises(RawGPUError, match="pointer; pass a Buffer"): vadd(buf, 1, buf, 3)
+  with pytest.raises(RawGPUError, match="does not fit"): vadd(buf, buf, buf, 1 << 40)
+  with pytest.raises(RawGPUError, match="launch dimensions"): vadd(buf, buf, buf, 1, global_size=0)
+  dev.synchronize()  # nothing was submitted by the failed launches: the timeline has no holes

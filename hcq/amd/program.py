@@ -39,6 +39,8 @@ class AMDProgram:
     self.rsrc1, self.rsrc2, self.rsrc3 = kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2, kd.compute_pgm_rsrc3
     self.wave32 = kd.wave32
     self.lds = max(kd.group_segment_fixed_size, self.kernel.meta.group_segment_fixed_size)
+    # The descriptor leaves LDS_SIZE to the dispatcher (HSA puts it in the AQL packet); gfx10+ counts it in 512-byte units.
+    self.rsrc2 = backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(self.lds + 511) // 512)
     self.scratch = max(kd.private_segment_fixed_size, self.kernel.meta.private_segment_fixed_size)
     self.kernarg_size = max(kd.kernarg_size, self.kernel.meta.kernarg_segment_size, 16)
     self.args = [a for a in self.kernel.meta.args if not a.hidden]
