@@ -201,6 +201,7 @@ def run_dispatch(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | 
     st = init_state(mem, regs, fl)
     if st.W == 0: return DispatchResult(True, None, None, 0)
     prog = program_for(mem, regs.arch, regs.pgm_addr, st.L)
+    st.pc_base = regs.pgm_addr
     with np.errstate(all="ignore"):
       run_waves(st, prog, max_instructions)
     return DispatchResult(True, None, None, st.count)

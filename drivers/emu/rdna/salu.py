@@ -231,7 +231,7 @@ def compile_salu(i: Inst, L: int, fam: str):
     if n == "s_call_b64":
       tgt = i.addr + 4 + simm * 4
       def run(st):
-        st.ws64(d, np.full(st.W, u64(nxt)))
+        st.ws64(d, np.full(st.W, u64(st.pc_base + nxt)))
         return tgt
       run.terminator = True
       return run
@@ -253,12 +253,13 @@ def compile_salu(i: Inst, L: int, fam: str):
       _write(st, d, w, new if wr else old)
       st.wscc(new != 0)
     return run
-  if n == "s_getpc_b64": return lambda st: st.ws64(d, np.full(st.W, u64(nxt)))
+  # PCs inside the emulator count from the program start; the program sees GPU virtual addresses
+  if n == "s_getpc_b64": return lambda st: st.ws64(d, np.full(st.W, u64(st.pc_base + nxt)))
   if n in ("s_setpc_b64", "s_swappc_b64"):
     a = _src(i, "src0", 64)
     def run(st):
-      tgt = _bcast(st, a(st)).astype(np.int64).copy()
-      if n == "s_swappc_b64": st.ws64(d, np.full(st.W, u64(nxt)))
+      tgt = _bcast(st, a(st)).astype(np.int64) - np.int64(st.pc_base)
+      if n == "s_swappc_b64": st.ws64(d, np.full(st.W, u64(st.pc_base + nxt)))
       return tgt
     run.terminator = True
     return run

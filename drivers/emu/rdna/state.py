@@ -36,6 +36,7 @@ class State:
     self._em: np.ndarray | None = None
     self._full = True
     self.count = 0
+    self.pc_base = 0  # GPU virtual address of the program start (PCs here are offsets from it)
 
   # ---- which lanes an instruction touches ----------------------------------------------------------------------
   def select(self, sel: np.ndarray | None) -> None:
