@@ -143,14 +143,11 @@ def test_version_mismatch(machine, version):
 
 
 def test_no_dev_kfd(tmp_path):
-  with pytest.raises(DeviceNotFound, match="amdgpu kernel module is not loaded or the kernel is not ROCm-capable"):
-    KFDIface(0, System() if not os.path.exists("/dev/kfd") else _without_kfd(tmp_path))
-
-
-def _without_kfd(tmp_path):
   s = System()
-  s.mount("/dev/kfd", DirProvider(str(tmp_path / "missing")))
-  return s
+  s.mount("/dev/kfd", DirProvider(str(tmp_path / "missing")))   # /dev/kfd absent, whatever this machine has
+  with pytest.raises(DeviceNotFound, match="amdgpu kernel module is not loaded or the kernel is not ROCm-capable"): KFDIface(0, s)
+  import rawgpu.drivers.select as sel
+  with pytest.raises(DeviceNotFound, match="no /dev/kfd"): sel._amd_kfd(sel.parse_dev("KFD+AMD"), s)
 
 
 def test_permission_denied(machine):

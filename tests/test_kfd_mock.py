@@ -25,6 +25,12 @@ def system():
   return mock_kfd("gfx1100")
 
 
+VAS: dict[int, int] = {}   # BO handle -> the GPU VA it was allocated at
+
+
+def _va(raw, a): return VAS[a.handle]
+
+
 class Raw:
   """A process talking to the mock through the bare ioctls (what KFDIface would send, or mistakes it never makes)."""
   def __init__(self, system, acquire=True):
@@ -43,10 +49,11 @@ class Raw:
     with pytest.raises(IoctlError) as e: self.io(ioc, **kw)
     return e.value.errno_
 
-  def alloc(self, size, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, map=True, va=None):
-    va = va or self.next_va
-    self.next_va += max(size, PAGE) + (2 << 20)
+  def alloc(self, size, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, map=True):
+    va = self.next_va
+    self.next_va += max(size, PAGE) + (2 << 20)   # a gap: nothing ends up exactly adjacent by accident
     a = self.io(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=va, size=size, gpu_id=self.gpu, flags=flags | K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE)
+    VAS[a.handle] = va
     if map: self.map(a.handle)
     return a
 
@@ -120,10 +127,8 @@ def test_no_acquire_vm_and_bad_drm_fd(system):
   finally: r.close()
 
 
-def _queue_bufs(raw, ring_size=PAGE, ring_bo=None):
-  ring = raw.alloc(ring_bo or ring_size)
-  ptrs = raw.alloc(PAGE)
-  return ring, ptrs
+def _queue_bufs(raw, ring_size=PAGE):
+  return raw.alloc(ring_size), raw.alloc(PAGE)
 
 
 def test_create_queue_checks(raw):
@@ -132,7 +137,6 @@ def test_create_queue_checks(raw):
   ring, ptrs = _queue_bufs(raw, 1 << 14)
   eop = raw.alloc(s.eop, K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM)
   cwsr = raw.alloc(align(s.cwsr + s.debug_memory, PAGE), K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM)
-  rva, pva = raw.next_va, 0
   base = dict(gpu_id=raw.gpu, queue_type=K.KFD_IOC_QUEUE_TYPE_COMPUTE, queue_percentage=100, queue_priority=7, ring_size=1 << 14,
               ring_base_address=_va(raw, ring), read_pointer_address=_va(raw, ptrs), write_pointer_address=_va(raw, ptrs) + 8,
               eop_buffer_address=_va(raw, eop), eop_buffer_size=s.eop, ctx_save_restore_address=_va(raw, cwsr),
@@ -160,22 +164,6 @@ def test_create_queue_checks(raw):
              ring_size=1 << 14, ring_base_address=base["ring_base_address"], read_pointer_address=base["read_pointer_address"],
              write_pointer_address=base["write_pointer_address"])
   raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id)
-
-
-VAS: dict = {}
-
-
-def _va(raw, a):
-  return VAS[a.handle]
-
-
-_orig_alloc = Raw.alloc
-def _alloc_recording(self, size, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, map=True, va=None):
-  va = va or self.next_va
-  a = _orig_alloc(self, size, flags, map, va)
-  VAS[a.handle] = va
-  return a
-Raw.alloc = _alloc_recording
 
 
 def test_events(raw):
