@@ -355,3 +355,5 @@ def test_close_kills_a_kernel_that_never_finishes(P):
   t = d.board.gfx.queues[(1, 0, 0)].inflight
   d.close()
   assert t is not None and not t.is_alive()
+  time.sleep(0.05)
+  assert d.board._thread is None                       # nothing restarted the closed board

@@ -17,7 +17,7 @@ BL_ORDER = [(U.PSP_FW_TYPE_PSP_KDB, 0x80000), (U.PSP_FW_TYPE_PSP_SPL, 0x10000000
 
 
 def fw_dir() -> pathlib.Path:
-  for p in (os.environ.get("RAWGPU_FIRMWARE_DIR"), "/lib/firmware/amdgpu"):
+  for p in (os.environ.get("RAWGPU_FIRMWARE_DIR"), "/lib/firmware/updates/amdgpu", "/lib/firmware/amdgpu"):
     if p and (pathlib.Path(p) / "psp_13_0_0_sos.bin").exists(): return pathlib.Path(p)
   pytest.skip("AMD firmware missing: install firmware-amd-graphics or set RAWGPU_FIRMWARE_DIR")
 

@@ -69,6 +69,7 @@ class AMDBoard:
     self._busy_ns, self._t_last = 0, 0
     self._build()
     if firmware == "loaded": self.preload_firmware()
+    self._closed = False
     self._event = threading.Event()
     self._stop = False
     self._thread: threading.Thread | None = None
@@ -102,6 +103,7 @@ class AMDBoard:
   def reset(self) -> None:
     """Function-level reset from sysfs: the board returns to its power-on state (VRAM content is not cleared)."""
     self.stop_worker()
+    self._closed = False
     with self.lock:
       self.doorbells.clear(); self.engines.clear(); self.faults.clear(); self.fw_loaded.clear()
       self.regs = RegFile(self.asic)
@@ -160,9 +162,9 @@ class AMDBoard:
 
   # ---- execution
   def kick(self) -> None:
-    if self.deterministic: return
+    if self.deterministic or self._closed: return
     if self._thread is None:
-      if not self.engines: return
+      if not self.engines or self.halt_shaders: return      # closing, resetting or removed: nothing restarts it
       self._stop = False
       self._thread = threading.Thread(target=self._worker, name=f"amdboard-{self.arch}", daemon=True)
       self._thread.start()
@@ -245,7 +247,9 @@ class AMDBoard:
       if q.inflight is not None: q.inflight.join(timeout=5)
     self.halt_shaders = False
 
-  def close(self) -> None: self.stop_worker()
+  def close(self) -> None:
+    self._closed = True
+    self.stop_worker()
 
   # ---- test-only fault injection
   def inject(self, kind: str, **kw: Any) -> None:
