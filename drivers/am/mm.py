@@ -135,7 +135,11 @@ class PageTables:
         assert table is not None
         idx = ((cur - VA_BASE) >> level_shift(lvl)) & 0x1ff
         ents = self._entries(table)
-        if ents[idx] & F.AMDGPU_PTE_VALID: raise RawGPUError(f"GPU VA {cur:#x} is already mapped")
+        if ents[idx] & F.AMDGPU_PTE_VALID:
+          # a page table left by 4 KiB mappings that were all unmapped gives way to a huge page
+          sub = ents[idx] & ADDR_MASK
+          if lvl == LEVELS - 1 or self.flags.is_huge(ents[idx]) or any(self._entries(sub)):
+            raise RawGPUError(f"GPU VA {cur:#x} is already mapped")
         frag = 9 if lvl == LEVELS - 2 else 0
         ents[idx] = ((addr + off) & ADDR_MASK) | self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=frag)
         m.ptes.append((table, idx))
