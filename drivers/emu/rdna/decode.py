@@ -149,7 +149,7 @@ def decode_at(arch: str, code: bytes, pc: int) -> Inst:
   if fmt in ("vop1", "vop2", "vopc", "vop3") and f.get("src0") in (250, 233, 234):
     extra = dw(size // 4)
     if f["src0"] == 250: inst.dpp = extra
-    else: inst.dpp8 = extra
+    else: inst.dpp8, f["src0_dpp8"] = extra, f["src0"]
     f["src0"] = (extra & 0xff) + 256
     inst.size = size = size + 4
   if need_lit:

@@ -1,6 +1,8 @@
 """Inst -> LLVM-style assembly text (the subset of llvm-objdump's syntax our tests compare against)."""
 from __future__ import annotations
-from rawgpu.drivers.emu.rdna.decode import Inst, family
+from rawgpu.drivers.emu.rdna.decode import Inst, family, TABLES
+
+_VOP3_NAMES = {fam: {n for n, _ in t["vop3"].values()} for fam, t in TABLES.items()}
 
 INLINE_F = {240: "0.5", 241: "-0.5", 242: "1.0", 243: "-1.0", 244: "2.0", 245: "-2.0", 246: "4.0", 247: "-4.0",
             248: "0.15915494"}
@@ -33,6 +35,11 @@ def _src(i: Inst, name: str, count: int, fp16: bool = False) -> str:
 def _mods(i: Inst, k: int, text: str) -> str:
   sd = any(o[0] == "sdst" for o in i.ops)  # VOP3SD: the sdst field sits where abs would
   neg, ab = i.f.get("neg", 0) >> k & 1, i.f.get("abs", 0) >> k & 1 if i.fmt == "vop3" and not sd else 0
+  if i.fmt == "vop3p":
+    if not i.name.startswith("v_fma_mix"): return text  # packed math prints neg_lo/neg_hi lists instead
+    ab = i.f.get("neg_hi", 0) >> k & 1
+  if i.dpp is not None and k < 2:
+    neg, ab = neg or (i.dpp >> (20 + 2 * k)) & 1, ab or (i.dpp >> (21 + 2 * k)) & 1
   if ab: text = f"|{text}|"
   if neg: text = f"-{text}"
   return text
@@ -110,11 +117,22 @@ def _th_scope(n: str, th: int, scope: int) -> str:
   if scope: out += " scope:" + ["SCOPE_CU", "SCOPE_SE", "SCOPE_DEV", "SCOPE_SYS"][scope]
   return out
 
+def _swizzle(off: int) -> str:
+  if off & 0x8000: return "swizzle(QUAD_PERM," + ",".join(str(off >> (2 * k) & 3) for k in range(4)) + ")"
+  am, om, xm = off & 0x1f, off >> 5 & 0x1f, off >> 10 & 0x1f
+  if am == 0x1f and om == 0 and xm and xm & (xm - 1) == 0: return f"swizzle(SWAP,{xm})"
+  if am == 0x1f and om == 0 and xm and (xm + 1) & xm == 0: return f"swizzle(REVERSE,{xm + 1})"
+  gs = 0x1f - am + 1
+  if xm == 0 and gs > 1 and gs & (gs - 1) == 0 and am == (0x1f & ~(gs - 1)) and om < gs: return f"swizzle(BROADCAST,{gs},{om})"
+  bits = "".join(("i" if xm >> b & 1 else "p") if am >> b & 1 else ("1" if om >> b & 1 else "0") for b in range(4, -1, -1))
+  return f'swizzle(BITMASK_PERM,"{bits}")'
+
 def _ds(i: Inst) -> str:
   f, out = i.f, []
   for fld, cnt, _ in i.ops:
     out.append(reg(f[fld] + 256, cnt))
   text = f"{i.name} " + ", ".join(out) if out else i.name
+  if i.name == "ds_swizzle_b32": return text + f" offset:{_swizzle(f['offset0'] | f['offset1'] << 8)}"
   if "2addr" in i.name or i.name.endswith("st64"):
     if f["offset0"]: text += f" offset0:{f['offset0']}"
     if f["offset1"]: text += f" offset1:{f['offset1']}"
@@ -156,14 +174,40 @@ def _valu(i: Inst, fam: str, w64: bool) -> str:
   name = i.name
   if "fmamk" in name: out.insert(2, f"0x{i.lit:x}")   # the constant K sits between the sources
   elif "fmaak" in name: out.append(f"0x{i.lit:x}")
-  if i.fmt in ("vop1", "vop2", "vopc") and i.dpp is None and i.dpp8 is None and "fmamk" not in name and "fmaak" not in name:
-    name += "_e32"
+  if i.dpp is not None or i.dpp8 is not None:
+    name += "_dpp" if not i.vop3 else "_e64_dpp"
+  elif i.fmt in ("vop1", "vop2", "vopc") and name in _VOP3_NAMES[fam] and "fmamk" not in name and "fmaak" not in name:
+    name += "_e32"  # LLVM names the encoding only where both exist
   elif i.vop3: name += "_e64"
   text = f"{name} " + ", ".join(out) if out else name
   if i.fmt == "vop3":
     if f["clamp"]: text += " clamp"
     if f["omod"]: text += [" ", " mul:2", " mul:4", " div:2"][f["omod"]]
+  if i.fmt == "vop3p": text += _vop3p_mods(i)
+  if i.dpp is not None:
+    d = i.dpp
+    text += f" {_dpp16(d >> 8 & 0x1ff)} row_mask:{d >> 28 & 0xf:#x} bank_mask:{d >> 24 & 0xf:#x}"
+    if d >> 19 & 1: text += " bound_ctrl:1"
+    if d >> 18 & 1: text += " fi:1"
+  if i.dpp8 is not None:
+    text += " dpp8:[" + ",".join(str(i.dpp8 >> (8 + 3 * k) & 7) for k in range(8)) + "]"
+    if i.f.get("src0_dpp8") == 234: text += " fi:1"
   return text
+
+def _vop3p_mods(i: Inst) -> str:
+  f = i.f
+  n = sum(1 for o in i.ops if o[0].startswith("src"))
+  lst = lambda v: "[" + ",".join(str(v >> k & 1) for k in range(n)) + "]"
+  mix = i.name.startswith("v_fma_mix")
+  out = ""
+  if f["opsel"] & ((1 << n) - 1): out += f" op_sel:{lst(f['opsel'])}"
+  hi_default = 0 if mix else (1 << n) - 1
+  if (f["opsel_hi"] & ((1 << n) - 1)) != hi_default: out += f" op_sel_hi:{lst(f['opsel_hi'])}"
+  if not mix:
+    if f["neg"] & ((1 << n) - 1): out += f" neg_lo:{lst(f['neg'])}"
+    if f["neg_hi"] & ((1 << n) - 1): out += f" neg_hi:{lst(f['neg_hi'])}"
+  if f["clamp"]: out += " clamp"
+  return out
 
 def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
   """LLVM assembly text of i. Lane-mask operands are SGPR pairs in wave64, so the text depends on the wave size."""
