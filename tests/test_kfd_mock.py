@@ -236,6 +236,24 @@ def no_fetch_faults(dev):
   g.fault_interrupts(True)
 
 
+def test_gpu_wakes_a_sleeping_wait(dev):
+  # RELEASE_MEM into the signal event's slot with the event id as interrupt context: the emulated amdkfd's interrupt
+  # handler signals the event, and a WAIT_EVENTS on it completes instead of timing out
+  from rawgpu.hcq.amd import pm4
+  it = dev.iface
+  slot_va, event_id = it.wake
+  q = dev.compute_queue()
+  q._add(pm4.release_mem, slot_va, value=1, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=dev.backend.gfx, int_ctxid=event_id)
+  q.submit(dev)
+  arr = (K.kfd_event_data * 1)()
+  arr[0].event_id = event_id
+  w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=10_000)
+  assert w.wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE
+  assert it.proc.event_page.cpu.cast("Q")[(slot_va - it.proc.event_page.va) // 8] == (1 << 64) - 1   # acknowledged
+  w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=1)
+  assert w.wait_result == K.KFD_IOC_WAIT_RESULT_TIMEOUT   # auto-reset: consumed by the first wait
+
+
 def test_hcq_vadd_and_copies_match_numpy(dev, no_fetch_faults):
   n = 3000
   rng = np.random.default_rng(7)

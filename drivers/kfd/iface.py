@@ -160,6 +160,9 @@ class KFDIface:
       self.proc.event_page, page = m, m.meta[0]
     ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page, event_type=F.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
     self.signal_event = ev.event_id
+    # where the GPU wakes a sleeping sleep(): write a value != ~0 to this slot, then interrupt with ctxid = event id
+    # (RELEASE_MEM int_sel=interrupt); amdkfd's handler finds the slot and signals the event WAIT_EVENTS waits on
+    self.wake = (self.proc.event_page.va + 8 * ev.event_slot_index, ev.event_id)
     self.events.append(ev.event_id)
     ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_type=F.KFD_IOC_EVENT_MEMORY, auto_reset=1, node_id=self.node.index)
     self.memory_event = ev.event_id

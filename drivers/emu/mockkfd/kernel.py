@@ -432,8 +432,8 @@ class Process:
   def signal_from_interrupt(self, ctx: int) -> None:
     if self.signal_bo is None: return
     slots = self.signal_bo.backing.view.cast("Q")
-    for ev in self.events.values():   # the kernel's exhaustive search of signaled slots
-      if ev.type == K.KFD_IOC_EVENT_SIGNAL and slots[ev.id] != UNSIGNALED: ev.signaled = True
+    for ev in self.events.values():   # the kernel's exhaustive search of signaled slots, acknowledging each
+      if ev.type == K.KFD_IOC_EVENT_SIGNAL and slots[ev.id] != UNSIGNALED: slots[ev.id], ev.signaled = UNSIGNALED, True
 
   def vm_fault(self, gpu: GPU, addr: int, write: bool) -> None:
     if not any(q.gpu is gpu for q in self.queues.values()): return
