@@ -190,3 +190,20 @@ def test_board_bound_to_amdgpu_is_refused(board, monkeypatch):
   with pytest.raises(DeviceBusy, match="bound to the kernel driver amdgpu"): AMIface(bus, vb.system, **FAST)
   monkeypatch.setattr(pci, "info", real)
   AMIface(bus, vb.system, **FAST).close()     # nothing was left held
+
+
+def test_smu_metrics_of_a_held_board(board):
+  """am-smi's reader, next to the owner (which holds the lock): the figures are the board SMU's own."""
+  from rawgpu.drivers.am.metrics import SMUMetrics
+  vb, bus, b = board
+  src = SMUMetrics(vb.system)
+  assert src.boards() == [bus]
+  assert src.read(bus).unavailable is not None                        # nobody booted it yet: no driver table
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    r = src.read(bus)
+    assert r.unavailable is None and r.source == "smu" and r.vram_total == b.vram_size
+    mod = it.dev.smu.driver_if()
+    assert r.gfx_clock_mhz > 0 and r.mem_clock_mhz == b.smu.soft[mod.PPCLK_UCLK][1] and r.soc_clock_mhz == b.smu.soft[mod.PPCLK_SOCCLK][1]
+    assert 0 <= r.gfx_activity <= 100 and r.temp_edge is not None
+  finally: it.close()

@@ -31,28 +31,30 @@ VRAM_BAR, DOORBELL_BAR, MMIO_BAR = 0, 2, 5
 
 class AMDevice:
   def __init__(self, bus: str, system: System = SYSTEM, *, timeout_scale: float = 1.0, reset_wait_s: float | None = None,
-               force_cold: bool | None = None):
+               force_cold: bool | None = None, probe: bool = False):
+    """probe=True: map and lay out memory exactly as a boot would, without the owner lock and without touching the
+    hardware state (for readers such as am-smi next to the owning process)."""
     self.bus, self.system = bus, system
     self.timeout_scale, self.reset_wait_s = timeout_scale, reset_wait_s
     self.debug = int(os.environ.get("DEBUG", "0") or 0)
     self.t0 = time.perf_counter()
-    self.pci = PCIDevice(bus, system, lock_prefix="am")           # DeviceBusy when another process owns it
-    try: self._open(force_cold if force_cold is not None else os.environ.get("RAWGPU_AM_RESET") == "1")
+    self.pci = PCIDevice(bus, system, lock_prefix=None if probe else "am")   # DeviceBusy when another process owns it
+    try: self._open(force_cold if force_cold is not None else os.environ.get("RAWGPU_AM_RESET") == "1", probe)
     except BaseException:
       self.pci.close()
       raise
 
   # ---- bring-up
-  def _open(self, force_cold: bool) -> None:
+  def _open(self, force_cold: bool, probe: bool = False) -> None:
     p = self.pci
     if p.vendor != AMD_VENDOR or p.device not in BOARDS:
       raise DeviceNotFound(f"{self.bus}: PCI {p.vendor:04x}:{p.device:04x} is not a board AM supports "
                            f"(supported: {', '.join(f'{d:04x} {b.name}' for d, b in BOARDS.items())}); use KFD+AMD instead")
     self.board = BOARDS[p.device]
-    if p.info.driver is not None:
+    if p.info.driver is not None and not probe:
       raise DeviceBusy(f"{self.bus} is bound to the kernel driver {p.info.driver}; unbind it first "
                        f"(echo {self.bus} > /sys/bus/pci/drivers/{p.info.driver}/unbind, or rmmod amdgpu) or use KFD+AMD")
-    p.enable_bus_master()
+    if not probe: p.enable_bus_master()
     self.bar_size = p.bar_size(VRAM_BAR)
     self.vram_bar, self.doorbells, self.mmio = p.map_bar(VRAM_BAR), p.map_bar(DOORBELL_BAR), p.map_bar(MMIO_BAR)
     self.vram_size = self.mmio.read(F.RCC_CONFIG_MEMSIZE * 4) << 20
@@ -71,6 +73,9 @@ class AMDevice:
     self.soc, self.gmc, self.ih, self.psp, self.smu = SOC(self), GMC(self), IH(self), PSP(self), SMU(self)
     self.gfx, self.sdma = GFX(self), SDMA(self)
     self.blocks = [self.soc, self.gmc, self.ih, self.psp, self.smu, self.gfx, self.sdma]
+    if probe:
+      for b in self.blocks: b.init_sw()
+      return
     self.boot(force_cold)
 
   def _layout_memory(self) -> None:

@@ -21,10 +21,15 @@ class SMU(Block):
   def init_sw(self) -> None:
     self.driver_table = self.dev.boot_alloc(0x4000)
 
+  def driver_if(self):
+    """The generated PMFW interface of this SMU (message numbers, table ids, SmuMetrics_t)."""
+    from rawgpu.autogen.amd import smu_v13_0_0, smu_v14_0_2
+    return smu_v14_0_2 if self.dev.ips["mp1"][0] >= 14 else smu_v13_0_0
+
   def mb(self, n: int): return self.reg("mp1", f"regMP1_SMN_C2PMSG_{n}")
 
   def send(self, msg: str | int, arg: int = 0, timeout: float = 2.0) -> int:
-    num = MSG[msg] if isinstance(msg, str) else msg
+    num = (MSG[msg] if msg in MSG else getattr(self.driver_if(), msg)) if isinstance(msg, str) else msg
     resp = self.mb(90)
     resp.write(0)
     self.mb(82).write(arg)
