@@ -183,6 +183,35 @@ def test_events(raw):
   assert raw.errno_of(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0) == errno.EINVAL
 
 
+def test_hdp_flush_through_the_remapped_page(system):
+  from rawgpu.drivers.emu.mockkfd import machine
+  from rawgpu.drivers.kfd import KFDIface
+  board = next(iter(machine("gfx1100").vbus.boards.values()))
+  it = KFDIface(0, system)
+  try:
+    n = board.nbio.hdp_flushes
+    it.flush_hdp()
+    assert board.nbio.hdp_flushes == n + 1
+  finally: it.close()
+
+
+def test_userptr_memory_reaches_the_gpu(dev):
+  # host memory the process already has, registered with USERPTR; the copy engine reads it by its GPU VA
+  from rawgpu.hcq.buffer import Buffer
+  it = dev.iface
+  host = it.system.alloc_host(3 * PAGE)
+  data = np.random.default_rng(5).integers(0, 2**32, 3 * PAGE // 4, dtype=np.uint32)
+  host.writebytes(0, data.tobytes())
+  m = it.alloc_userptr(host)
+  try:
+    B = dev.alloc(3 * PAGE)
+    dev.transfer(B, Buffer(dev, m))
+    assert np.array_equal(B.numpy(np.uint32), data)
+  finally:
+    dev.synchronize()
+    it.free(m)
+
+
 def test_close_releases_everything(system):
   from rawgpu.drivers.kfd import KFDIface
   g = gpu_of(system)

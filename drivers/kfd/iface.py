@@ -20,6 +20,7 @@ MIN_MINOR = 6                        # ACQUIRE_VM, ALLOC_MEMORY_OF_GPU and event
 RUNTIME_ENABLE_MINOR = 13            # 1.13 added the debugger API and RUNTIME_ENABLE
 DOORBELL_SLICE = 2 * PAGE            # SOC15: a process's doorbell frame is two pages
 HUGE = 1 << 21
+HDP_MEM_FLUSH_CNTL = 0x0           # KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL: offset in the remapped MMIO page
 F = kfd
 WRITABLE_EXEC = F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_NO_SUBSTITUTE
 
@@ -124,6 +125,19 @@ class KFDIface:
                              vram_size=topology.vram_size(n), bar_size=topology.bar_size(n),
                              ip_versions=versions, ip_bases=bases, emulated=emulated)
     self._setup_events()
+    self._setup_hdp()
+
+  def _setup_hdp(self) -> None:
+    # the HDP flush register page (MMIO_REMAP): CPU writes to VRAM through the BAR reach the GPU once it is written
+    self.hdp = None
+    try: self.hdp = self._alloc(PAGE, F.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP | F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT,
+                                cpu=True, host=False, map_gpu=False, exact=True)
+    except IoctlError as e:
+      if e.errno_ not in (errno.ENOMEM, errno.EINVAL): raise   # no remap page on this board/kernel (64K pages): rings live in GTT anyway
+
+  def flush_hdp(self) -> None:
+    """Make CPU writes to VRAM visible to the GPU (HDP_MEM_FLUSH_CNTL in the remapped page)."""
+    if self.hdp is not None: self.hdp.cpu.write(HDP_MEM_FLUSH_CNTL, 0)
 
   def _open_node(self, path: str) -> int:
     try: return self.system.open(path, os.O_RDWR)
