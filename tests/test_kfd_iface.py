@@ -1,6 +1,6 @@
 """KFDIface against a fake sysfs topology (real files, the kernel's formats) and a fake /dev/kfd whose ioctls answer
 from a script: every error path, the open sequence, and what the queues are created with."""
-import ctypes, errno, os
+import errno, os
 import pytest
 from rawgpu.autogen import kfd as K
 from rawgpu.drivers.kfd import KFDIface
@@ -190,7 +190,8 @@ def test_alloc_flags_and_free(machine):
   it = KFDIface(0, s)
   try:
     n0 = len(fake.args["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"])
-    v, h = it.alloc(5000), it.alloc(3 << 20, host=True, uncached=True)
+    v = it.alloc(5000)
+    it.alloc(3 << 20, host=True, uncached=True)
     av, ah = fake.args["AMDKFD_IOC_ALLOC_MEMORY_OF_GPU"][n0:]
     assert av.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and av.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC and av.size == 8192
     assert ah.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_GTT and ah.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED and ah.size == 4 << 20
