@@ -207,3 +207,22 @@ def test_smu_metrics_of_a_held_board(board):
     assert r.gfx_clock_mhz > 0 and r.mem_clock_mhz == b.smu.soft[mod.PPCLK_UCLK][1] and r.soc_clock_mhz == b.smu.soft[mod.PPCLK_SOCCLK][1]
     assert 0 <= r.gfx_activity <= 100 and r.temp_edge is not None
   finally: it.close()
+
+
+def test_two_boards_share_one_va_space(firmware_dir, monkeypatch):
+  from rawgpu.drivers.emu.pcibus import VirtualBus
+  from rawgpu.drivers.emu.amd.board import AMDBoard
+  monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", firmware_dir)
+  vb = VirtualBus()
+  boards = [AMDBoard(arch=a, host=vb.host) for a in ("gfx1100", "gfx1201")]
+  its = [AMIface(vb.plug(b), vb.system, **FAST) for b in boards]
+  try:
+    mems = [(b, it.alloc(0x3000)) for b, it in zip(boards, its) for _ in range(3)]
+    spans = sorted((m.va, m.va + m.size) for _, m in mems)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))          # no VA is handed out twice, across boards
+    for b, m in mems:
+      m.cpu.write(0, m.va & 0xffffffff)
+      assert b.gmc.gc.read32(0, m.va) == m.va & 0xffffffff
+  finally:
+    for it in its: it.close()
+    for b in boards: b.close()

@@ -99,8 +99,7 @@ class AMDevice:
     if not self.warm:
       if sos:  # another driver or a crashed owner left it running: start over from a reset
         self.step("mode1 reset", self.smu.mode1_reset)
-      self.firmware = self.step("firmware", lambda: firmware.load(self.ips, self.system))
-      self.fw = self.firmware
+      self.fw = self.step("firmware", lambda: firmware.load(self.ips, self.system))
       self.regs.reg("gc", "regSCRATCH_REG7").write(0)
       for b in (self.soc, self.gmc, self.ih, self.psp, self.smu):
         self.step(b.name, b.init_hw)

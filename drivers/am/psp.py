@@ -116,6 +116,7 @@ class PSP(Block):
     return resp
 
   def _copy(self, data: bytes) -> int:
+    if len(data) > F.PSP_1_MEG: raise FirmwareError(f"a {len(data)}-byte firmware image does not fit the PSP's 1 MiB staging buffer")
     buf = self.dev.vram(self.fw_buf, F.PSP_1_MEG)
     buf[:len(data)] = data
     return self.dev.gmc.mc(self.fw_buf)
