@@ -338,3 +338,18 @@ def test_gpu_page_fault_is_device_fault(arch):
     board.clear_faults()
     dev.iface.close()
     for g in m.gpus: g.dev.fini()
+
+
+def test_two_boards_in_pci_order():
+  # KFD:N is the N-th board on the bus (as PCI:N would be), each with its own gpu_id, VM and queues
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  m = MockMachine("gfx1100", 2)
+  its = [KFDIface(i, m.system) for i in range(2)]
+  try:
+    assert [it.props.pci_bus for it in its] == sorted(m.vbus.boards) and its[0].gpu_id != its[1].gpu_id
+    its[0].create_ring("compute", 4096); its[1].create_ring("sdma", 4096)
+    assert m.gpus[0].compute_slots and m.gpus[1].sdma_slots and not m.gpus[1].compute_slots
+  finally:
+    for it in its: it.close()
+    for g in m.gpus: g.dev.fini()
