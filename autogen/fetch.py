@@ -289,21 +289,6 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
   new_pkgs, new_files = {}, {}
   bad = 0
   todo = [p for p in PACKAGES if not sources or p.source in sources]
-  plans = []  # downloads run one after another; extractions (xz-bound) overlap with them and each other
-  for p in todo:
-    dest = cache / "headers" / p.root
-    version = _pick_version(p, env)
-    # the stamp names the version and the member patterns: changing either extracts again
-    want = f"{version} {hashlib.sha256(repr(p.members).encode()).hexdigest()[:16]}"
-    stamp = dest / ".complete"
-    if stamp.exists() and stamp.read_text().strip() == want and not force:
-      print(f"{p.name} {version}: already extracted in {dest}", flush=True)
-      archive = None
-    else:
-      t = time.monotonic()
-      archive = _download(p, version, adir, env)
-      print(f"{p.name} {version}: {archive.name} ({archive.stat().st_size >> 20} MiB) in {time.monotonic() - t:.1f} s", flush=True)
-    plans.append((p, version, want, dest, archive))
 
   def unpack(p: Package, want: str, dest: pathlib.Path, archive: pathlib.Path) -> None:
     t = time.monotonic()
@@ -319,11 +304,29 @@ def fetch(sources: list[str] | None = None, write_repo_lock: bool = False, force
     (dest / ".complete").write_text(want + "\n")
     print(f"  extracted {n} files of {p.name} into {dest} in {time.monotonic() - t:.1f} s", flush=True)
 
+  plans = []  # downloads run one after another; each extraction starts as soon as its download is done
   from concurrent.futures import ThreadPoolExecutor
-  with ThreadPoolExecutor(max_workers=3) as pool:
-    for f in [pool.submit(unpack, p, want, dest, archive) for p, _, want, dest, archive in plans if archive]:
-      f.result()
-  for p, version, _, dest, _ in plans:
+  with ThreadPoolExecutor(max_workers=2) as pool:  # two cores is the common case
+    jobs = []
+    for p in todo:
+      dest = cache / "headers" / p.root
+      version = _pick_version(p, env)
+      # the stamp names the version and the member patterns: changing either extracts again
+      want = f"{version} {hashlib.sha256(repr(p.members).encode()).hexdigest()[:16]}"
+      stamp = dest / ".complete"
+      archive = None
+      if stamp.exists() and stamp.read_text().strip() == want and not force:
+        print(f"{p.name} {version}: already extracted in {dest}", flush=True)
+      else:
+        t = time.monotonic()
+        archive = _download(p, version, adir, env)
+        print(f"{p.name} {version}: {archive.name} ({archive.stat().st_size >> 20} MiB) in "
+              f"{time.monotonic() - t:.1f} s", flush=True)
+        jobs.append(pool.submit(unpack, p, want, dest, archive))
+      plans.append((p, version, dest))
+    for j in jobs: j.result()
+
+  for p, version, dest in plans:
     new_pkgs[p.source] = f"{p.name} {version}"
     hashes = {f"{p.root}/{k}": v for k, v in _hash_tree(dest).items()}
     new_files.update(hashes)
