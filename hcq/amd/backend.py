@@ -8,7 +8,7 @@ from rawgpu.hcq.buffer import Buffer
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
-KERNARG_RING = 1 << 20
+KERNARG_RING = 8 << 20
 STAGING = 2 << 20  # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
 
 

@@ -81,27 +81,37 @@ class AMDProgram:
     elif isinstance(v, (bytes, bytearray)) and len(v) == a.size: view[a.offset:a.offset + a.size] = v
     else: raise RawGPUError(f"kernel {self.name}: argument {a.name!r} ({a.value_kind}, {a.size} bytes) cannot take {type(v).__name__}")
 
-  def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
-    """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits)."""
+  def _launch_setup(self, global_size, local_size, timing: bool):
+    """Once per launch shape: the queue template and the kernarg image with the hidden arguments filled in."""
     g, l = _dims(global_size), _dims(local_size)
     check_launch(self.kernel, l, self.limits)
-    dev, be = self.dev, self.backend
-    ka_va, ka_view = be.kernargs.alloc(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
-    self._pack_args(ka_view, args, g, l, dev.timeline_value)  # may raise: take the timeline value only after
-    values = {"kernargs": ka_va}
+    img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
+    self._pack_hidden(memoryview(img), g, l)
+    q = self.backend.exec_template(self, g, l, timing)
+    return q, g, l, bytes(img), "kernargs" in q.vars
+
+  def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
+    """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits)."""
+    key = (global_size, local_size, timing)
+    try: q, g, l, img, uses_kernargs = self._templates[key]
+    except (KeyError, TypeError):  # TypeError: unhashable sizes (lists)
+      q, g, l, img, uses_kernargs = ent = self._launch_setup(global_size, local_size, timing)
+      if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ent
+    dev = self.dev
+    if len(args) != len(self.args): self.check_arg_count(args)
+    ka_va, ka_view = self.backend.kernargs.alloc(len(img))
+    ka_view[:len(img)] = img
+    for a, v in zip(self.args, args): self._pack_one(ka_view, a, v, dev.timeline_value)  # may raise: ticket taken after
+    values = {"kernargs": ka_va} if uses_kernargs else {}
     if self.needs_dispatch:
       fill_dispatch_packet(ka_view[self.dispatch_offset:], self, g, l, ka_va)
       values["dispatch"] = ka_va + self.dispatch_offset
-    key = (g, l, timing)
-    q = self._templates.get(key)
-    if q is None: q = self._templates[key] = be.exec_template(self, g, l, timing)
-    values = {k: v for k, v in values.items() if k in q.vars}
     value = dev.next_timeline()
     values["timeline"] = dev.timeline_gpu(value)
     q.submit(dev, values)
     if not (wait or timing): return None
     dev.wait_timeline(value)
-    if timing: return (q.t_end.timestamp - q.t_start.timestamp) / be.timestamp_hz
+    if timing: return (q.t_end.timestamp - q.t_start.timestamp) / self.backend.timestamp_hz
     return None
 
 
