@@ -74,3 +74,24 @@ def test_page_tables_walked_by_the_board(arch):
   with pytest.raises(Fault): hub.page(0, maps[1].va, False)
   assert pt.translate(maps[1].va) is None
   b.close()
+
+
+def test_huge_page_after_small_pages_at_the_same_va():
+  b = _board("gfx1100")
+  r, hub = b.regs, b.gmc.gc
+  pages, freed = iter(range(64 << 20, 128 << 20, mm.PAGE)), []
+  pt = mm.PageTables(lambda p, s: b.vram[p:p + s], lambda: next(pages), freed.append, mm.PTEFlags())
+  def w64(lo, hi, v): r.set("gc", f"regGCVM_CONTEXT0_{lo}", v & 0xffffffff); r.set("gc", f"regGCVM_CONTEXT0_{hi}", v >> 32)
+  w64("PAGE_TABLE_START_ADDR_LO32", "PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
+  w64("PAGE_TABLE_END_ADDR_LO32", "PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
+  w64("PAGE_TABLE_BASE_ADDR_LO32", "PAGE_TABLE_BASE_ADDR_HI32", pt.root | 1)
+  r.set("gc", "regGCVM_CONTEXT0_CNTL", r.reg("gc", "regGCVM_CONTEXT0_CNTL").encode(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=mm.LEVELS - 1))
+  va = mm.VA_BASE + (5 << 21)
+  small = pt.map(va, [(1 << 21, 0x3000)])
+  pt.unmap(small)
+  big = pt.map(va, [(3 << 21, 1 << 21)])
+  assert big.huge and len(freed) == 1                                 # the emptied 4 KiB table was given back
+  hub.tlb.clear()
+  assert hub.page(0, va + 0x5000, False) == (0, (3 << 21) + 0x5000)
+  with pytest.raises(RawGPUError): pt.map(va + 0x1000, [(0, mm.PAGE)])  # covered by the huge page now
+  b.close()

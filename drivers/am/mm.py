@@ -140,6 +140,7 @@ class PageTables:
           sub = ents[idx] & ADDR_MASK
           if lvl == LEVELS - 1 or self.flags.is_huge(ents[idx]) or any(self._entries(sub)):
             raise RawGPUError(f"GPU VA {cur:#x} is already mapped")
+          self._free(sub)
         frag = 9 if lvl == LEVELS - 2 else 0
         ents[idx] = ((addr + off) & ADDR_MASK) | self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=frag)
         m.ptes.append((table, idx))
