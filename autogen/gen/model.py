@@ -207,15 +207,10 @@ class Builder:
             self.type_sizes[c.spelling] = t.get_size()
         elif k in (ci.CursorKind.STRUCT_DECL, ci.CursorKind.UNION_DECL) and c.is_definition() and c.spelling:
           self.type_sizes[("union " if k == ci.CursorKind.UNION_DECL else "struct ") + c.spelling] = c.type.get_size()
-          if k in (ci.CursorKind.STRUCT_DECL, ci.CursorKind.UNION_DECL): self.tag_names.setdefault(c.spelling, self.key(c))
-          walk(c, ns)
-        if k in (ci.CursorKind.STRUCT_DECL, ci.CursorKind.UNION_DECL, ci.CursorKind.TYPEDEF_DECL,
-                 ci.CursorKind.ENUM_DECL) and c.spelling:
-          pass
-      return
+          self.tag_names.setdefault(c.spelling, self.key(c))
+          walk(c, ns)  # enums and records declared inside
 
     walk(self.tu.cursor, "")
-    self.ns_top = {}
 
   def top_records(self) -> list:
     ci = self.ci
@@ -493,7 +488,6 @@ class Builder:
         except (cexpr.EvalError, cexpr.NotExpr, RecursionError):
           pass
       if not good: continue
-      if not f.params: good = [[]]
       model_funcs[n] = f
       samples[n] = good[:3] if f.params else [[]]
     # function macros calling macros from other headers: pull those in too
@@ -528,8 +522,6 @@ class Builder:
       for d in self.records[k].deps: visit(d)
       order.append(k)
     for rec in sorted(tops, key=lambda r: r.loc): visit(rec.key)
-    for c in consts.values():
-      if c.ioctl_struct is None and c.is_ioctl: pass
     records = {k: self.records[k] for k in order}
     names = {r.name for r in records.values()}
     for ioc, st in self.r.ioctl_args:
