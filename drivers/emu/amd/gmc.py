@@ -7,9 +7,10 @@ Levels: PTB covers 9 + PAGE_TABLE_BLOCK_SIZE bits above 4 KiB, each PDB level 9 
 levels above the PTB. VAs are taken relative to the context's PAGE_TABLE_START_ADDR.
 """
 from __future__ import annotations
-import struct
+import struct, threading
 from typing import TYPE_CHECKING
 import numpy as np
+from rawgpu.autogen.amd import ih
 from rawgpu.drivers.emu.pcibus import BusError
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
@@ -17,7 +18,9 @@ PTE_VALID, PTE_SYSTEM, PTE_READABLE, PTE_WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 <
 ADDR_MASK = 0x0000_FFFF_FFFF_F000
 VRAM, HOST = 0, 1                              # backing of a translated page
 FB_LOCATION_BASE = 0x8000                      # power-on FB location (16 MiB units), as the VBIOS leaves it
-IH_CLIENT_VMC, IH_CLIENT_UTCL2, IH_SRC_VM_FAULT = 0x12, 0x1b, 0   # soc21_ih_clientid.h, ivsrcid vmc/utcl2
+# SOC21 (gfx11/gfx12) interrupt clients of VM faults: the MM hub's arrive as VMC, the GC hub's as GFX (amdgpu takes
+# them there in gmc_v11_0.c/gmc_v12_0.c); UTCL2 is the SOC15 (gfx9) client and does not exist in SOC21.
+IH_CLIENT_VMC, IH_CLIENT_GFX, IH_SRC_VM_FAULT = ih.SOC21_IH_CLIENTID_VMC, ih.SOC21_IH_CLIENTID_GFX, 0
 
 
 class Fault(Exception):
@@ -193,6 +196,7 @@ class Hub:
 
   def report(self, vmid: int, va: int, write: bool, kind: str) -> None:
     """Latch the first fault in the status/address registers and raise an interrupt if the context asks for one."""
+    if getattr(_probing, "on", False): return  # an instruction prefetch past the program: it faults nobody
     self.faults += 1
     vals = self.b.regs.vals
     if vals.get(self.a_st, 0) == 0:
@@ -246,7 +250,7 @@ class Hub:
 
 class GMC:
   def __init__(self, board: "AMDBoard"):
-    self.gc = Hub(board, "gc", "gc", "GCVM_", "GCMC_VM_", IH_CLIENT_UTCL2)
+    self.gc = Hub(board, "gc", "gc", "GCVM_", "GCMC_VM_", IH_CLIENT_GFX)
     self.mm = Hub(board, "mm", "mmhub", "MMVM_", "MMMC_VM_", IH_CLIENT_VMC)
     self.b = board
 
@@ -256,8 +260,15 @@ class GMC:
     return self.mm._mem(kind, a, size)
 
 
+_DT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+_probing = threading.local()
+
+
 class VMMemory:
-  """rdna.GPUMemory over one VM context of a hub: lanes translated page by page, backed by VRAM or host pages."""
+  """rdna.GPUMemory over one VM context of a hub: lanes translated page by page (one translation when the lanes'
+  span is physically contiguous), backed by VRAM or host pages."""
   def __init__(self, hub: Hub, vmid: int):
     from rawgpu.drivers.emu.rdna.memory import FlatMemory, MemoryFault
     self.hub, self.vmid, self.MemoryFault = hub, vmid, MemoryFault
@@ -266,33 +277,59 @@ class VMMemory:
                  FlatMemory(b.host.size, b.host.PHYS_BASE, np.frombuffer(b.host.buf, np.uint8)) if b.host is not None else None]
     self.fault: Fault | None = None
 
-  def _phys(self, a: np.ndarray, write: bool) -> tuple[np.ndarray, np.ndarray]:
+  def _host_ok(self, k: int, addr: int, write: bool) -> None:
+    if k == HOST and (self.flat[HOST] is None or not self.hub.b.cfg.bus_master): raise self.MemoryFault(addr, write)
+
+  def _phys(self, a: np.ndarray, write: bool) -> tuple[int, np.ndarray | None, np.ndarray]:
+    """(backing if all lanes share one, else -1; per-lane backing or None; physical addresses)."""
     if self.hub.b.halt_shaders: raise self.MemoryFault(int(a[0]) if len(a) else 0, write)   # board closing/removed: waves die
-    pages, inv = np.unique(a >> np.uint64(12), return_inverse=True)
-    kinds, bases = np.empty(len(pages), np.int8), np.empty(len(pages), np.uint64)
+    lo, hi = int(a.min()), int(a.max())
+    base = lo & ~0xfff
+    try:
+      k, ph, n = self.hub.extent(self.vmid, base, write, hi + 1 - base)
+      if n >= hi + 1 - base:                                   # the whole span is one contiguous run
+        self._host_ok(k, lo, write)
+        return k, None, a - np.uint64(base) + np.uint64(ph)
+    except Fault: pass                                         # find the exact faulting lane below
+    pg = a >> np.uint64(12)
+    pmin = int(pg.min())
+    span = (hi >> 12) - pmin + 1
+    if span <= 1 << 16:                                        # page lookup table instead of a sort
+      idx = (pg - np.uint64(pmin)).astype(np.int64)
+      used = np.zeros(span, bool); used[idx] = True
+      pages = np.nonzero(used)[0] + pmin
+      lut_k, lut_b = np.zeros(span, np.int8), np.zeros(span, np.uint64)
+    else:
+      pages, idx = np.unique(pg, return_inverse=True)
+      lut_k, lut_b = np.zeros(len(pages), np.int8), np.zeros(len(pages), np.uint64)
+      pmin = None
     for i, p in enumerate(pages.tolist()):
       try: k, ph = self.hub.page(self.vmid, p << 12, write)
       except Fault as f:
         self.fault = f
-        raise self.MemoryFault(int(a[np.argmax((a >> np.uint64(12)) == np.uint64(p))]), write) from None
-      if k == HOST and (self.flat[HOST] is None or not self.hub.b.cfg.bus_master): raise self.MemoryFault(p << 12, write)
-      kinds[i], bases[i] = k, ph
-    return kinds[inv], bases[inv] + (a & np.uint64(0xfff))
+        raise self.MemoryFault(int(a[np.argmax(pg == np.uint64(p))]), write) from None
+      self._host_ok(k, p << 12, write)
+      j = p - pmin if pmin is not None else i
+      lut_k[j], lut_b[j] = k, ph
+    kinds = lut_k[idx]
+    uniform = int(kinds[0]) if (kinds == kinds[0]).all() else -1
+    return uniform, (None if uniform >= 0 else kinds), lut_b[idx] + (a & np.uint64(0xfff))
 
   def _split(self, addrs, size: int, write: bool):
     a = np.asarray(addrs, np.uint64).reshape(-1)
-    if ((a & np.uint64(0xfff)) + np.uint64(size) > np.uint64(0x1000)).any(): return a, None, None   # crosses a page
-    k, p = self._phys(a, write)
-    return a, k, p
+    if not len(a) or ((a & np.uint64(0xfff)) + np.uint64(size) > np.uint64(0x1000)).any(): return a, None, None, None
+    u, k, p = self._phys(a, write)
+    return a, u, k, p
 
   def load(self, addrs: np.ndarray, size: int) -> np.ndarray:
     if size == 16: return np.stack([self.load(np.asarray(addrs, np.uint64) + np.uint64(4 * j), 4) for j in range(4)], 1)
-    a, k, p = self._split(addrs, size, False)
-    if k is None:
+    a, u, k, p = self._split(addrs, size, False)
+    if p is None:                                              # a lane crosses a page (or no lanes): bytewise
+      if not len(a): return np.zeros(0, _DT[size])
       b = self.load((a[:, None] + np.arange(size, dtype=np.uint64)).reshape(-1), 1)
-      return np.ascontiguousarray(b.reshape(-1, size)).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size]).reshape(-1)
-    if (k == k[0]).all(): return self.flat[int(k[0])].load(p, size)
-    out = np.empty(len(a), {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size])
+      return np.ascontiguousarray(b.reshape(-1, size)).view(_DT[size]).reshape(-1)
+    if u >= 0: return self.flat[u].load(p, size)
+    out = np.empty(len(a), _DT[size])
     for kind in (VRAM, HOST):
       m = k == kind
       if m.any(): out[m] = self.flat[kind].load(p[m], size)
@@ -303,20 +340,28 @@ class VMMemory:
       vals = np.asarray(values, np.uint32).reshape(-1, 4)
       for j in range(4): self.store(np.asarray(addrs, np.uint64) + np.uint64(4 * j), vals[:, j], 4)
       return
-    a, k, p = self._split(addrs, size, True)
-    vals = np.asarray(values).astype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size], copy=False).reshape(-1)
-    if k is None:
-      self.store((a[:, None] + np.arange(size, dtype=np.uint64)).reshape(-1), np.ascontiguousarray(vals).view(np.uint8), 1); return
+    a, u, k, p = self._split(addrs, size, True)
+    vals = np.asarray(values).astype(_DT[size], copy=False).reshape(-1)
+    if p is None:
+      if len(a): self.store((a[:, None] + np.arange(size, dtype=np.uint64)).reshape(-1), np.ascontiguousarray(vals).view(np.uint8), 1)
+      return
+    if u >= 0: self.flat[u].store(p, vals, size); return
     for kind in (VRAM, HOST):
       m = k == kind
       if m.any(): self.flat[kind].store(p[m], vals[m], size)
 
   def atomic(self, op: str, addrs: np.ndarray, values: np.ndarray, size: int, cmp: np.ndarray | None = None) -> np.ndarray:
-    a, k, p = self._split(addrs, size, True)
-    if k is None: raise self.MemoryFault(int(a[0]), True)
-    if not (k == k[0]).all():
-      raise self.MemoryFault(int(a[0]), True)   # one atomic batch spanning VRAM and host pages: not modelled
-    return self.flat[int(k[0])].atomic(op, p, values, size, cmp)
+    a, u, k, p = self._split(addrs, size, True)
+    if p is None: raise self.MemoryFault(int(a[0]) if len(a) else 0, True)
+    if u < 0: raise self.MemoryFault(int(a[0]), True)           # one atomic batch spanning VRAM and host pages: not modelled
+    return self.flat[u].atomic(op, p, values, size, cmp)
+
+  def prefetch(self, addr: int, n: int) -> bytes | None:
+    """Instruction prefetch: the bytes if mapped, None otherwise, without raising or reporting a fault."""
+    _probing.on, fault = True, self.fault
+    try: return self.read(addr, n)
+    except self.MemoryFault: return None
+    finally: _probing.on, self.fault = False, fault
 
   def read(self, addr: int, n: int) -> bytes:
     if self.hub.b.halt_shaders: raise self.MemoryFault(addr, False)
