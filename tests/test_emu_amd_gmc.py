@@ -156,8 +156,11 @@ def test_fault_latches_status_and_raises_ih_entry(dev, bits):
   wptr = dev.vram.read32(wb)
   assert wptr == 32 and dev.rd("osssys", "regIH_RB_WPTR") & 0x3fffc == 32
   e = struct.unpack_from("<8I", dev.vram.mem, ring)
-  # decode as gmc_v11_0_process_interrupt does: client/src from dw0, address from src_data[0..1]
-  assert e[0] & 0xff == 0x1b and (e[0] >> 8) & 0xff == 0
+  # decode as gmc_v11_0_process_interrupt does: client/src from dw0, address from src_data[0..1]; gmc_v11_0/v12_0 take
+  # GC-hub faults from the SOC21 GFX client (UTCL2_1_0__SRCID__FAULT = 0)
+  gfx_client = int(re.search(r"SOC21_IH_CLIENTID_GFX\s*=\s*(0x[0-9a-fA-F]+)",
+                             (linux_root() / "drivers/gpu/drm/amd/include/soc15_ih_clientid.h").read_text()).group(1), 16)
+  assert e[0] & 0xff == gfx_client and (e[0] >> 8) & 0xff == 0
   assert ((e[4] << 12) | ((e[5] & 0xf) << 44)) == bad
   # clear through L2_PROTECTION_FAULT_CNTL bit 0, as the driver's handler does
   dev.wr("gc", "regGCVM_L2_PROTECTION_FAULT_CNTL", dev.rd("gc", "regGCVM_L2_PROTECTION_FAULT_CNTL") | 1)
