@@ -67,3 +67,19 @@ def test_surprise_removal_everything_reads_all_ones(d):
 
 def test_unknown_fault_kind_is_an_error(d):
   with pytest.raises(ValueError): d.board.inject("melt")
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_golden_tsc_counts(arch):
+  """gfx_v11_0_get_gpu_clock_counter: upper, lower, upper from SMUIO at the base discovery publishes (SMUIO id 4)."""
+  from rawgpu.autogen.regs import ip_regs
+  d = Dev(arch, deterministic=False)
+  try:
+    t = ip_regs("smuio", 13, 0, 6) if arch == "gfx1100" else ip_regs("smuio", 14, 0, 2)
+    bases = d.disc["ips"][4][1]
+    rd = lambda n: d.mmio.read32(t[n].addr(bases) * 4)
+    a = (rd("regGOLDEN_TSC_COUNT_UPPER") << 32) | rd("regGOLDEN_TSC_COUNT_LOWER")
+    import time; time.sleep(0.01)
+    b = (rd("regGOLDEN_TSC_COUNT_UPPER") << 32) | rd("regGOLDEN_TSC_COUNT_LOWER")
+    assert 0 < a < b
+  finally: d.close()

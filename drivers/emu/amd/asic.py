@@ -27,6 +27,7 @@ class IPEntry:
   version: tuple[int, int, int]
   bases: tuple[int, ...]
   reg_ip: str | None = None            # name of the generated register table the model decodes it with
+  reg_version: tuple[int, int, int] | None = None   # table version when it differs from the IP's (see SMUIO)
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,13 @@ class Asic:
 
 
 def _navi31() -> Asic:
+  # SMUIO registers decode with the 13.0.6 table: gfx_v11_0.c reads GOLDEN_TSC through smuio_13_0_6_offset.h too
   ips = (IPEntry(GC_HWID, 0, (11, 0, 0), _GC, "gc"), IPEntry(SDMA0_HWID, 0, (6, 0, 0), _GC), IPEntry(SDMA1_HWID, 0, (6, 0, 0), _GC),
          IPEntry(MMHUB_HWID, 0, (3, 0, 0), _MMHUB, "mmhub"), IPEntry(ATHUB_HWID, 0, (3, 0, 0), _ATHUB, "athub"),
          IPEntry(NBIF_HWID, 0, (4, 3, 0), _NBIO, "nbio"), IPEntry(PCIE_HWID, 0, (6, 1, 0), _NBIO),
          IPEntry(MP0_HWID, 0, (13, 0, 0), _MP, "mp"), IPEntry(MP1_HWID, 0, (13, 0, 0), _MP, "mp"),
          IPEntry(HDP_HWID, 0, (6, 0, 0), _HDP, "hdp"), IPEntry(OSSSYS_HWID, 0, (6, 0, 0), _OSS, "osssys"),
-         IPEntry(SMUIO_HWID, 0, (13, 0, 0), _SMUIO), IPEntry(THM_HWID, 0, (13, 0, 0), _THM), IPEntry(CLKA_HWID, 0, (13, 0, 0), _CLK),
+         IPEntry(SMUIO_HWID, 0, (13, 0, 0), _SMUIO, "smuio", (13, 0, 6)), IPEntry(THM_HWID, 0, (13, 0, 0), _THM), IPEntry(CLKA_HWID, 0, (13, 0, 0), _CLK),
          IPEntry(DF_HWID, 0, (4, 3, 0), _DF), IPEntry(UMC_HWID, 0, (8, 10, 0), _UMC))
   fw = {"sos": "psp_13_0_0_sos.bin", "ta": "psp_13_0_0_ta.bin", "smu": "smu_13_0_0.bin", "sdma": "sdma_6_0_0.bin",
         "pfp": "gc_11_0_0_pfp.bin", "me": "gc_11_0_0_me.bin", "mec": "gc_11_0_0_mec.bin", "rlc": "gc_11_0_0_rlc.bin",
@@ -73,7 +75,7 @@ def _navi48() -> Asic:
          IPEntry(NBIF_HWID, 0, (6, 3, 1), _NBIO, "nbif"), IPEntry(PCIE_HWID, 0, (6, 1, 0), _NBIO),
          IPEntry(MP0_HWID, 0, (14, 0, 3), _MP, "mp"), IPEntry(MP1_HWID, 0, (14, 0, 3), _MP1_GFX12, "mp"),
          IPEntry(HDP_HWID, 0, (7, 0, 0), _HDP, "hdp"), IPEntry(OSSSYS_HWID, 0, (7, 0, 0), _OSS, "osssys"),
-         IPEntry(SMUIO_HWID, 0, (14, 0, 2), _SMUIO), IPEntry(THM_HWID, 0, (14, 0, 2), _THM), IPEntry(CLKA_HWID, 0, (14, 0, 2), _CLK),
+         IPEntry(SMUIO_HWID, 0, (14, 0, 2), _SMUIO, "smuio"), IPEntry(THM_HWID, 0, (14, 0, 2), _THM), IPEntry(CLKA_HWID, 0, (14, 0, 2), _CLK),
          IPEntry(DF_HWID, 0, (4, 1, 0), _DF), IPEntry(UMC_HWID, 0, (8, 14, 0), _UMC))
   fw = {"sos": "psp_14_0_3_sos.bin", "ta": "psp_14_0_3_ta.bin", "smu": "smu_14_0_3.bin", "sdma": "sdma_7_0_1.bin",
         "pfp": "gc_12_0_1_pfp.bin", "me": "gc_12_0_1_me.bin", "mec": "gc_12_0_1_mec.bin", "rlc": "gc_12_0_1_rlc.bin",

@@ -250,6 +250,9 @@ class GFX:
     r.hook("gc", "regRLC_SAFE_MODE", wr=self._safe_mode)
     r.hook("gc", "regRLC_GPU_CLOCK_COUNT_LSB", rd=lambda a: board.clock.now() & 0xffffffff)
     r.hook("gc", "regRLC_GPU_CLOCK_COUNT_MSB", rd=lambda a: board.clock.now() >> 32)
+    # the SMUIO golden TSC (gfx_v11_0/v12_0_get_gpu_clock_counter read it upper, lower, upper)
+    r.hook("smuio", "regGOLDEN_TSC_COUNT_LOWER", rd=lambda a: board.clock.now() & 0xffffffff)
+    r.hook("smuio", "regGOLDEN_TSC_COUNT_UPPER", rd=lambda a: (board.clock.now() >> 32) & 0xffffff)
     # dispatch registers (absolute addresses: SET_SH_REG offsets land on the same numbers)
     self.pgm_lo, self.pgm_hi = r.addr("gc", "regCOMPUTE_PGM_LO"), r.addr("gc", "regCOMPUTE_PGM_HI")
     self.rsrc = [r.addr("gc", f"regCOMPUTE_PGM_RSRC{i}") for i in (1, 2, 3)]

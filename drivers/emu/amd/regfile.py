@@ -23,7 +23,7 @@ class RegFile:
     for e in asic.ips:
       if e.reg_ip is None or e.instance != 0: continue
       key = "mp1" if e.hw_id == 1 else "mp0" if e.hw_id == 255 else e.reg_ip
-      self.tables[key], self.bases[key] = ip_regs(e.reg_ip, *e.version), e.bases
+      self.tables[key], self.bases[key] = ip_regs(e.reg_ip, *(e.reg_version or e.version)), e.bases
 
   # ---- names -> addresses
   def reg(self, ip: str, name: str) -> Reg: return self.tables[ip][name]
