@@ -47,6 +47,13 @@ class Buffer:
     self.dev.copyout(out[:self.size], self)
     return out
 
+  def cpu(self) -> memoryview:
+    """Direct CPU access to host (or CPU-visible) memory, NOT ordered with queued GPU work: for flags and mailboxes
+    the GPU polls while it runs. Use copyin/copyout for ordered copies."""
+    self._check_alive()
+    if self.mem.cpu is None: raise RawGPUError(f"{self.dev}: buffer at {self.va:#x} is not CPU-visible")
+    return self.mem.cpu.view(self.offset, self.size).cast("B")
+
   def numpy(self, dtype=np.uint8) -> np.ndarray:
     return np.frombuffer(self.copyout(), dtype=dtype)
 

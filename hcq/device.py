@@ -2,7 +2,7 @@
 from __future__ import annotations
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
-from rawgpu.errors import RawGPUError
+from rawgpu.errors import DeviceFault, DeviceTimeout, RawGPUError
 from rawgpu.hcq.buffer import Buffer
 from rawgpu.hcq.ring import Ring
 from rawgpu.hcq.signal import SIGNAL_SIZE, Signal
@@ -20,6 +20,7 @@ class Device:
       iface = open_ifaces(spec)[0]
     self.iface, self.props = iface, iface.props
     self._rings: dict[str, Ring] = {}
+    self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
     self.timeline = self.new_signal("timeline")
@@ -69,7 +70,12 @@ class Device:
 
   def wait_timeline(self, ticket: int, timeout_ms: float = 10_000) -> None:
     """Wait until the work of `ticket` is done (tickets from before a restart are done already)."""
-    if ticket > self.timeline_base: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
+    if ticket <= self.timeline_base: return
+    if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
+    try: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
+    except DeviceFault as e:
+      self.faulted = str(e).splitlines()[0]
+      raise
 
   def synchronize(self, timeout_ms: float = 10_000) -> None:
     self.wait_timeline(self.timeline_value - 1, timeout_ms)
@@ -88,7 +94,12 @@ class Device:
   def copy_queue(self): return self.backend.copy_queue()
 
   def close(self) -> None:
-    try: self.synchronize()
+    """Drain and release the device. After a fault there is nothing to drain: release it as it is."""
+    if self.closed: return
+    self.closed = True
+    try:
+      if not self.faulted: self.synchronize()
+    except (DeviceFault, DeviceTimeout): pass
     finally: self.iface.close()
 
   def __enter__(self) -> "Device": return self

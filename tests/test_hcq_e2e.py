@@ -191,3 +191,39 @@ def test_wrong_arguments_are_clear_errors(dev):
   with pytest.raises(RawGPUError, match="does not fit"): vadd(buf, buf, buf, 1 << 40)
   with pytest.raises(RawGPUError, match="launch dimensions"): vadd(buf, buf, buf, 1, global_size=0)
   dev.synchronize()  # nothing was submitted by the failed launches: the timeline has no holes
+
+
+@pytest.fixture
+def spare_dev(dev):
+  """A second board of the same kind, for tests that break their device on purpose."""
+  from rawgpu.hcq.device import Device
+  d = Device(f"MOCKPCI:1+AMD::{dev.props.arch}")
+  yield d
+  d.close()
+
+
+def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
+  from rawgpu.errors import DeviceFault
+  from rawgpu.hcq.device import Device
+  d, arch = spare_dev, spare_dev.props.arch
+  bad = 0x7f10_0000_0000
+  with pytest.raises(DeviceFault, match=f"{bad:#x}"): prog(d, "fault")(bad, 5, wait=True)
+  d.close()
+  d2 = Device(f"MOCKPCI:1+AMD::{arch}")  # warm boot re-initialises the queues
+  try:
+    buf = d2.alloc(64)
+    prog(d2, "fill")(buf, 3, 16, local_size=16, wait=True)
+    assert list(buf.numpy(np.uint32)) == [3] * 16
+  finally: d2.close()
+
+
+def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
+  from rawgpu.errors import DeviceTimeout
+  flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  prog(dev, "spin")(flag, 7, done, global_size=1, local_size=32)
+  with pytest.raises(DeviceTimeout, match="timeline.*stuck") as e: dev.synchronize(timeout_ms=300)
+  assert "DISPATCH_DIRECT" in str(e.value)  # the report decodes what was submitted
+  flag.cpu()[:4] = (7).to_bytes(4, "little")  # the kernel polls the flag: release it
+  dev.synchronize()
+  assert done.numpy(np.uint32)[0] == 8

@@ -40,7 +40,9 @@ class ComputeQueue:
   def s(self, name: str, v: int) -> None: self.bank[self.gfx.hqd_addr[name]] = v & 0xffffffff
 
   def activate(self) -> None:
+    # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
+    self.inflight, self.result = None, None
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
 
