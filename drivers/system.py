@@ -93,6 +93,7 @@ class System:
 
   def mmap(self, fd: int, size: int, offset: int = 0) -> MMIO:
     if (vf := self.vfds.get(fd)) is not None: return vf.mmap(size, offset)
+    if offset >= 1 << 63: return _mmap_signed_offset(fd, size, offset)
     m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
     return MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
 
@@ -171,6 +172,17 @@ class System:
       if pfn == 0: raise PermissionProblem("pagemap hides physical addresses: reading them needs root (CAP_SYS_ADMIN)")
       addrs.append(pfn * PAGE)
     return addrs
+
+
+def _mmap_signed_offset(fd: int, size: int, offset: int) -> MemMMIO:
+  """mmap with an offset of 2^63 or more (KFD encodes doorbell and MMIO pages there): Python's mmap refuses those,
+  the kernel takes the 64-bit value as off_t."""
+  libc = _c()
+  libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+  addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, offset - (1 << 64))
+  if addr in (None, ctypes.c_void_p(-1).value):
+    raise OSError(ctypes.get_errno(), f"mmap of {size:#x} bytes at offset {offset:#x} failed: {os.strerror(ctypes.get_errno())}")
+  return MemMMIO((ctypes.c_char * size).from_address(addr), addr)
 
 
 class DirProvider:
