@@ -186,6 +186,24 @@ def bench_launch(ctx: Ctx) -> None:
         with ctx.needs("launch with timing=True"): prg(*args(), timing=True, **kw)
         ctx.figure(case, "gpu time", "us", samples(lambda: prg(*args(), timing=True, **kw), ctx.warmup, ctx.repeats), dev=dev)
 
+  with ctx.case("graph-100", "host_time_per_kernel", "us", dev=dev):
+    from rawgpu.hcq.graph import Graph
+    prg, _ = _kernel(ctx, dev, "fill", "fill_u32")
+    g, x = Graph(dev), None
+    x = g.input("dst")
+    for _ in range(100): g.exec(prg, x, 7, 1, global_size=(1, 1, 1), local_size=(1, 1, 1))
+    bufs = [dev.alloc(4096) for _ in range(2)]
+    dev.wait_timeline(g.replay(dst=bufs[0]))
+    if bufs[0].numpy(np.uint32)[0] != 7: raise AssertionError("the graph's fill_u32 did not write its value")
+    flip = iter(range(1 << 30))
+    def replay() -> float:
+      t0 = time.perf_counter()
+      ticket = g.replay(dst=bufs[next(flip) & 1])  # new input each replay: the kernargs of 100 launches are patched
+      dt = time.perf_counter() - t0
+      dev.wait_timeline(ticket)
+      return dt / 100
+    ctx.figure("graph-100", "host_time_per_kernel", "us", samples(replay, ctx.warmup, ctx.repeats), dev=dev)
+
 
 @benchmark("signal")
 def bench_signal(ctx: Ctx) -> None:
