@@ -9,16 +9,17 @@ from rawgpu.hcq.graph import Graph
 from rawgpu.hcq.patch import Var
 
 ARCHS = ["gfx1100", "gfx1201"]
+TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS]
 
 
-@pytest.fixture(scope="module", params=ARCHS)
+@pytest.fixture(scope="module", params=TARGETS)
 def dev(request):
   from conftest import find_firmware
   fw = find_firmware()
   if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
   os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
   from rawgpu.hcq.device import Device
-  d = Device(f"MOCKPCI+AMD::{request.param}")
+  d = Device(request.param)
   yield d
   d.close()
 
@@ -29,7 +30,7 @@ def prog(dev, name, kernel=None):
 
 def test_props(dev):
   p = dev.props
-  assert p.vendor == "AMD" and p.iface == "MOCKPCI" and p.emulated and p.vram_size > 0 and p.compute_units > 0
+  assert p.vendor == "AMD" and p.iface in ("MOCKPCI", "MOCKKFD") and p.vram_size > 0 and p.compute_units > 0
   assert p.ip_versions["gc"][0] == (11 if p.arch == "gfx1100" else 12)
 
 
@@ -197,7 +198,7 @@ def test_wrong_arguments_are_clear_errors(dev):
 def spare_dev(dev):
   """A second board of the same kind, for tests that break their device on purpose."""
   from rawgpu.hcq.device import Device
-  d = Device(f"MOCKPCI:1+AMD::{dev.props.arch}")
+  d = Device(f"{dev.props.iface}:1+AMD::{dev.props.arch}")
   yield d
   d.close()
 
@@ -209,7 +210,7 @@ def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   bad = 0x7f10_0000_0000
   with pytest.raises(DeviceFault, match=f"{bad:#x}"): prog(d, "fault")(bad, 5, wait=True)
   d.close()
-  d2 = Device(f"MOCKPCI:1+AMD::{arch}")  # warm boot re-initialises the queues
+  d2 = Device(f"{d.props.iface}:1+AMD::{arch}")  # reopening re-initialises the queues
   try:
     buf = d2.alloc(64)
     prog(d2, "fill")(buf, 3, 16, local_size=16, wait=True)
