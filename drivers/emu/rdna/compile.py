@@ -269,17 +269,25 @@ def _carry_op(i: Inst, L: int, fam: str) -> Fn:
   r = f["vdst"]
   sub, rev = "sub" in name, "subrev" in name
   def run(st):
-    x, y = np.asarray(a(st), u64), np.asarray(b(st), u64)
+    x, y = a(st), b(st)
     if rev: x, y = y, x
-    c = cin(st).astype(u64) if cin else u64(0)
     if sub:
-      res = x - y - c
-      carry = (y + c) > x
+      d = x - y
+      carry = y > x
+      if cin:
+        c = cin(st)
+        carry = carry | (d < c)
+        d = d - c
     else:
-      res = x + y + c
-      carry = res >> u64(32) != 0
+      d = x + y
+      carry = d < x
+      if cin:
+        c = cin(st)
+        d2 = d + c
+        carry = carry | (d2 < d)
+        d = d2
     st.wmask(cout, np.broadcast_to(carry, (st.W, st.L)))
-    st.wv(r, (res & u64(0xffffffff)).astype(u32))
+    st.wv(r, d)
   return run
 
 def _mad64(i: Inst, L: int, fam: str) -> Fn:

@@ -89,12 +89,22 @@ class Program:
       if len(fns) >= 256: return fns, False
 
 _CACHE: dict[tuple, Program] = {}
+SUBSET_MIN = 16  # waves in a dispatch before diverged groups run on a compact copy
 
 def _fetch(mem: GPUMemory, addr: int, limit: int = 1 << 16) -> bytes:
-  out = b""
+  """The program's first page, then as far as memory is mapped: prefetching past the program faults nobody
+  (memories with a `prefetch` method read without reporting); running into an unmapped page does, when executed."""
+  try: out = mem.read(addr, 4096 - addr % 4096)
+  except MemoryFault: return b""
+  peek = getattr(mem, "prefetch", None)
   while len(out) < limit:
-    try: out += mem.read(addr + len(out), 4096)
-    except MemoryFault: break
+    if peek is not None:
+      chunk = peek(addr + len(out), 4096)
+      if chunk is None: break
+      out += chunk
+    else:
+      try: out += mem.read(addr + len(out), 4096)
+      except MemoryFault: break
   return out
 
 def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int) -> Program:
@@ -167,12 +177,22 @@ def run_waves(st: State, prog: Program, max_instructions: int | None) -> None:
     p = int(pcs.min())
     sel = pcs == p
     nsel = int(sel.sum())
-    st.select(None if nsel == st.W else sel)
     fns, _ = prog.block(p)
     res = None
     nxt = p
-    for fn, at, nxt in fns:
-      res = fn(st)
+    if nsel * 4 <= st.W and st.W >= SUBSET_MIN:
+      # a few diverged waves: run them on a compact copy so the cost follows them, not the dispatch
+      idx = np.flatnonzero(sel)
+      sub = st.subset(idx)
+      for fn, at, nxt in fns:
+        res = fn(sub)
+      st.merge(idx, sub)
+      if isinstance(res, np.ndarray):
+        full = np.zeros(st.W, np.int64); full[idx] = res; res = full
+    else:
+      st.select(None if nsel == st.W else sel)
+      for fn, at, nxt in fns:
+        res = fn(st)
     st.count += nsel * len(fns)
     if max_instructions is not None and st.count > max_instructions:
       raise EmuFault(f"instruction limit of {max_instructions} wave-instructions reached at {nxt:#x}", nxt)

@@ -27,6 +27,19 @@ def fma_narrow(a, b, c, out_type, scale=None) -> np.ndarray:
   by a power of two, exactly) rounded once to out_type."""
   a, b, c = (np.asarray(x, f64) for x in (a, b, c))
   with np.errstate(all="ignore"):
+    if scale is None and out_type == f32:
+      # fast path: one float64 rounding can only mislead the float32 one when it lands exactly on a float32
+      # rounding midpoint (or in the subnormal range); only those lanes take the round-to-odd path
+      s = a * b + c
+      r = s.astype(f32)
+      bits = s.view(u64) if s.ndim else np.asarray(s).view(u64)
+      odd = ((bits & u64(0x1fffffff)) == u64(0x10000000)) | (np.abs(s) < 2.0 ** -125)
+      if odd.any():
+        ab = np.broadcast_arrays(a, b, c)
+        slow = _round_odd_sum(ab[0][odd] * ab[1][odd], ab[2][odd]).astype(f32)
+        r = np.array(r, copy=True)
+        r[odd] = slow
+      return r
     s = _round_odd_sum(a * b, np.broadcast_to(c, np.broadcast(a, b, c).shape))
     if scale is not None: s = np.ldexp(s, scale)
     return s.astype(out_type)

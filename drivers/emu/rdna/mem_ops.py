@@ -89,6 +89,7 @@ def _smem(i: Inst, fam: str):
   d, sb, off, so = f["sdata"], f["sbase"], f["offset"], f["soffset"]
   def run(st):
     ws = np.nonzero(st.selected())[0]
+    st.masks.clear()  # SGPRs change behind ws()
     base = st.s64(sb)[ws]
     if buf: base = base & u64(0xffffffffffff)
     a = base + u64(off & 0xffffffffffffffff)
@@ -331,6 +332,7 @@ def _scratch(st: State, off, idx, size: int, vals):
   if st.scratch is None or st.scratch_lane_bytes == 0:
     raise EmuFault("page fault", int(np.asarray(off).reshape(-1)[0]) if np.size(off) else 0)
   lane = np.arange(st.W * st.L) if idx is None else idx
+  lane = st.wave_id[lane // st.L] * st.L + lane % st.L  # the dispatch-wide lane, also inside a subset
   off = np.asarray(off, i64)
   bad = (off < 0) | (off + size > st.scratch_lane_bytes)
   if bad.any(): raise EmuFault("page fault", int(off[np.argmax(bad)]))

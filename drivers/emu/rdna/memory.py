@@ -91,8 +91,8 @@ class FlatMemory:
   def _view(self, size: int, off: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """An aligned typed view of the buffer and element indices, when every offset is aligned."""
     if size == 1: return self.buf, off
-    if (self.base % size == 0) and not (off % size).any() and self.size % size == 0:
-      return self.buf.view(_DT[size]), off // size
+    if (self.base % size == 0) and not (off & (size - 1)).any() and self.size % size == 0:
+      return self.buf.view(_DT[size]), off >> (size.bit_length() - 1)
     return None
 
   def load(self, addrs: np.ndarray, size: int) -> np.ndarray:

@@ -282,6 +282,7 @@ def compile_salu(i: Inst, L: int, fam: str):
     w = 64 if n.endswith("64") else 32
     src = f["src0"]
     def run(st):
+      st.masks.clear()
       m0 = st.s[125].astype(np.int64)
       ws = np.nonzero(st.selected())[0]
       for k in range(w // 32):

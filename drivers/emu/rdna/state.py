@@ -24,6 +24,7 @@ class State:
     self.done = np.zeros(waves, bool)
     self.waiting = np.zeros(waves, bool)
     self.wg = wg_of_wave
+    self.wave_id = np.arange(waves)
     self.lds_bytes = lds_bytes
     self.lds = np.zeros(max(1, int(wg_of_wave.max(initial=0)) + 1) * max(lds_bytes, 4) + 16, np.uint8)
     self.lds_base = wg_of_wave.astype(np.int64) * max(lds_bytes, 4)
@@ -33,10 +34,30 @@ class State:
     self.scratch_lane_bytes = 0
     self.hwreg = np.zeros((32, waves), u32)
     self.sel: np.ndarray | None = None
+    self.masks: dict[int, np.ndarray] = {}  # lane masks last written by VALU, as bools (saves unpacking them again)
     self._em: np.ndarray | None = None
     self._full = True
     self.count = 0
     self.pc_base = 0  # GPU virtual address of the program start (PCs here are offsets from it)
+
+  def subset(self, idx: np.ndarray) -> "State":
+    """A State holding copies of the waves idx (LDS, scratch and memory shared), for running a few diverged waves
+    without touching every wave's registers. Write it back with merge()."""
+    sub = object.__new__(State)
+    sub.__dict__.update(self.__dict__)
+    sub.W = len(idx)
+    c = np.ascontiguousarray  # fancy indexing along a middle axis need not give C order; the executor reshapes views
+    sub.s, sub.v, sub.scc, sub.hwreg = c(self.s[:, idx]), c(self.v[:, idx]), self.scc[idx], c(self.hwreg[:, idx])
+    sub.pc, sub.done, sub.waiting, sub.wg = self.pc[idx], self.done[idx], self.waiting[idx], self.wg[idx]
+    sub.lds_base, sub.wave_id = self.lds_base[idx], self.wave_id[idx]
+    sub.sel, sub._em, sub._full, sub.masks = None, None, True, {}
+    return sub
+
+  def merge(self, idx: np.ndarray, sub: "State") -> None:
+    self.s[:, idx], self.v[:, idx], self.scc[idx], self.hwreg[:, idx] = sub.s, sub.v, sub.scc, sub.hwreg
+    self.count = sub.count
+    self.masks.clear()
+    self._em = None
 
   # ---- which lanes an instruction touches ----------------------------------------------------------------------
   def select(self, sel: np.ndarray | None) -> None:
@@ -47,9 +68,12 @@ class State:
     return self.unpack(126)
 
   def unpack(self, r: int) -> np.ndarray:
-    lo = ((self.s[r][:, None] & self.lane_bit[: min(self.L, 32)]) != 0)
-    if self.L == 32: return lo
-    return np.concatenate([lo, (self.s[r + 1][:, None] & self.lane_bit[32:]) != 0], 1)
+    m = self.masks.get(r)
+    if m is not None: return m
+    m = ((self.s[r][:, None] & self.lane_bit[: min(self.L, 32)]) != 0)
+    if self.L == 64: m = np.concatenate([m, (self.s[r + 1][:, None] & self.lane_bit[32:]) != 0], 1)
+    self.masks[r] = m  # valid until ws() writes r or r + 1
+    return m
 
   def pack(self, b: np.ndarray) -> np.ndarray:
     """(waves, lanes) bools -> (waves, lanes/32) uint32 words."""
@@ -81,6 +105,8 @@ class State:
   def ws(self, r: int, val) -> None:
     """Write SGPR r (or a special register) for the selected waves."""
     if r == 124: return  # NULL
+    if self.masks:
+      self.masks.pop(r, None); self.masks.pop(r - 1, None)
     if self.sel is None: self.s[r][...] = val
     else: np.copyto(self.s[r], val, where=self.sel, casting="unsafe")
     if r in (126, 127): self.exec_changed()
@@ -96,9 +122,11 @@ class State:
 
   def wmask(self, r: int, b: np.ndarray) -> None:
     """Write a per-lane result mask to SGPR r (pair in wave64); lanes outside EXEC read as 0."""
-    words = self.pack(b & self.exec_lanes())
+    b = b & self.exec_lanes()
+    words = self.pack(b)
     self.ws(r, words[:, 0])
     if self.L == 64: self.ws(r + 1, words[:, 1])
+    if self.sel is None: self.masks[r] = b
 
   def s64(self, r: int) -> np.ndarray:
     return self.s[r].astype(u64) | (self.s[r + 1].astype(u64) << u64(32))
