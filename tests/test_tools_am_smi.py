@@ -169,3 +169,14 @@ def test_monitor_screen_in_a_pty():
   assert graph.split("|")[1].endswith("▁▄█")  # the three readings, oldest first
   assert "metrics unavailable: test says so" in text and "owner=pid 900" in text
   assert "q: quit" in screen.display[0]
+
+
+def test_emulated_board_metrics_from_its_smu(firmware_dir):
+  """DEV=MOCKPCI+AMD: am-smi boots the emulated board in its process and reads the SMU metrics table like a real one."""
+  import json as _json, subprocess as _sp, sys as _sys, os as _os
+  env = {**_os.environ, "DEV": "MOCKPCI+AMD", "RAWGPU_FIRMWARE_DIR": firmware_dir}
+  out = _sp.run([_sys.executable, "-m", "rawgpu.tools.am_smi", "--list", "--json"], capture_output=True, text=True, env=env, timeout=120)
+  assert out.returncode == 0, out.stderr
+  (board,) = _json.loads(out.stdout)
+  assert board["source"] == "smu" and board["unavailable"] is None and board["owner_pids"]
+  assert 0 < board["temp_edge"] < 120 and board["gfx_clock_mhz"] > 0 and board["vram_total"] == 512 << 20

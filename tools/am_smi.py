@@ -7,7 +7,7 @@ AM driver holds needs its SMU metrics table read without re-initializing it: tha
 and why. Nothing here ever shows a number that was not read from the board.
 """
 from __future__ import annotations
-import argparse, json, locale, os, sys, time
+import argparse, tempfile, json, locale, os, sys, time
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Protocol
@@ -254,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
   g = p.add_mutually_exclusive_group()
   g.add_argument("--list", action="store_true", help="print one line per board once and exit")
-  g.add_argument("--json", action="store_true", help="print one reading of each board as JSON and exit")
+  p.add_argument("--json", action="store_true", help="print one reading of each board as JSON and exit (with or without --list)")
   g.add_argument("--pids", action="store_true", help="list the processes holding the boards")
   g.add_argument("--kill", action="store_true", help="end the processes holding the boards (SIGTERM, then SIGKILL)")
   p.add_argument("--dev", type=bus_arg, metavar="BUS", help="only this board (dddd:bb:dd.f)")
@@ -263,11 +263,26 @@ def _parser() -> argparse.ArgumentParser:
   return p
 
 
+def emulated_host(spec) -> tuple[Host, list]:
+  """DEV names emulated boards: they live in this process, so boot them here (they are idle, not woken from sleep:
+  an emulated board does not exist before its process) and watch them through their own virtual bus."""
+  from rawgpu.hcq.device import Device
+  devs = [Device(spec)]
+  system = devs[0].iface.system if hasattr(devs[0].iface, "system") else None
+  if system is None:
+    from rawgpu.drivers.emu import mockpci
+    system = mockpci.virtual_boards(spec.arch or "gfx1100", 1)[0].system
+  return Host(system=system, lockdir=system.lock_dir or tempfile.gettempdir(), include_self=True), devs
+
+
 def main(argv: list[str] | None = None, source: MetricsSource | None = None, host: Host | None = None) -> int:
   args = _parser().parse_args(argv)
   if args.interval <= 0: print("am-smi: error: --interval must be positive", file=sys.stderr); return 2
-  host = host or Host()
   try:
+    spec = dev_from_env()
+    keep = []  # emulated devices stay open while they are watched
+    if host is None and spec is not None and spec.vendor == "AMD" and spec.iface == "MOCKPCI": host, keep = emulated_host(spec)
+    host = host or Host()
     if source is None:
       smu, why = smu_source(host)
       source = SysfsSource(host, smu, why)
@@ -294,6 +309,11 @@ def main(argv: list[str] | None = None, source: MetricsSource | None = None, hos
     return 1
   except KeyboardInterrupt:
     return 130
+
+
+def dev_from_env():
+  from rawgpu.drivers.devspec import dev_from_env as parse
+  return parse()
 
 
 if __name__ == "__main__": sys.exit(main())

@@ -54,6 +54,7 @@ class Host:
   kill: Callable[[int, int], None] = os.kill
   sleep: Callable[[float], None] = time.sleep
   clock: Callable[[], float] = time.monotonic
+  include_self: bool = False   # count this process among the holders (emulated boards live in it)
 
   def may_sudo(self) -> bool: return not self.is_root and not self.sudoless
 
@@ -138,7 +139,7 @@ def holders(host: Host, vendor: Vendor, bus: str | None = None) -> list[Holder]:
   for pid in pids(host):
     if (targets := fd_targets(host, pid)) is None: hidden.add(pid); continue
     for t in targets:
-      if (b := by_path.get(t)) is not None and (pid, b) not in found and pid != me: found[(pid, b)] = Holder(pid, b, locks[b], cmdline(host, pid), True)
+      if (b := by_path.get(t)) is not None and (pid, b) not in found and (pid != me or host.include_self): found[(pid, b)] = Holder(pid, b, locks[b], cmdline(host, pid), True)
   for b, p in locks.items():  # the pid the lock names, where we could not see its files
     owner = pci.lock_owner(p, host.system)
     if owner in hidden and (owner, b) not in found and alive(host, owner): found[(owner, b)] = Holder(owner, b, p, cmdline(host, owner), False)
