@@ -47,18 +47,28 @@ class Fields:
   lds_bytes: int; scratch_en: bool; trap_present: bool; float_mode: int; wave32: bool; thread_dims: bool
   scratch_wave_bytes: int
 
+def _gc(arch: str):
+  """The generated GC register table for the architecture's graphics IP version (gfx1100 -> GC 11.0.0)."""
+  from rawgpu.autogen.regs import ip_regs
+  n = arch[3:]
+  major, minor, step = int(n[:-2]), int(n[-2], 16), int(n[-1], 16)
+  return ip_regs("gc", major, minor, step)
+
 def decode_regs(r: DispatchRegs) -> Fields:
-  """All bit-field decoding of rsrc1/2/3, DISPATCH_INITIATOR and TMPRING_SIZE in one place."""
-  wave32 = bool(r.dispatch_initiator >> 15 & 1)              # CS_W32_EN
-  granule = 8 if wave32 else 4                               # VGPR allocation granule, gfx10+
+  """All bit-field decoding of rsrc1/2/3, DISPATCH_INITIATOR and TMPRING_SIZE in one place, with the field layout
+  from rawgpu.autogen.regs (the gc_11/gc_12 sh_mask headers)."""
+  gc = _gc(r.arch)
+  r1, r2 = gc["COMPUTE_PGM_RSRC1"].decode(r.rsrc1), gc["COMPUTE_PGM_RSRC2"].decode(r.rsrc2)
+  di, tmp = gc["COMPUTE_DISPATCH_INITIATOR"].decode(r.dispatch_initiator), gc["COMPUTE_TMPRING_SIZE"].decode(r.tmpring_size)
+  wave32 = bool(di["CS_W32_EN"])
+  granule = 8 if wave32 else 4                                 # VGPR allocation granule, gfx10+ (AMDGPUUsage)
   return Fields(
-    vgprs=min(256, ((r.rsrc1 & 0x3f) + 1) * granule),        # COMPUTE_PGM_RSRC1.VGPRS
-    float_mode=r.rsrc1 >> 12 & 0xff,                         # FLOAT_MODE
-    scratch_en=bool(r.rsrc2 & 1), user_sgprs=r.rsrc2 >> 1 & 0x1f, trap_present=bool(r.rsrc2 >> 6 & 1),
-    tgid_en=(bool(r.rsrc2 >> 7 & 1), bool(r.rsrc2 >> 8 & 1), bool(r.rsrc2 >> 9 & 1)), tg_size_en=bool(r.rsrc2 >> 10 & 1),
-    tidig_cnt=r.rsrc2 >> 11 & 3, lds_bytes=(r.rsrc2 >> 15 & 0x1ff) * 512,
-    wave32=wave32, thread_dims=bool(r.dispatch_initiator >> 5 & 1),
-    scratch_wave_bytes=(r.tmpring_size >> 12 & 0x7fff) * 256)  # WAVESIZE, 64-dword units
+    vgprs=min(256, (r1["VGPRS"] + 1) * granule), float_mode=r1["FLOAT_MODE"],
+    scratch_en=bool(r2["SCRATCH_EN"]), user_sgprs=r2["USER_SGPR"], trap_present=bool(r2.get("TRAP_PRESENT", 0)),
+    tgid_en=(bool(r2["TGID_X_EN"]), bool(r2["TGID_Y_EN"]), bool(r2["TGID_Z_EN"])), tg_size_en=bool(r2["TG_SIZE_EN"]),
+    tidig_cnt=r2["TIDIG_COMP_CNT"], lds_bytes=r2["LDS_SIZE"] * 512,   # LDS granule: 128 dwords
+    wave32=wave32, thread_dims=bool(di["USE_THREAD_DIMENSIONS"]),
+    scratch_wave_bytes=tmp["WAVESIZE"] * 256)                  # 64-dword units
 
 class Program:
   """Decoded and compiled basic blocks of one code image, built lazily per start PC."""
