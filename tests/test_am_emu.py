@@ -126,8 +126,6 @@ def test_bad_packet_names_the_queue_and_reopen_recovers(board):
   finally: it.close()
 
 
-@pytest.mark.xfail(reason="emulator: drivers/emu/amd/gmc.py posts GC-hub faults with IH client 0x1b (SOC15 UTCL2); SOC21 has no "
-                   "such client and gmc_v11_0.c/gmc_v12_0.c take them from SOC21_IH_CLIENTID_GFX (0x0a)", strict=False)
 def test_compute_page_fault_names_the_address(board):
   vb, bus, b = board
   it = AMIface(bus, vb.system, **FAST)

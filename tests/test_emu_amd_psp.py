@@ -17,9 +17,10 @@ BL_ORDER = [(U.PSP_FW_TYPE_PSP_KDB, 0x80000), (U.PSP_FW_TYPE_PSP_SPL, 0x10000000
 
 
 def fw_dir() -> pathlib.Path:
-  for p in (os.environ.get("RAWGPU_FIRMWARE_DIR"), "/lib/firmware/updates/amdgpu", "/lib/firmware/amdgpu"):
+  from conftest import find_firmware
+  for p in (os.environ.get("RAWGPU_FIRMWARE_DIR"), find_firmware("20250410-2"), "/lib/firmware/updates/amdgpu", "/lib/firmware/amdgpu"):
     if p and (pathlib.Path(p) / "psp_13_0_0_sos.bin").exists(): return pathlib.Path(p)
-  pytest.skip("AMD firmware missing: install firmware-amd-graphics or set RAWGPU_FIRMWARE_DIR")
+  pytest.skip("AMD firmware missing: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
 
 
 def need(arch: str, name: str) -> bytes:
