@@ -7,9 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import struct
 
-from rawgpu.drivers.emu.rdna import optables_gfx11, optables_gfx12
+import functools, importlib
 
-TABLES = {"gfx11": optables_gfx11.TABLES, "gfx12": optables_gfx12.TABLES}
+@functools.cache
+def tables(fam: str) -> dict:
+  """The generated opcode tables of a family, imported on first use (they are large)."""
+  return importlib.import_module(f"rawgpu.drivers.emu.rdna.optables_{fam}").TABLES
 
 def family(arch: str) -> str:
   if arch.startswith("gfx11"): return "gfx11"
@@ -41,7 +44,7 @@ def _sext(v: int, n: int) -> int: return v - (1 << n) if v >> (n - 1) & 1 else v
 def decode_at(arch: str, code: bytes, pc: int) -> Inst:
   """Decode the instruction at byte offset pc of code. Raises DecodeError for an encoding LLVM does not know."""
   fam = family(arch)
-  tabs = TABLES[fam]
+  tabs = tables(fam)
   if pc + 4 > len(code) or pc % 4: raise DecodeError("fetch outside code")
   def dw(i: int) -> int:
     if pc + 4 * i + 4 > len(code): raise DecodeError("instruction runs past the end of the code")

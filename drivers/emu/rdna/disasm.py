@@ -1,8 +1,12 @@
 """Inst -> LLVM-style assembly text (the subset of llvm-objdump's syntax our tests compare against)."""
 from __future__ import annotations
-from rawgpu.drivers.emu.rdna.decode import Inst, family, TABLES
+import functools
 
-_VOP3_NAMES = {fam: {n for n, _ in t["vop3"].values()} for fam, t in TABLES.items()}
+from rawgpu.drivers.emu.rdna.decode import Inst, family, tables
+
+@functools.cache
+def _vop3_names(fam: str) -> set[str]:
+  return {n for n, _ in tables(fam)["vop3"].values()}
 
 INLINE_F = {240: "0.5", 241: "-0.5", 242: "1.0", 243: "-1.0", 244: "2.0", 245: "-2.0", 246: "4.0", 247: "-4.0",
             248: "0.15915494"}
@@ -176,7 +180,7 @@ def _valu(i: Inst, fam: str, w64: bool) -> str:
   elif "fmaak" in name: out.append(f"0x{i.lit:x}")
   if i.dpp is not None or i.dpp8 is not None:
     name += "_dpp" if not i.vop3 else "_e64_dpp"
-  elif i.fmt in ("vop1", "vop2", "vopc") and name in _VOP3_NAMES[fam] and "fmamk" not in name and "fmaak" not in name:
+  elif i.fmt in ("vop1", "vop2", "vopc") and name in _vop3_names(fam) and "fmamk" not in name and "fmaak" not in name:
     name += "_e32"  # LLVM names the encoding only where both exist
   elif i.vop3: name += "_e64"
   text = f"{name} " + ", ".join(out) if out else name
