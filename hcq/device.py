@@ -81,7 +81,21 @@ class Device:
     self.wait_timeline(self.timeline_value - 1, timeout_ms)
 
   def last_submitted(self) -> str:
-    return self.backend.describe_history(self._rings)
+    """The last submissions decoded, and where their raw dwords were dumped for `rawgpu decode`."""
+    return self.backend.describe_history(self._rings) + "".join(f"\n  dumped: rawgpu decode {kind} {path}" for kind, path in self.dump_hang())
+
+  def dump_hang(self) -> list[tuple[str, str]]:
+    """Write the last submissions of each ring (raw little-endian dwords) to the temp dir; [(stream kind, path)]."""
+    import os, tempfile, time
+    out = []
+    for engine, r in self._rings.items():
+      if not r.history: continue
+      kind = "pm4" if engine == "compute" else "sdma"
+      path = os.path.join(tempfile.gettempdir(), f"rawgpu-hang-{os.getpid()}-{int(time.time())}-{engine}.{kind}")
+      with open(path, "wb") as f:
+        for words in r.history: f.write(words.tobytes())
+      out.append((kind, path))
+    return out
 
   # ---- copies (vendor engines do the work)
   def copyin(self, dst: Buffer, src: memoryview) -> None: self.backend.copyin(dst, src)
