@@ -231,3 +231,11 @@ def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   flag.cpu()[:4] = (7).to_bytes(4, "little")  # the kernel polls the flag: release it
   dev.synchronize()
   assert done.numpy(np.uint32)[0] == 8
+
+
+def test_private_memory_in_scratch(dev):
+  n, k = 300, 5
+  out = dev.alloc(4 * n)
+  prog(dev, "scratch")(out, k, n, global_size=3, local_size=128, wait=True)
+  j = (np.arange(n) * 7 + k) & 63
+  assert np.array_equal(out.numpy(np.uint32), (j * j + k).astype(np.uint32))

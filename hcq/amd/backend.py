@@ -9,7 +9,8 @@ from rawgpu.hcq.buffer import Buffer
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 KERNARG_RING = 8 << 20
-STAGING = 2 << 20  # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
+STAGING = 2 << 20
+SCRATCH_WAVES = 256  # waves that may hold scratch at once (the dispatcher stalls waves beyond it)  # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
 
 
 class KernargRing:
@@ -38,6 +39,7 @@ class AMDBackend:
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
     self._staging: list[Buffer] | None = None
+    self._scratch: Buffer | None = None
 
   def reg(self, name: str) -> int:
     """Absolute dword address of a GC register on this device."""
@@ -60,6 +62,18 @@ class AMDBackend:
     if timing: q.timestamp(q.t_end)
     q.signal(self.dev.timeline, Var("timeline"))
     return q
+
+  def scratch_for(self, prg) -> tuple[int, int]:
+    """COMPUTE_TMPRING_SIZE and the scratch base for prg: per-lane private memory, one slot per wave in flight."""
+    if not prg.scratch: return 0, 0
+    wave = 32 if prg.wave32 else 64
+    wave_bytes = (prg.scratch * wave + 255) // 256 * 256          # WAVESIZE counts 256-byte (64-dword) units on gfx11+
+    waves = min(SCRATCH_WAVES, 0xfff)
+    need = waves * wave_bytes
+    if self._scratch is None or self._scratch.size < need:
+      if self._scratch is not None: self._scratch.free()
+      self._scratch = self.dev.alloc(need)
+    return self.gc["regCOMPUTE_TMPRING_SIZE"].encode(WAVES=waves, WAVESIZE=wave_bytes // 256), self._scratch.va
 
   def maps(self, buf: Buffer) -> bool: return False  # peer mappings: not yet
 

@@ -46,7 +46,9 @@ class AMDComputeQueue(HWQueue):
     self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_LO"), *_split(prg.code_va >> 8))
     self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_RSRC1"), prg.rsrc1, prg.rsrc2)
     self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_RSRC3"), prg.rsrc3)
-    self._add(pm4.set_sh_reg, r("regCOMPUTE_TMPRING_SIZE"), 0)
+    tmpring, scratch_va = self.be.scratch_for(prg)
+    self._add(pm4.set_sh_reg, r("regCOMPUTE_TMPRING_SIZE"), tmpring)
+    if scratch_va: self._add(pm4.set_sh_reg, r("regCOMPUTE_DISPATCH_SCRATCH_BASE_LO"), *_split(scratch_va >> 8))
     if prg.user_sgprs:
       self._add(lambda ka, dp: pm4.set_sh_reg(r("regCOMPUTE_USER_DATA_0"), *_user_data(prg, ka, dp)), ka=kernargs,
                 dp=Var("dispatch") if isinstance(kernargs, Var) else kernargs + prg.dispatch_offset)
