@@ -14,7 +14,7 @@ GC_BASE = (0x1260, 0xa000)  # gc 11 segment bases as the discovery table of a Na
 
 def backend(gfx=11):
   gc = ip_regs("gc", gfx, 0, 0)
-  return SimpleNamespace(gfx=gfx, reg=lambda n: gc[n].addr(GC_BASE), gc=gc)
+  return SimpleNamespace(gfx=gfx, reg=lambda n: gc[n].addr(GC_BASE), gc=gc, scratch_for=lambda prg: (0, 0))
 
 
 def program(arch="gfx1100", name="vadd", kernel=None):
