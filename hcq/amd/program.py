@@ -81,21 +81,25 @@ class AMDProgram:
     elif isinstance(v, (bytes, bytearray)) and len(v) == a.size: view[a.offset:a.offset + a.size] = v
     else: raise RawGPUError(f"kernel {self.name}: argument {a.name!r} ({a.value_kind}, {a.size} bytes) cannot take {type(v).__name__}")
 
-  def _launch_setup(self, global_size, local_size, timing: bool):
+  def _launch_setup(self, global_size, local_size, timing: bool | str):
     """Once per launch shape: the queue template and the kernarg image with the hidden arguments filled in."""
     g, l = _dims(global_size), _dims(local_size)
     check_launch(self.kernel, l, self.limits)
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
     self._pack_hidden(memoryview(img), g, l)
-    q = self.backend.exec_template(self, g, l, timing)
+    if timing == "profile":
+      from rawgpu.hcq.profile import profiled_template
+      q = profiled_template(self, g, l)
+    else: q = self.backend.exec_template(self, g, l, timing)
     return q, g, l, bytes(img), "kernargs" in q.vars
 
   def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
     """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits)."""
-    key = (global_size, local_size, timing)
+    prof = getattr(self.dev, "_profiler", None)
+    key = (global_size, local_size, "profile" if prof is not None else timing)
     try: q, g, l, img, uses_kernargs = self._templates[key]
     except (KeyError, TypeError):  # TypeError: unhashable sizes (lists)
-      q, g, l, img, uses_kernargs = ent = self._launch_setup(global_size, local_size, timing)
+      q, g, l, img, uses_kernargs = ent = self._launch_setup(global_size, local_size, key[2])
       if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ent
     dev = self.dev
     if len(args) != len(self.args): self.check_arg_count(args)
@@ -108,11 +112,15 @@ class AMDProgram:
       values["dispatch"] = ka_va + self.dispatch_offset
     value = dev.next_timeline()
     values["timeline"] = dev.timeline_gpu(value)
+    if key[2] == "profile":
+      values["ts_start"], values["ts_end"], view, idx = prof.slot()
+      prof.record(self.name, "kernel", value, view, idx)
     q.submit(dev, values)
     if not (wait or timing): return None
     dev.wait_timeline(value)
-    if timing: return (q.t_end.timestamp - q.t_start.timestamp) / self.backend.timestamp_hz
-    return None
+    if not timing: return None
+    if key[2] == "profile": return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
+    return (q.t_end.timestamp - q.t_start.timestamp) / self.backend.timestamp_hz
 
 
 def _dims(d) -> tuple[int, int, int]:

@@ -33,8 +33,10 @@ class AMDComputeQueue(HWQueue):
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
     return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
 
-  def timestamp(self, signal: Signal) -> "AMDComputeQueue":
-    return self._add(pm4.release_mem, signal.timestamp_va, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
+  def timestamp(self, signal: Signal | Var) -> "AMDComputeQueue":
+    """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address Var)."""
+    addr = signal if isinstance(signal, Var) else signal.timestamp_va
+    return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
 
   def memory_barrier(self) -> "AMDComputeQueue":
     return self._add(pm4.acquire_mem, gen=self.be.gfx)

@@ -1,0 +1,61 @@
+"""Profiling: GPU timestamps around every kernel launch, exported as Chrome trace JSON (Perfetto opens it).
+
+    prof = Profiler(dev)          # from now on every launch on dev is timed by the GPU
+    ...launches...
+    prof.export("trace.json")     # waits for the work, then writes the trace
+"""
+from __future__ import annotations
+import json, os
+from typing import TYPE_CHECKING
+from rawgpu.hcq.patch import Var
+
+if TYPE_CHECKING: from rawgpu.hcq.device import Device
+
+SLOTS = 4096  # timestamp pairs per chunk of host memory
+
+
+class Profiler:
+  def __init__(self, dev: "Device"):
+    self.dev, self.events, self._chunks, self._free = dev, [], [], 0
+    dev._profiler = self
+
+  def slot(self) -> tuple[int, int, memoryview, int]:
+    """A fresh pair of 8-byte timestamp slots: (start address, end address, view, index in the view)."""
+    if self._free == 0:
+      mem = self.dev.iface.alloc(16 * SLOTS, host=True, uncached=True)
+      self._chunks.append((mem, mem.cpu.view(0, 16 * SLOTS).cast("Q")))
+      self._free = SLOTS
+    mem, view = self._chunks[-1]
+    i = SLOTS - self._free
+    self._free -= 1
+    return mem.va + 16 * i, mem.va + 16 * i + 8, view, 2 * i
+
+  def record(self, name: str, kind: str, ticket: int, view: memoryview, idx: int) -> None:
+    self.events.append((name, kind, ticket, view, idx))
+
+  def trace(self) -> dict:
+    """The Chrome trace (wait for the work first): one complete event per launch, on the device's timeline."""
+    self.dev.synchronize()
+    hz = self.dev.backend.timestamp_hz
+    t0 = min((v[i] for *_, v, i in self.events), default=0)
+    evs = [{"name": name, "cat": kind, "ph": "X", "pid": os.getpid(), "tid": str(self.dev),
+            "ts": (v[i] - t0) * 1e6 / hz, "dur": (v[i + 1] - v[i]) * 1e6 / hz, "args": {"ticket": ticket}}
+           for name, kind, ticket, v, i in self.events]
+    return {"traceEvents": evs, "displayTimeUnit": "ns"}
+
+  def export(self, path: str) -> str:
+    with open(path, "w") as f: json.dump(self.trace(), f)
+    return path
+
+  def close(self) -> None:
+    if getattr(self.dev, "_profiler", None) is self: self.dev._profiler = None
+
+
+def profiled_template(prg, g, l):
+  """The launch template with timestamp addresses as patch slots, so every launch gets its own pair."""
+  from rawgpu.hcq.amd.queues import AMDComputeQueue
+  q = AMDComputeQueue(prg.backend)
+  q.timestamp(Var("ts_start"))
+  q.exec(prg, Var("kernargs"), g, l)
+  q.timestamp(Var("ts_end"))
+  return q.signal(prg.dev.timeline, Var("timeline"))
