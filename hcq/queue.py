@@ -38,14 +38,16 @@ class HWQueue:
 
   def patch(self, values: dict[str, int]) -> None:
     """Write the values of the patch slots; only slots whose value changed are touched."""
-    words = self._finalize()
-    missing = self.vars - self._cur.keys() - values.keys()
-    if missing: raise RawGPUError(f"no value given for patch slot(s) {', '.join(sorted(missing))}")
+    words, cur, slots = self._finalize(), self._cur, self._slots
+    if len(cur) < len(slots):  # until every slot has had a value, say which are missing
+      missing = self.vars - cur.keys() - values.keys()
+      if missing: raise RawGPUError(f"no value given for patch slot(s) {', '.join(sorted(missing))}")
     for name, v in values.items():
-      if self._cur.get(name) == v: continue
-      if name not in self._slots: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
-      for idx, shift in self._slots[name]: words[idx] = (v >> shift) & 0xffffffff
-      self._cur[name] = v
+      if cur.get(name) == v: continue
+      sl = slots.get(name)
+      if sl is None: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
+      for idx, shift in sl: words[idx] = (v >> shift) & 0xffffffff
+      cur[name] = v
 
   def bind(self, dev: "Device") -> "HWQueue":
     """Place the words in GPU memory: a submit is then one indirect-buffer packet, and patches go straight there."""

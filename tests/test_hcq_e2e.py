@@ -191,6 +191,9 @@ def test_wrong_arguments_are_clear_errors(dev):
   with pytest.raises(RawGPUError, match="pointer; pass a Buffer"): vadd(buf, 1, buf, 3)
   with pytest.raises(RawGPUError, match="does not fit"): vadd(buf, buf, buf, 1 << 40)
   with pytest.raises(RawGPUError, match="launch dimensions"): vadd(buf, buf, buf, 1, global_size=0)
+  gone = dev.alloc(64)
+  gone.free()
+  with pytest.raises(RawGPUError, match="was freed"): vadd(buf, gone, buf, 1)
   dev.synchronize()  # nothing was submitted by the failed launches: the timeline has no holes
 
 

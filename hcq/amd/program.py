@@ -16,6 +16,7 @@ _HIDDEN = {
   "hidden_grid_dims": lambda g, l: 1 + (g[1] * l[1] > 1 or g[2] * l[2] > 1) + (g[2] * l[2] > 1),
 }
 _INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_pack_q = struct.Struct("<Q").pack_into
 
 
 class AMDProgram:
@@ -45,6 +46,7 @@ class AMDProgram:
     self.kernarg_size = max(kd.kernarg_size, self.kernel.meta.kernarg_segment_size, 16)
     self.args = [a for a in self.kernel.meta.args if not a.hidden]
     self.hidden = [a for a in self.kernel.meta.args if a.hidden]
+    self._ptr = [a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic") for a in self.args]
     self.user_sgprs = kd.user_sgprs()
     unsupported = [n for n, _, _ in self.user_sgprs if n not in ("user_sgpr_kernarg_segment_ptr", "user_sgpr_dispatch_ptr")]
     if unsupported: raise CodeObjectError(f"kernel {name} needs user SGPRs this runtime does not provide: {', '.join(unsupported)}")
@@ -69,6 +71,7 @@ class AMDProgram:
   def _pack_one(self, view: memoryview, a: KernelArg, v, launch: int) -> None:
     if a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic"):
       if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is a pointer; pass a Buffer, not {type(v).__name__}")
+      v._check_alive()
       if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} lives on {v.dev}, not mapped to {self.dev}")
       v.used_until(launch)
       struct.pack_into("<Q", view, a.offset, v.va)
@@ -105,7 +108,13 @@ class AMDProgram:
     if len(args) != len(self.args): self.check_arg_count(args)
     ka_va, ka_view = self.backend.kernargs.alloc(len(img))
     ka_view[:len(img)] = img
-    for a, v in zip(self.args, args): self._pack_one(ka_view, a, v, dev.timeline_value)  # may raise: ticket taken after
+    ticket = dev.timeline_value
+    for a, ptr, v in zip(self.args, self._ptr, args):  # may raise: the ticket is taken after
+      if ptr and type(v) is Buffer and v.dev is dev and not v._root().freed:  # the common case, inline
+        _pack_q(ka_view, a.offset, v.va)
+        r = v.base or v
+        if r.last_use < ticket: r.last_use = ticket
+      else: self._pack_one(ka_view, a, v, ticket)
     values = {"kernargs": ka_va} if uses_kernargs else {}
     if self.needs_dispatch:
       fill_dispatch_packet(ka_view[self.dispatch_offset:], self, g, l, ka_va)
