@@ -15,6 +15,7 @@ class Buffer:
     self.base = base          # the buffer this is a view of, or None
     self.last_use = 0         # timeline value of the last queued work that touches it
     self.freed = False
+    self.peer_use: dict = {}  # Device -> its timeline ticket of the last work of another device that touches it
 
   @property
   def va(self) -> int: return self.mem.va + self.offset
@@ -30,6 +31,17 @@ class Buffer:
   def used_until(self, value: int) -> None:
     r = self._root()
     r.last_use = max(r.last_use, value)
+
+  def used_by(self, dev: "Device", value: int) -> None:
+    """Work of `dev` (another device that mapped this buffer) touches it until `dev`'s ticket `value`."""
+    r = self._root()
+    if dev is r.dev: r.used_until(value)
+    else: r.peer_use[dev] = max(r.peer_use.get(dev, 0), value)
+
+  def wait_peers(self, but: "Device | None" = None) -> None:
+    """Wait for the work other devices queued on this buffer (all but `but`)."""
+    for dev, v in list(self._root().peer_use.items()):
+      if dev is not but and not dev.closed: dev.wait_timeline(v)
 
   def copyin(self, src) -> "Buffer":
     """Copy bytes / a numpy array / a memoryview into the buffer (host buffers directly, VRAM through the copy engine)."""
@@ -66,7 +78,8 @@ class Buffer:
     if self.base is not None: raise RawGPUError("free the base buffer, not a view of it")
     if r.freed: return
     self.dev.wait_timeline(r.last_use)
-    self.dev.iface.free(r.mem)
+    self.wait_peers()
+    self.dev.iface.free(r.mem)   # also unmaps it from every device that mapped it
     r.freed = True
 
   def __repr__(self) -> str: return f"<Buffer {self.size} bytes at {self.va:#x} on {self.dev}{' host' if self.host else ''}>"

@@ -48,6 +48,29 @@ class Device:
     view[0] = view[1] = 0
     return Signal(self, va, view, name)
 
+  # ---- peer-to-peer
+  def _mem_of(self, obj: Buffer | Signal):
+    if isinstance(obj, Signal):
+      mem = next((m for m in obj.dev._signal_pages if m.va <= obj.va < m.va + m.size), None)
+      if mem is None: raise RawGPUError(f"{obj.dev}: signal {obj.name} at {obj.va:#x} is not in its signal pages")
+      return mem
+    obj._check_alive()
+    return obj.mem
+
+  def map(self, obj: Buffer | Signal) -> None:
+    """Make a buffer or signal of another device reachable by this device's engines and kernels at its own VA
+    (peer VRAM over the PCI bus, host memory at its bus addresses). Idempotent; freeing the buffer unmaps it."""
+    if obj.dev is self: return
+    if not hasattr(self.iface, "map_peer") or type(obj.dev.iface) is not type(self.iface):
+      raise RawGPUError(f"{self}: cannot map memory of {obj.dev}: peer mappings need both devices on the AM driver (PCI/MOCKPCI)")
+    self.iface.map_peer(self._mem_of(obj), obj.dev.iface)
+
+  def maps(self, obj: Buffer | Signal) -> bool:
+    """Whether this device reaches obj (its own, or mapped with map())."""
+    if obj.dev is self: return True
+    if isinstance(obj, Buffer) and obj._root().freed: return False
+    return hasattr(self.iface, "maps_peer") and self.iface.maps_peer(self._mem_of(obj))
+
   # ---- engines
   def ring(self, engine: str) -> Ring:
     if (r := self._rings.get(engine)) is None:
@@ -71,6 +94,7 @@ class Device:
   def wait_timeline(self, ticket: int, timeout_ms: float = 10_000) -> None:
     """Wait until the work of `ticket` is done (tickets from before a restart are done already)."""
     if ticket <= self.timeline_base: return
+    ticket = min(ticket, self.timeline_value - 1)   # a ticket of another device's timeline (a peer's use) never exceeds ours
     if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
     try: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
     except DeviceFault as e:

@@ -12,11 +12,22 @@ from rawgpu.errors import RawGPUError
 HUGE = 1 << 21
 
 
+def _coalesce(bus_addrs: list[int]) -> list[tuple[int, int]]:
+  """Physically contiguous 4 KiB pages as (address, size) runs (huge pages where they line up)."""
+  chunks: list[tuple[int, int]] = []
+  for a in bus_addrs:
+    if chunks and chunks[-1][0] + chunks[-1][1] == a: chunks[-1] = (chunks[-1][0], chunks[-1][1] + mm.PAGE)
+    else: chunks.append((a, mm.PAGE))
+  return chunks
+
+
 class AMIface:
   def __init__(self, bus: str, system: System = SYSTEM, **opts):
     self.dev = d = AMDevice(bus, system, **opts)
     self.closed = False
     self.rings: list[tuple[HWRing, object]] = []
+    self.peer_maps: dict[int, tuple[Mem, mm.Mapping, "AMIface"]] = {}   # va -> another device's memory mapped here
+    self.mapped_into: dict[int, list["AMIface"]] = {}                  # va -> devices this one's memory is mapped into
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
                              name=d.board.name, pci_bus=bus, compute_units=compute_units(d.disc.gc_info),
                              wave_size=32, lds_size=64 << 10, vram_size=d.vram_size, bar_size=d.bar_size,
@@ -32,11 +43,7 @@ class AMIface:
     try:
       if host:
         hm = d.pci.alloc_host(size)
-        chunks: list[tuple[int, int]] = []
-        for a in hm.bus_addrs:   # coalesce physically contiguous pages (huge pages when they line up)
-          if chunks and chunks[-1][0] + chunks[-1][1] == a: chunks[-1] = (chunks[-1][0], chunks[-1][1] + mm.PAGE)
-          else: chunks.append((a, mm.PAGE))
-        m = d.pt.map(va, chunks, system=True, snooped=True, uncached=uncached)
+        m = d.pt.map(va, _coalesce(hm.bus_addrs), system=True, snooped=True, uncached=uncached)
         cpu, meta = hm.view, ("host", hm, m)
       else:
         paddr = d.valloc_phys(size, align=HUGE if size >= HUGE else mm.PAGE, cpu=cpu_access)
@@ -51,11 +58,47 @@ class AMIface:
 
   def free(self, mem: Mem) -> None:
     kind, backing, m = mem.meta  # type: ignore[misc]
+    for peer in self.mapped_into.pop(mem.va, []):   # no device keeps a mapping of memory that is going away
+      if not peer.closed: peer.unmap_peer(mem)
     self.dev.pt.unmap(m)
     self.dev.gmc.flush_tlb()
     if kind == "host": self.dev.system.free_host(backing.view)
     else: self.dev.pfree(backing)
     mm.VA.free(mem.va)
+
+  # ---- peer-to-peer: another board's memory in this board's page tables, at the same VA (one VA space per process)
+  def bar0_bus_address(self) -> int:
+    """The bus address of VRAM offset 0 as other PCI functions reach it (BAR0's start)."""
+    return self.dev.pci.resources()[0][0]
+
+  def map_peer(self, mem: Mem, owner: "AMIface") -> None:
+    """Map `mem` of `owner` here as system pages at its bus addresses: owner VRAM through owner's BAR0 (only the
+    CPU-visible part is reachable, like large-BAR P2P), host memory at its own bus addresses. Idempotent."""
+    if owner is self or mem.va in self.peer_maps: return
+    kind, backing, _m = mem.meta  # type: ignore[misc]
+    where = f"{self.dev.bus}: cannot map {mem.size:#x} bytes at {mem.va:#x} of {owner.dev.bus}"
+    if self.closed or owner.closed: raise RawGPUError(f"{where}: a device is closed")
+    if kind == "host": chunks, snooped = _coalesce(backing.bus_addrs), True
+    elif kind == "vram":
+      if backing + mem.size > owner.dev.bar_size:
+        raise RawGPUError(f"{where}: VRAM {backing:#x}+{mem.size:#x} lies beyond its {owner.dev.bar_size >> 20} MiB BAR0, which is all a peer "
+                          f"reaches; allocate it CPU-visible (cpu_access=True) or resize BAR0")
+      chunks, snooped = [(owner.bar0_bus_address() + backing, mem.size)], False
+    else: raise RawGPUError(f"{where}: {kind} memory is not shareable")
+    m = self.dev.pt.map(mem.va, chunks, system=True, snooped=snooped, uncached=True)
+    self.dev.gmc.flush_tlb()
+    self.peer_maps[mem.va] = (mem, m, owner)
+    owner.mapped_into.setdefault(mem.va, []).append(self)
+
+  def unmap_peer(self, mem: Mem) -> None:
+    """Drop the mapping map_peer made (no-op when there is none)."""
+    if (ent := self.peer_maps.pop(mem.va, None)) is None: return
+    _mem, m, owner = ent
+    self.dev.pt.unmap(m)
+    self.dev.gmc.flush_tlb()
+    if (lst := owner.mapped_into.get(mem.va)) and self in lst: lst.remove(self)
+
+  def maps_peer(self, mem: Mem) -> bool: return mem.va in self.peer_maps and self.peer_maps[mem.va][0] is mem
 
   def _ring_mem(self, paddr: int, size: int) -> Mem:
     d = self.dev
@@ -95,5 +138,10 @@ class AMIface:
 
   def close(self) -> None:
     if self.closed: return
+    for mem, _m, _owner in list(self.peer_maps.values()): self.unmap_peer(mem)
+    for va, peers in list(self.mapped_into.items()):   # peers lose the mappings of this device's memory
+      for p in list(peers):
+        if not p.closed and va in p.peer_maps: p.unmap_peer(p.peer_maps[va][0])
+    self.mapped_into.clear()
     self.closed = True
     self.dev.fini()

@@ -11,6 +11,7 @@ from rawgpu.drivers.mmio import HookMMIO, MMIO, MemMMIO
 from rawgpu.drivers.system import PAGE, System
 
 SYSFS_PCI = "/sys/bus/pci/devices"
+PCI_COMMAND, PCI_COMMAND_MEMORY = 0x04, 0x02   # include/uapi/linux/pci_regs.h
 
 
 class BusError(Exception):
@@ -49,17 +50,21 @@ class HostRAM:
     self.mem = memoryview(self.buf)
     self.vbase = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
     self.lock, self.next, self.free_list = threading.Lock(), 0, []
+    self.peer: Callable[[int, int], memoryview | None] | None = None   # the bus's routing to boards' BARs (VirtualBus)
 
-  def alloc(self, size: int) -> MemMMIO:
+  def alloc(self, size: int, align: int = PAGE) -> MemMMIO:
+    """`size` bytes, physically contiguous; `align` (a power of two) aligns the physical start like a hugepage."""
     size = (size + PAGE - 1) & ~(PAGE - 1)
     with self.lock:
       for i, (off, sz) in enumerate(self.free_list):
-        if sz >= size:
+        if sz >= size and off % align == 0:
           self.free_list[i:i + 1] = [(off + size, sz - size)] if sz > size else []
           break
       else:
-        if self.next + size > self.size: raise MemoryError(f"emulated host RAM exhausted ({self.size >> 20} MiB)")
-        off, self.next = self.next, self.next + size
+        start = (self.next + align - 1) & ~(align - 1)
+        if start + size > self.size: raise MemoryError(f"emulated host RAM exhausted ({self.size >> 20} MiB)")
+        if start > self.next: self.free_list.append((self.next, start - self.next))
+        off, self.next = start, start + size
     self.mem[off:off + size] = bytes(size)
     return MemMMIO(self.mem[off:off + size], self.vbase + off)
 
@@ -73,9 +78,13 @@ class HostRAM:
 
   # the device side: bus addresses
   def dma(self, addr: int, size: int) -> memoryview:
+    """What a bus master reaches at [addr, addr+size): host RAM, or a peer's memory BAR (a PCIe peer-to-peer
+    transaction the bus routes by address), else a master abort."""
     off = addr - self.PHYS_BASE
-    if off < 0 or size < 0 or off + size > self.size: raise BusError(addr, size)
-    return self.mem[off:off + size]
+    if size < 0: raise BusError(addr, size)
+    if 0 <= off and off + size <= self.size: return self.mem[off:off + size]
+    if self.peer is not None and (m := self.peer(addr, size)) is not None: return m
+    raise BusError(addr, size)
 
 
 class _ConfigFile:
@@ -119,14 +128,22 @@ class BoardSysfs:
   def __init__(self, board: Board, index: int):
     self.board, self.index = board, index
 
-  def _resource_text(self) -> str:
-    lines, base = [], self.BAR_BASE + (self.index << 36)
+  def bar_ranges(self) -> dict[int, tuple[int, Bar]]:
+    """BAR number -> (bus address, Bar): the addresses the bus assigned (they follow a resized BAR)."""
+    out, base = {}, self.BAR_BASE + (self.index << 36)
     for n in range(7):
-      bar = self.board.bars.get(n)
-      if bar is None: lines.append("0x0000000000000000 0x0000000000000000 0x0000000000000000"); continue
+      if (bar := self.board.bars.get(n)) is None: continue
+      out[n] = (base, bar)
+      base += max(bar.size, 1 << 20)
+    return out
+
+  def _resource_text(self) -> str:
+    lines, ranges = [], self.bar_ranges()
+    for n in range(7):
+      if n not in ranges: lines.append("0x0000000000000000 0x0000000000000000 0x0000000000000000"); continue
+      base, bar = ranges[n]
       flags = 0x200 | (0x2000 if bar.prefetch else 0) | (0x100000 if bar.is64 else 0)  # IORESOURCE_MEM | PREFETCH | MEM_64
       lines.append(f"{base:#018x} {base + bar.size - 1:#018x} {flags:#018x}")
-      base += max(bar.size, 1 << 20)
     return "\n".join(lines) + "\n"
 
   def _files(self) -> dict[str, Callable[[], object]]:
@@ -193,6 +210,7 @@ class VirtualBus:
     self.system.lock_dir = tempfile.mkdtemp(prefix=f"rawgpu-mockpci-{os.getpid()}-")
     atexit.register(shutil.rmtree, self.system.lock_dir, True)
     self._dirs: dict[str, BoardSysfs] = {}
+    self.host.peer = self._peer_dma
     self.system.mount(SYSFS_PCI, DevicesDir(self._dirs))
 
   def plug(self, board: Board) -> str:
@@ -202,6 +220,19 @@ class VirtualBus:
     self.boards[bus], self._dirs[bus] = board, BoardSysfs(board, n)
     return bus
 
+  def _peer_dma(self, addr: int, size: int) -> memoryview | None:
+    """Route a DMA to the memory BAR of the board whose bus address range holds it (a PCIe peer-to-peer request);
+    claimed only while that board decodes memory space (PCI_COMMAND bit 1), like a real endpoint."""
+    for bus, sysfs in list(self._dirs.items()):
+      if not sysfs.BAR_BASE + (sysfs.index << 36) <= addr < sysfs.BAR_BASE + ((sysfs.index + 1) << 36): continue
+      for base, bar in sysfs.bar_ranges().values():
+        if base <= addr and addr + size <= base + bar.size and bar.mem is not None:
+          if not sysfs.board.config_read(PCI_COMMAND, 1) & PCI_COMMAND_MEMORY: return None
+          return bar.mem[addr - base:addr - base + size]
+      return None
+    return None
+
   def unplug(self, bus: str) -> None:
-    """Surprise removal: the sysfs entry disappears; mappings the driver holds stay but the board decides what they read."""
+    """Surprise removal: the sysfs entry disappears; mappings the driver holds stay but the board decides what they read.
+    Peer DMA to its BARs master-aborts from now on."""
     self.boards.pop(bus); self._dirs.pop(bus)

@@ -75,7 +75,18 @@ class AMDBackend:
       self._scratch = self.dev.alloc(need)
     return self.gc["regCOMPUTE_TMPRING_SIZE"].encode(WAVES=waves, WAVESIZE=wave_bytes // 256), self._scratch.va
 
-  def maps(self, buf: Buffer) -> bool: return False  # peer mappings: not yet
+  def maps(self, buf: Buffer) -> bool:
+    """Whether a kernel of this device may take buf of another device (mapped with Device.map); the launch about to
+    be queued then counts as a use of buf on this device's timeline."""
+    if not self.dev.maps(buf): return False
+    buf.used_by(self.dev, self.dev.timeline_value)
+    return True
+
+  def _settle(self, buf: Buffer) -> None:
+    """Before this device's engine touches buf: the work queued on it by its owner (if another device) and by
+    devices other than this one is done."""
+    if buf.dev is not self.dev: buf.dev.wait_timeline(buf._root().last_use)
+    buf.wait_peers(but=self.dev)
 
   # ---- copies
   def _staging_bufs(self) -> list[Buffer]:
@@ -88,6 +99,7 @@ class AMDBackend:
     return v
 
   def copyin(self, dst: Buffer, src: memoryview) -> None:
+    dst.wait_peers()
     if dst.host and dst.mem.cpu is not None:
       self.dev.wait_timeline(dst._root().last_use)
       dst.mem.cpu.writebytes(dst.offset, src)
@@ -103,6 +115,7 @@ class AMDBackend:
 
   def copyout(self, dst: memoryview, src: Buffer) -> None:
     self.dev.wait_timeline(src._root().last_use)
+    src.wait_peers()
     if src.host and src.mem.cpu is not None:
       dst[:] = src.mem.cpu.readbytes(src.offset, len(dst))
       return
@@ -119,8 +132,15 @@ class AMDBackend:
 
   def transfer(self, dst: Buffer, src: Buffer, size: int) -> None:
     if size > min(dst.size, src.size): raise RawGPUError(f"transfer of {size} bytes between buffers of {src.size} and {dst.size}")
+    for b in (dst, src):
+      if b.dev is not self.dev:   # a peer copy: this device's copy engine reaches the other buffer over the bus
+        self.dev.map(b)
+        self._settle(b)
+    if dst.dev is not self.dev or src.dev is not self.dev:
+      for b in (dst, src):
+        if b.dev is self.dev: self._settle(b)
     v = self._sdma(dst.va, src.va, size)
-    dst.used_until(v); src.used_until(v)
+    dst.used_by(self.dev, v); src.used_by(self.dev, v)
 
   def describe_history(self, rings) -> str:
     from rawgpu.hcq.amd import pm4, sdma
