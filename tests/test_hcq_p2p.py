@@ -165,3 +165,21 @@ def test_kernel_reads_peer_vram():
     b.wait_timeline(b.timeline_value - 1, timeout_ms=2000)
     assert np.array_equal(y.numpy(np.uint32), src)
   finally: b.close(); a.close()
+
+
+def test_copy_benchmark_p2p_case(monkeypatch):
+  """The copy benchmark's p2p case measures a checked peer copy with two boards, and skips saying why with one.
+  Boards 2 and 3: the module's pairs may still hold boards 0 and 1."""
+  _firmware()
+  from rawgpu.tools.bench import core
+  from rawgpu.tools.bench.core import run
+  figs = {f.case.split()[0]: f for f in run(["copy"], "MOCKPCI:2+AMD::gfx1100", True)}
+  p2p = figs["p2p"]
+  assert p2p.error is None and p2p.skipped is None and p2p.n > 0 and p2p.median > 0 and p2p.unit == "GB/s"
+  real = core.Ctx.device
+  def one_device(self, spec=None):
+    if spec and spec.startswith("MOCKPCI:3"): raise core.Skip(f"cannot open {spec}: DeviceNotFound: only 1 device(s) found")
+    return real(self, spec)
+  monkeypatch.setattr(core.Ctx, "device", one_device)
+  figs = {f.case.split()[0]: f for f in run(["copy"], "MOCKPCI:2+AMD::gfx1100", True)}
+  assert figs["p2p"].skipped.startswith("skipped: needs two devices") and figs["vram->vram"].median > 0

@@ -225,7 +225,7 @@ def bench_signal(ctx: Ctx) -> None:
 
 @benchmark("copy")
 def bench_copy(ctx: Ctx) -> None:
-  """copy bandwidth: host to VRAM (copyin), VRAM to host (copyout), VRAM to VRAM (transfer)"""
+  """copy bandwidth: host to VRAM (copyin), VRAM to host (copyout), VRAM to VRAM (transfer), VRAM to a peer's VRAM (p2p)"""
   dev = ctx.device()
   size = ctx.size(1 << 20, 256 << 20)
   while dev.props.vram_size and size > 1 << 20 and 4 * size > dev.props.vram_size: size //= 2  # two buffers, room to spare
@@ -251,7 +251,28 @@ def bench_copy(ctx: Ctx) -> None:
     with ctx.needs("Device.transfer"): transfer()
     if not np.array_equal(b.numpy(), host): raise AssertionError("transfer did not copy the bytes")
     ctx.figure(f"vram->vram {mib}", "bandwidth", "GB/s", samples(transfer, ctx.warmup, ctx.repeats), work=size, dev=dev)
+  with ctx.case(f"p2p {mib}", "bandwidth", "GB/s", dev=dev):
+    if not ok: raise Skip("copyin/copyout did not work (see host->vram)")
+    _p2p(ctx, dev, a, host, size, mib)
   for buf in (a.base, b.base): buf.free()
+
+
+def _p2p(ctx: Ctx, dev, a, host: np.ndarray, size: int, mib: str) -> None:
+  """The peer's copy engine reads this device's VRAM over the bus into its own VRAM (a PCIe peer read)."""
+  spec = ctx.dev_spec or ""
+  from rawgpu.drivers.devspec import DevSpec, parse_dev
+  s = parse_dev(spec)
+  peer_spec = str(DevSpec(s.vendor, s.iface, ((s.indices[0] if s.indices else 0) + 1,), s.renderer, s.arch))
+  try: peer = ctx.device(peer_spec)
+  except Skip as e: raise Skip(f"needs two devices: {e}") from None
+  with ctx.needs("Device.map / a peer Device.transfer"):
+    c = peer.alloc(size).view(0, size)
+    peer.transfer(c, a); peer.synchronize()
+  try:
+    if not np.array_equal(c.numpy(), host): raise AssertionError("p2p transfer did not copy the bytes")
+    def p2p() -> None: peer.transfer(c, a); peer.synchronize()
+    ctx.figure(f"p2p {mib}", "bandwidth", "GB/s", samples(p2p, ctx.warmup, ctx.repeats), work=size, dev=dev)
+  finally: c.base.free()
 
 
 @benchmark("alloc")
