@@ -1,10 +1,13 @@
 """PCI devices over sysfs: enumeration, config space, BARs, bus mastering, reset, host memory and the owner lock."""
 from __future__ import annotations
-import os, re, tempfile
+import errno, os, re, tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from rawgpu.autogen import pci as regs
 from rawgpu.drivers.mmio import MMIO, MemMMIO
-from rawgpu.drivers.system import SYSTEM, System
-from rawgpu.errors import DeviceBusy, DeviceNotFound, PermissionProblem, RawGPUError
+from rawgpu.drivers.system import HUGE_PAGE, PAGE, SYSTEM, System
+from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceSpecError, PermissionProblem, RawGPUError
+if TYPE_CHECKING: from rawgpu.drivers.vfio import VFIODevice
 
 SYSFS_PCI = "/sys/bus/pci/devices"
 BUS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -49,6 +52,30 @@ def scan(vendor: int | None = None, devices: set[int] | None = None, cls_prefix:
   return out
 
 
+# ---- capabilities (linux/capability.h bit numbers)
+CAP_IPC_LOCK, CAP_SYS_ADMIN = 14, 21
+HUGEPAGES_2M = "/sys/kernel/mm/hugepages/hugepages-2048kB"
+# kernel drivers that own a GPU and how to release it
+RELEASE_HINT = {"amdgpu": "run `hcq-smi amd rmmod` (or unbind it)", "nvidia": "run `hcq-smi nv rmmod` (or unbind it)"}
+
+
+def effective_caps(system: System = SYSTEM) -> int | None:
+  """CapEff of this process from /proc/self/status, or None when it cannot be read."""
+  try: text = system.read_text("/proc/self/status")
+  except OSError: return None
+  for ln in text.splitlines():
+    if ln.startswith("CapEff:"): return int(ln.split()[1], 16)
+  return None
+
+
+def require_caps(system: System, why: str, *caps: tuple[int, str]) -> None:
+  """PermissionProblem naming each missing capability; silent when CapEff is unreadable (the operation says then)."""
+  eff = effective_caps(system)
+  if eff is None: return
+  missing = [name for bit, name in caps if not eff >> bit & 1]
+  if missing: raise PermissionProblem(f"{why} needs {' and '.join(missing)}, which this process lacks: run as root (sudo) or grant it (setcap / capsh)")
+
+
 def lock_path(prefix: str, bus: str, system: System = SYSTEM) -> str:
   return os.path.join(system.lock_dir or tempfile.gettempdir(), f"{prefix}_{check_bus(bus)}.lock")
 
@@ -87,14 +114,40 @@ class HostMem:
   view: MemMMIO
   bus_addrs: list[int]
 
+  @property
+  def contiguous(self) -> bool: return all(b - a == PAGE for a, b in zip(self.bus_addrs, self.bus_addrs[1:]))
+
+
+@dataclass(frozen=True)
+class ResizableBar:
+  """One BAR's entry in the Resizable BAR extended capability: sizes it offers and its current size, in bytes."""
+  bar: int
+  sizes: tuple[int, ...]
+  current: int
+
+
+def _rebar_sizes(cap: int) -> tuple[int, ...]:
+  # PCI_REBAR_CAP bits 4..31: bit (4+n) means 2^n MiB is supported
+  mask = (cap & 0xffff_fff0) >> 4
+  return tuple(1 << (n + 20) for n in range(28) if mask >> n & 1)
+
 
 class PCIDevice:
-  def __init__(self, bus: str, system: System = SYSTEM, lock_prefix: str | None = None):
+  """A PCI function over sysfs (config file, resourceN), or over VFIO with `use_vfio=True` (regions of the device fd,
+  interrupts through eventfds)."""
+  def __init__(self, bus: str, system: System = SYSTEM, lock_prefix: str | None = None, use_vfio: bool = False):
     self.system, self.bus = system, check_bus(bus)
     self.path = f"{SYSFS_PCI}/{bus}"
     self.info = info(bus, system)
-    self.lock = DeviceLock(lock_prefix, bus, system) if lock_prefix else None
     self._cfg_fd: int | None = None
+    self.vfio: VFIODevice | None = None
+    self.lock = DeviceLock(lock_prefix, bus, system) if lock_prefix else None
+    if use_vfio:
+      from rawgpu.drivers.vfio import VFIODevice
+      try: self.vfio = VFIODevice(bus, system)
+      except BaseException:
+        if self.lock: self.lock.release()
+        raise
 
   @property
   def vendor(self) -> int: return self.info.vendor
@@ -106,11 +159,13 @@ class PCIDevice:
     return self._cfg_fd
 
   def config_read(self, off: int, size: int = 4) -> int:
+    if self.vfio is not None: return self.vfio.config_read(off, size)
     data = self.system.read(self._cfg(), size, off)
     if len(data) != size: raise PermissionProblem(f"{self.bus}: config space read at {off:#x} returned {len(data)} bytes (reading beyond 64 bytes needs root)")
     return int.from_bytes(data, "little")
 
   def config_write(self, off: int, value: int, size: int = 4) -> None:
+    if self.vfio is not None: return self.vfio.config_write(off, value, size)
     self.system.write(self._cfg(), value.to_bytes(size, "little"), off)
 
   def enable_bus_master(self) -> None:
@@ -123,6 +178,7 @@ class PCIDevice:
     return [tuple(int(x, 16) for x in ln.split()[:3]) for ln in lines if ln.strip()]  # type: ignore[misc]
 
   def bar_size(self, n: int) -> int:
+    if self.vfio is not None: return self.vfio.region(n).size
     start, end, _ = self.resources()[n]
     return 0 if end == 0 else end - start + 1
 
@@ -130,20 +186,142 @@ class PCIDevice:
     full = self.bar_size(n)
     size = full - offset if size is None else size
     if full == 0 or offset + size > full: raise RawGPUError(f"{self.bus}: BAR{n} is {full:#x} bytes, cannot map {offset:#x}+{size:#x}")
-    fd = self.system.open(f"{self.path}/resource{n}", os.O_RDWR | os.O_SYNC)
+    if self.vfio is not None: return self.vfio.map_bar(n, offset, size)
+    try: fd = self.system.open(f"{self.path}/resource{n}", os.O_RDWR | os.O_SYNC)
+    except PermissionError as e: raise PermissionProblem(f"{self.bus}: cannot open BAR{n} ({self.path}/resource{n}): mapping BARs needs root (CAP_SYS_ADMIN)") from e
     try: return self.system.mmap(fd, size, offset)
     finally: self.system.close(fd)
+
+  def require_bar(self, n: int, need: int, what: str = "the driver") -> None:
+    """DeviceSpecError when BAR n is smaller than `need` bytes (a small BAR): how to get a larger one."""
+    have = self.bar_size(n)
+    if have >= need: return
+    fix = "enable Resizable BAR and Above 4G Decoding in the BIOS (firmware setup), then reboot"
+    try:
+      rb = next((r for r in self.rebar() if r.bar == n), None)
+      if rb and any(s >= need for s in rb.sizes): fix = f"resize it: PCIDevice.resize_bar({n}, {min(s for s in rb.sizes if s >= need):#x}) with no driver bound, or " + fix
+    except (RawGPUError, OSError): pass
+    raise DeviceSpecError(f"{self.bus}: BAR{n} is {have >> 20} MiB but {what} needs {need >> 20} MiB (small BAR): {fix}")
+
+  # ---- resizable BAR
+  def ext_capability(self, cap_id: int) -> int | None:
+    """Offset of an extended capability (PCIe config space above 0x100), or None."""
+    off, seen = regs.PCI_CFG_SPACE_SIZE, set()
+    while off and off not in seen and off < regs.PCI_CFG_SPACE_EXP_SIZE:
+      seen.add(off)
+      hdr = self.config_read(off, 4)
+      if hdr in (0, 0xffffffff): return None
+      if regs.PCI_EXT_CAP_ID(hdr) == cap_id: return off
+      off = regs.PCI_EXT_CAP_NEXT(hdr)
+    return None
+
+  def rebar(self) -> list[ResizableBar]:
+    """The BARs the Resizable BAR capability covers (empty when the device has none)."""
+    off = self.ext_capability(regs.PCI_EXT_CAP_ID_REBAR)
+    if off is None: return []
+    first_ctrl = self.config_read(off + regs.PCI_REBAR_CTRL, 4)
+    count = (first_ctrl & regs.PCI_REBAR_CTRL_NBAR_MASK) >> regs.PCI_REBAR_CTRL_NBAR_SHIFT
+    out = []
+    for i in range(max(1, count)):
+      cap, ctrl = self.config_read(off + regs.PCI_REBAR_CAP + 8 * i, 4), self.config_read(off + regs.PCI_REBAR_CTRL + 8 * i, 4)
+      cur = 1 << (((ctrl & regs.PCI_REBAR_CTRL_BAR_SIZE) >> regs.PCI_REBAR_CTRL_BAR_SHIFT) + 20)
+      out.append(ResizableBar(ctrl & regs.PCI_REBAR_CTRL_BAR_IDX, _rebar_sizes(cap), cur))
+    return out
+
+  def resize_bar(self, n: int, size: int) -> None:
+    """Resize BAR n through sysfs `resource<n>_resize` (the kernel reassigns the bridge windows); needs no driver bound."""
+    rb = next((r for r in self.rebar() if r.bar == n), None)
+    if rb is None: raise DeviceSpecError(f"{self.bus}: BAR{n} is not resizable (no Resizable BAR capability for it); enable Resizable BAR in the BIOS if the board supports it")
+    if size not in rb.sizes:
+      raise DeviceSpecError(f"{self.bus}: BAR{n} cannot be {size:#x} bytes; it offers {', '.join(f'{s >> 20} MiB' for s in rb.sizes)}")
+    drv = info(self.bus, self.system).driver
+    if drv is not None: raise DeviceBusy(f"{self.bus}: cannot resize BAR{n} while the {drv} driver is bound: {RELEASE_HINT.get(drv, 'unbind it')} first")
+    node = f"{self.path}/resource{n}_resize"
+    if not self.system.exists(node): raise RawGPUError(f"{self.bus}: the kernel has no {node} (it appeared in Linux 5.13): resize BAR{n} in the BIOS or update the kernel")
+    try: self.system.write_text(node, str((size >> 20).bit_length() - 1))
+    except PermissionError as e: raise PermissionProblem(f"{self.bus}: writing {node} needs root") from e
+    except OSError as e:
+      if e.errno == errno.EBUSY: raise DeviceBusy(f"{self.bus}: the kernel refused to resize BAR{n}: a driver is bound or the device has VFs") from e
+      if e.errno == errno.ENOSPC: raise RawGPUError(f"{self.bus}: no room for a {size >> 20} MiB BAR{n} behind its bridge: enable Above 4G Decoding in the BIOS") from e
+      raise RawGPUError(f"{self.bus}: resizing BAR{n} failed: {e.strerror}") from e
+
+  # ---- drivers and the IOMMU
+  def require_unbound(self) -> None:
+    """DeviceBusy when a kernel driver owns the device, with how to release it."""
+    drv = info(self.bus, self.system).driver
+    if drv is None: return
+    raise DeviceBusy(f"{self.bus} is bound to the kernel driver {drv}: {RELEASE_HINT.get(drv, 'unbind it')}, "
+                     f"e.g. `echo {self.bus} > /sys/bus/pci/drivers/{drv}/unbind`")
+
+  def iommu_translates(self) -> bool:
+    """True when an IOMMU remaps this device's DMA (sysfs iommu_group with type DMA/DMA-FQ): physical addresses
+    are then not bus addresses. Passthrough (identity) and VFIO's noiommu groups do not translate."""
+    grp = f"{self.path}/iommu_group"
+    if not self.system.exists(grp): return False
+    try:
+      if self.system.read_text(f"{grp}/name").strip() == "vfio-noiommu": return False
+    except OSError: pass
+    try: kind = self.system.read_text(f"{grp}/type").strip()
+    except OSError: return True  # a group without a type file still belongs to an IOMMU
+    return kind != "identity"
+
+  def require_direct_dma(self) -> None:
+    if self.iommu_translates():
+      raise RawGPUError(f"{self.bus}: the IOMMU translates this device's DMA, so host physical addresses are not its bus addresses: "
+                        "boot with iommu=pt (amd_iommu=pt / intel_iommu=pt), or disable the IOMMU and use VFIO's noiommu mode")
 
   def unbind(self) -> None:
     if self.info.driver: self.system.write_text(f"{self.path}/driver/unbind", self.bus)
 
   def reset(self) -> None:
+    if self.vfio is not None: return self.vfio.reset()
     self.system.write_text(f"{self.path}/reset", "1")
 
-  def alloc_host(self, size: int) -> HostMem:
-    mem = self.system.alloc_host(size)
-    return HostMem(mem, self.system.bus_addresses(mem))
+  # ---- host memory
+  def alloc_host(self, size: int, contiguous: bool = False) -> HostMem:
+    """Locked host pages with their bus addresses. contiguous=True takes 2 MiB hugepages and checks through pagemap
+    that the whole range is physically contiguous."""
+    if self.system.host_memory is None:
+      self.require_direct_dma()
+      require_caps(self.system, "reading physical addresses from /proc/self/pagemap", (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"))
+    if contiguous: mem = self._alloc_huge(size)
+    else:
+      try: mem = self.system.alloc_host(size)
+      except PermissionProblem:
+        require_caps(self.system, "locking host memory (mlock)", (CAP_IPC_LOCK, "CAP_IPC_LOCK"))
+        raise
+    out = HostMem(mem, self.system.bus_addresses(mem))
+    if contiguous and not out.contiguous:
+      self.system.free_host(mem)
+      raise RawGPUError(f"{self.bus}: {size:#x} bytes over several 2 MiB hugepages are not physically contiguous: allocate at most 2 MiB per contiguous buffer")
+    return out
+
+  def _alloc_huge(self, size: int) -> MemMMIO:
+    need = (size + HUGE_PAGE - 1) // HUGE_PAGE
+    try: return self.system.alloc_host_huge(size)
+    except PermissionProblem:
+      require_caps(self.system, "locking host memory (mlock)", (CAP_IPC_LOCK, "CAP_IPC_LOCK"))
+      raise
+    except OSError as e:
+      if e.errno not in (errno.ENOMEM, errno.EINVAL): raise
+      try: free = int(self.system.read_text(f"{HUGEPAGES_2M}/free_hugepages").strip())
+      except (OSError, ValueError): free = None
+      have = "none are free" if not free else f"only {free} are free"
+      raise RawGPUError(f"{self.bus}: {size:#x} contiguous bytes need {need} 2 MiB hugepages and {have}: "
+                        f"reserve them with `echo {need} > /proc/sys/vm/nr_hugepages` (as root)") from e
+
+  # ---- interrupts (VFIO)
+  def enable_irq(self, kind: str = "msi") -> None:
+    """Route the device's interrupt (msi, msix or intx) to an eventfd; needs use_vfio=True."""
+    if self.vfio is None: raise RawGPUError(f"{self.bus}: interrupts need VFIO: open the device with use_vfio=True")
+    self.vfio.enable_irq(kind)
+
+  def wait_irq(self, timeout: float | None = None) -> int:
+    """Interrupts since the last wait (0 when `timeout` seconds passed without one)."""
+    if self.vfio is None: raise RawGPUError(f"{self.bus}: interrupts need VFIO: open the device with use_vfio=True")
+    return self.vfio.wait_irq(timeout)
 
   def close(self) -> None:
     if self._cfg_fd is not None: self.system.close(self._cfg_fd); self._cfg_fd = None
+    if self.vfio is not None: self.vfio.close(); self.vfio = None
     if self.lock: self.lock.release()

@@ -4,12 +4,14 @@ Emulated devices plug in by mounting a provider at a path prefix (a sysfs device
 provider answers for every path below it. Nothing else is patched. `System()` alone is the real operating system.
 """
 from __future__ import annotations
-import ctypes, fcntl, mmap, os, struct
+import ctypes, fcntl, mmap, os, select, struct
 from typing import Protocol
 from rawgpu.drivers.mmio import MMIO, MemMMIO
 from rawgpu.errors import PermissionProblem, RawGPUError
 
 PAGE = 4096
+HUGE_PAGE = 2 << 20
+MAP_HUGETLB = getattr(mmap, "MAP_HUGETLB", 0x40000)  # asm-generic/mman-common.h (x86, arm64)
 _libc = None
 
 
@@ -110,6 +112,13 @@ class System:
   def eventfd(self, initval: int = 0, flags: int = 0) -> int:
     return os.eventfd(initval, flags | os.EFD_CLOEXEC)
 
+  def eventfd_wait(self, fd: int, timeout: float | None) -> int:
+    """Wait up to `timeout` seconds (None: forever) for an eventfd; its counter (then reset to 0), or 0 on timeout."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    if not p.poll(None if timeout is None else max(0, int(timeout * 1000))): return 0
+    return os.eventfd_read(fd)
+
   # ---- paths and sysfs
   def listdir(self, path: str) -> list[str]:
     if (r := self._route(path)) is not None: return sorted(r[0].listdir(r[1]))
@@ -146,6 +155,17 @@ class System:
     size = (size + PAGE - 1) & ~(PAGE - 1)
     if self.host_memory is not None: return self.host_memory.alloc(size)
     m = mmap.mmap(-1, size, mmap.MAP_SHARED | mmap.MAP_ANONYMOUS, mmap.PROT_READ | mmap.PROT_WRITE)
+    mem = MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
+    if _c().mlock(ctypes.c_void_p(mem.addr), ctypes.c_size_t(size)) != 0:
+      raise PermissionProblem(f"mlock of {size} bytes failed ({os.strerror(ctypes.get_errno())}): run as root or raise RLIMIT_MEMLOCK (ulimit -l)")
+    return mem
+
+  def alloc_host_huge(self, size: int) -> MemMMIO:
+    """Locked memory from 2 MiB hugepages (MAP_HUGETLB): each hugepage is physically contiguous.
+    OSError(ENOMEM) when the kernel has no free hugepages reserved."""
+    size = (size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
+    if self.host_memory is not None: return self.host_memory.alloc(size, align=HUGE_PAGE)  # type: ignore[call-arg]
+    m = mmap.mmap(-1, size, mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | MAP_HUGETLB, mmap.PROT_READ | mmap.PROT_WRITE)
     mem = MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
     if _c().mlock(ctypes.c_void_p(mem.addr), ctypes.c_size_t(size)) != 0:
       raise PermissionProblem(f"mlock of {size} bytes failed ({os.strerror(ctypes.get_errno())}): run as root or raise RLIMIT_MEMLOCK (ulimit -l)")
@@ -215,4 +235,4 @@ class _RealFile:
 
 SYSTEM = System()  # the real operating system; emulated devices get a System of their own
 
-__all__ = ["System", "SYSTEM", "Provider", "VFile", "HostMemory", "PAGE"]
+__all__ = ["System", "SYSTEM", "Provider", "VFile", "HostMemory", "PAGE", "HUGE_PAGE"]
