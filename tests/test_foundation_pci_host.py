@@ -120,3 +120,14 @@ def test_iommu_detection(fake_pci, tmp_path, kind, name, translates):
 
 def test_no_iommu_group_is_direct(fake_pci):
   assert pci.PCIDevice(BUS, fake_pci(board())).iommu_translates() is False
+
+
+def test_real_hugetlb_mapping_fails_without_reserved_pages(fake_pci):
+  # with no hugepages reserved the kernel must refuse MAP_HUGETLB: proves the seam really asks for hugepages
+  try: free = int(open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages").read())
+  except OSError: pytest.skip("the kernel has no 2 MiB hugepage pool (no /sys/kernel/mm/hugepages/hugepages-2048kB)")
+  if free: pytest.skip(f"{free} hugepages are free here: the refusal cannot be observed")
+  with pytest.raises(OSError) as e: System().alloc_host_huge(HUGE_PAGE)
+  assert e.value.errno == errno.ENOMEM
+  dev = pci.PCIDevice(BUS, fake_pci(board()))  # the real memory seam behind a fake sysfs device
+  with pytest.raises(RawGPUError, match=r"echo 1 > /proc/sys/vm/nr_hugepages"): dev.alloc_host(PAGE, contiguous=True)
