@@ -150,6 +150,33 @@ def test_bus_routes_only_memory_bar_ranges():
   with pytest.raises(BusError): vbus.host.dma(res[0][0][0], 4)
 
 
+def test_unmapped_peer_access_faults_on_the_gpu():
+  """A copy engine given a peer's VA without the mapping takes a GPU page fault at that VA (raised, device reopenable)."""
+  _firmware()
+  from rawgpu.errors import DeviceFault
+  from rawgpu.hcq.device import Device
+  a, b = Device("MOCKPCI:2+AMD::gfx1100"), Device("MOCKPCI:3+AMD::gfx1100")
+  try:
+    x, y = a.alloc(1 << 16), b.alloc(1 << 16)
+    v = b.next_timeline()
+    b.copy_queue().copy(y.va, x.va, 4096).signal(b.timeline, b.timeline_gpu(v)).submit(b)   # raw VA: no map()
+    with pytest.raises(DeviceFault, match=f"page fault at VA {x.va:#x}"): b.wait_timeline(v, timeout_ms=5000)
+  finally: b.close(); a.close()
+
+
+def test_closing_the_owner_unmaps_from_peers():
+  _firmware()
+  from rawgpu.hcq.device import Device
+  a, b = Device("MOCKPCI:2+AMD::gfx1100"), Device("MOCKPCI:3+AMD::gfx1100")
+  try:
+    x, sig = a.alloc(1 << 16), a.new_signal("s")
+    b.map(x); b.map(sig)
+    assert b.maps(x) and b.maps(sig) and b.iface.dev.pt.translate(x.va) is not None
+    a.close()
+    assert b.iface.dev.pt.translate(x.va) is None and b.iface.dev.pt.translate(sig.va) is None and not b.iface.peer_maps
+  finally: b.close(); a.close()
+
+
 @pytest.mark.xfail(strict=True, reason="emulator: shader loads of system pages outside host RAM fault (drivers/emu/amd/gmc.py "
                    "VMMemory backs HOST pages with host RAM only, not the bus); SDMA peer access works")
 def test_kernel_reads_peer_vram():
