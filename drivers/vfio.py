@@ -150,7 +150,11 @@ class VFIODevice:
   def wait_irq(self, timeout: float | None = None) -> int:
     """Interrupts signalled since the last wait; 0 when `timeout` seconds passed without one."""
     if self.irq_fd is None: raise RawGPUError(f"{self.bus}: no interrupt enabled: call enable_irq first")
-    return self.system.eventfd_wait(self.irq_fd, timeout)
+    n = self.system.eventfd_wait(self.irq_fd, timeout)
+    if n and self.irq_index == V.VFIO_PCI_INTX_IRQ_INDEX:
+      # vfio-pci masks INTx when it fires (level-triggered, shared line): unmask it or no further one arrives
+      V.VFIO_DEVICE_SET_IRQS(self.system, self.fd, flags=V.VFIO_IRQ_SET_DATA_NONE | V.VFIO_IRQ_SET_ACTION_UNMASK, index=self.irq_index, start=0, count=1)
+    return n
 
   def close(self) -> None:
     if getattr(self, "fd", None) is not None and self.irq_index is not None:

@@ -25,6 +25,7 @@ class FakeKernelVFIO:
     self.containers: list["_Container"] = []
     self.eventfds: dict[int, int] = {}  # irq index -> eventfd the kernel signals
     self.calls: list[str] = []
+    self.intx_masked = self.intx_pending = False
 
   # Provider
   def open(self, rel: str, flags: int):
@@ -39,8 +40,16 @@ class FakeKernelVFIO:
   def exists(self, rel: str): return rel in ("", *self.listdir(""))
 
   def trigger(self, index: int) -> None:
-    """The device raised interrupt `index`: vfio-pci's handler signals the eventfd."""
+    """The device raised interrupt `index`: vfio-pci's handler signals the eventfd. INTx is level-triggered and
+    automasked: while masked the line stays asserted and fires again on unmask."""
+    if index == V.VFIO_PCI_INTX_IRQ_INDEX:
+      if self.intx_masked: self.intx_pending = True; return
+      self.intx_masked = True
     os.eventfd_write(self.eventfds[index], 1)
+
+  def unmask_intx(self) -> None:
+    self.intx_masked = False
+    if self.intx_pending: self.intx_pending = False; self.trigger(V.VFIO_PCI_INTX_IRQ_INDEX)
 
 
 class _File:
@@ -123,7 +132,10 @@ class _Device(_File):
       dtype = flags & V.VFIO_IRQ_SET_DATA_TYPE_MASK
       size = {V.VFIO_IRQ_SET_DATA_NONE: 0, V.VFIO_IRQ_SET_DATA_BOOL: 1, V.VFIO_IRQ_SET_DATA_EVENTFD: 4}[dtype]
       if argsz - minsz < size * count or start + count > 1 or len(mv) < argsz: raise _einval("set irqs data")
-      if dtype == V.VFIO_IRQ_SET_DATA_NONE and count == 0: self.k.eventfds.pop(index, None); return 0
+      if dtype == V.VFIO_IRQ_SET_DATA_NONE and count == 0 and flags & V.VFIO_IRQ_SET_ACTION_TRIGGER: self.k.eventfds.pop(index, None); return 0
+      if dtype == V.VFIO_IRQ_SET_DATA_NONE and flags & V.VFIO_IRQ_SET_ACTION_UNMASK:
+        if index != V.VFIO_PCI_INTX_IRQ_INDEX or count != 1: raise _einval("unmask")  # only INTx is maskable
+        self.k.unmask_intx(); return 0
       if dtype == V.VFIO_IRQ_SET_DATA_EVENTFD and flags & V.VFIO_IRQ_SET_ACTION_TRIGGER:
         if self.k.eventfds and index not in self.k.eventfds: raise OSError(errno.EINVAL, "another interrupt type is enabled")
         self.k.eventfds[index] = struct.unpack_from("<i", mv, minsz)[0]; return 0
@@ -186,8 +198,9 @@ def test_interrupts_through_eventfd(vfio_sys):
   assert dev.wait_irq(5) == 2 and dev.wait_irq(0) == 0
   dev.enable_irq("intx")  # switching disables MSI first (the kernel refuses two types at once)
   assert list(k.eventfds) == [V.VFIO_PCI_INTX_IRQ_INDEX]
-  k.trigger(V.VFIO_PCI_INTX_IRQ_INDEX)
-  assert dev.wait_irq(5) == 1
+  k.trigger(V.VFIO_PCI_INTX_IRQ_INDEX); k.trigger(V.VFIO_PCI_INTX_IRQ_INDEX)  # the second one finds the line masked
+  assert dev.wait_irq(5) == 1  # ... and unmasking delivers it
+  assert dev.wait_irq(5) == 1 and dev.wait_irq(0) == 0 and not k.intx_pending
   with pytest.raises(RawGPUError, match="MSIX"): dev.enable_irq("msix")
   dev.close()
   assert k.eventfds == {}
