@@ -210,3 +210,13 @@ def test_copy_benchmark_p2p_case(monkeypatch):
   monkeypatch.setattr(core.Ctx, "device", one_device)
   figs = {f.case.split()[0]: f for f in run(["copy"], "MOCKPCI:2+AMD::gfx1100", True)}
   assert figs["p2p"].skipped.startswith("skipped: needs two devices") and figs["vram->vram"].median > 0
+
+
+def test_unmapped_peer_signal_is_refused_when_building_the_queue(pair):
+  a, b = pair
+  sig = a.new_signal("only on a")
+  with pytest.raises(RawGPUError, match="not mapped here"): b.compute_queue().wait(sig, 1)
+  with pytest.raises(RawGPUError, match="not mapped here"): b.compute_queue().signal(sig, 1)
+  b.map(sig)
+  b.compute_queue().signal(sig, 3).submit(b)
+  sig.wait(3, timeout_ms=5000)

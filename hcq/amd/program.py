@@ -73,7 +73,7 @@ class AMDProgram:
       if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is a pointer; pass a Buffer, not {type(v).__name__}")
       v._check_alive()
       if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} lives on {v.dev}, not mapped to {self.dev}")
-      v.used_until(launch)
+      v.used_by(self.dev, launch)  # recorded against the device whose ticket it is
       struct.pack_into("<Q", view, a.offset, v.va)
     elif isinstance(v, float):
       if a.size not in (4, 8): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is {a.size} bytes, cannot take a float")

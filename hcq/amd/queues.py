@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING
 from rawgpu.autogen.amd import hsa
+from rawgpu.errors import RawGPUError
 from rawgpu.hcq.amd import pm4
 from rawgpu.hcq.patch import Var
 from rawgpu.hcq.queue import HWQueue
@@ -27,10 +28,12 @@ class AMDComputeQueue(HWQueue):
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Stall the queue until signal >= value (the engine compares the low 32 bits)."""
+    _reachable(self.be, signal)
     return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
+    _reachable(self.be, signal)
     return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
 
   def timestamp(self, signal: Signal | Var) -> "AMDComputeQueue":
@@ -60,6 +63,12 @@ class AMDComputeQueue(HWQueue):
     return self._add(pm4.event_write, pm4.Event.CS_PARTIAL_FLUSH)
 
   def _indirect(self, va: int, ndw: int) -> list[int]: return pm4.indirect_buffer(va, ndw)
+
+
+def _reachable(backend, signal: Signal) -> None:
+  dev = getattr(backend, "dev", None)
+  if dev is not None and signal.dev is not dev and not dev.maps(signal):
+    raise RawGPUError(f"{dev}: {signal.name} lives on {signal.dev} and is not mapped here; call {dev}.map(signal) first")
 
 
 def _user_data(prg: "AMDProgram", kernargs: int, dispatch: int) -> list[int]:
