@@ -22,6 +22,18 @@ def bind_hint(bus: str) -> str:
           f"echo {bus} > {SYSFS_PCI}/{bus}/driver/unbind; echo {bus} > /sys/bus/pci/drivers_probe`")
 
 
+def holders(path: str, system: System = SYSTEM) -> list[int]:
+  """Pids with `path` open, from /proc/<pid>/fd links (those this process may read)."""
+  out = []
+  try: pids = [p for p in system.listdir("/proc") if p.isdigit()]
+  except OSError: return []
+  for pid in pids:
+    try: links = [system.readlink(f"/proc/{pid}/fd/{fd}") for fd in system.listdir(f"/proc/{pid}/fd")]
+    except OSError: continue
+    if path in links: out.append(int(pid))
+  return sorted(out)
+
+
 @dataclass(frozen=True)
 class Region:
   index: int
@@ -70,7 +82,10 @@ class VFIODevice:
     try: fd = self.system.open(path, os.O_RDWR)
     except PermissionError as e: raise PermissionProblem(f"{self.bus}: cannot open {path}: run as root or give your user access to it") from e
     except OSError as e:
-      if e.errno == errno.EBUSY: raise DeviceBusy(f"{self.bus}: {path} is open in another process (one process per VFIO group)") from e
+      if e.errno == errno.EBUSY:
+        pids = holders(path, self.system)
+        who = f"pid {', '.join(map(str, pids))}" if pids else "another process"
+        raise DeviceBusy(f"{self.bus}: {path} is in use by {who} (a VFIO group opens once): stop that process") from e
       raise
     self.fds.append(fd)
     return fd

@@ -25,12 +25,14 @@ class FakeKernelVFIO:
     self.containers: list["_Container"] = []
     self.eventfds: dict[int, int] = {}  # irq index -> eventfd the kernel signals
     self.calls: list[str] = []
-    self.intx_masked = self.intx_pending = False
+    self.intx_masked = self.intx_pending = self.group_open = False
 
   # Provider
   def open(self, rel: str, flags: int):
     if rel == "vfio": c = _Container(self); self.containers.append(c); return c
-    if rel == self.node: return _Group(self)
+    if rel == self.node:
+      if self.group_open: raise OSError(errno.EBUSY, "Device or resource busy")  # vfio_group_fops_open: one opener
+      self.group_open = True; return _Group(self)
     if rel == ".device": return _Device(self)  # only reachable through VFIO_GROUP_GET_DEVICE_FD
     raise FileNotFoundError(errno.ENOENT, rel)
   @property
@@ -73,6 +75,7 @@ class _Container(_File):
 
 class _Group(_File):
   def __init__(self, k): self.k, self.container = k, None
+  def close(self): self.k.group_open = False
   def ioctl(self, request, buf):
     self.k.calls.append(f"group {request:#x}")
     if request == V.VFIO_GROUP_GET_STATUS:
@@ -260,3 +263,33 @@ def test_container_without_noiommu(vfio_sys):
 def test_interrupts_need_vfio(fake_pci):
   dev = pci.PCIDevice(BUS, fake_pci({BUS: dict(BOARD[BUS], driver=None)}))
   with pytest.raises(RawGPUError, match="use_vfio=True"): dev.enable_irq()
+
+
+def test_group_in_use_names_the_holder(vfio_sys, tmp_path):
+  system, k, _ = vfio_sys()
+  k.group_open = True  # another process holds the group
+  proc = tmp_path / "proc"
+  (proc / "4242" / "fd").mkdir(parents=True)
+  (proc / "4243" / "fd").mkdir(parents=True)
+  os.symlink("/dev/vfio/noiommu-7", proc / "4242" / "fd" / "5")
+  os.symlink("/dev/null", proc / "4243" / "fd" / "0")
+  system.mount("/proc", DirProvider(str(proc)))
+  with pytest.raises(DeviceBusy, match=r"in use by pid 4242\b"): pci.PCIDevice(BUS, system, use_vfio=True)
+
+
+def test_group_reopens_after_close(vfio_sys):
+  system, k, _ = vfio_sys()
+  pci.PCIDevice(BUS, system, use_vfio=True).close()
+  assert not k.group_open
+  pci.PCIDevice(BUS, system, use_vfio=True).close()
+
+
+def test_holders_on_the_real_proc(tmp_path):
+  from rawgpu.drivers.vfio import holders
+  from rawgpu.drivers.system import System
+  p = tmp_path / "held"
+  p.write_text("x")
+  fd = os.open(p, os.O_RDONLY)
+  try: assert os.getpid() in holders(str(p), System())
+  finally: os.close(fd)
+  assert os.getpid() not in holders(str(p), System())
