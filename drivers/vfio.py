@@ -28,9 +28,12 @@ def holders(path: str, system: System = SYSTEM) -> list[int]:
   try: pids = [p for p in system.listdir("/proc") if p.isdigit()]
   except OSError: return []
   for pid in pids:
-    try: links = [system.readlink(f"/proc/{pid}/fd/{fd}") for fd in system.listdir(f"/proc/{pid}/fd")]
+    try: fds = system.listdir(f"/proc/{pid}/fd")
     except OSError: continue
-    if path in links: out.append(int(pid))
+    for fd in fds:
+      try: target = system.readlink(f"/proc/{pid}/fd/{fd}")
+      except OSError: continue  # closed meanwhile (the listing's own fd, a process exiting)
+      if target == path: out.append(int(pid)); break
   return sorted(out)
 
 
