@@ -293,3 +293,10 @@ def test_holders_on_the_real_proc(tmp_path):
   try: assert os.getpid() in holders(str(p), System())
   finally: os.close(fd)
   assert os.getpid() not in holders(str(p), System())
+
+
+def test_failed_vfio_open_releases_the_owner_lock(vfio_sys, tmp_path):
+  system, _, _ = vfio_sys(board={BUS: dict(BOARD[BUS], driver="amdgpu")})
+  system.lock_dir = str(tmp_path)
+  with pytest.raises(DeviceBusy, match="vfio-pci"): pci.PCIDevice(BUS, system, lock_prefix="am", use_vfio=True)
+  pci.DeviceLock("am", BUS, system).release()  # would be DeviceBusy if the failed open had kept it
