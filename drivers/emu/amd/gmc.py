@@ -16,7 +16,7 @@ if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 PTE_VALID, PTE_SYSTEM, PTE_READABLE, PTE_WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 << 6
 ADDR_MASK = 0x0000_FFFF_FFFF_F000
-VRAM, HOST = 0, 1                              # backing of a translated page
+VRAM, HOST, PEER = 0, 1, 2                     # backing of a translated page (PEER: a bus address outside host RAM)
 FB_LOCATION_BASE = 0x8000                      # power-on FB location (16 MiB units), as the VBIOS leaves it
 # SOC21 (gfx11/gfx12) interrupt clients of VM faults: the MM hub's arrive as VMC, the GC hub's as GFX (amdgpu takes
 # them there in gmc_v11_0.c/gmc_v12_0.c); UTCL2 is the SOC15 (gfx9) client and does not exist in SOC21.
@@ -266,6 +266,22 @@ _DT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _probing = threading.local()
 
 
+class BusMemory:
+  """Loads and stores the board sends out on the bus (peer BARs): lane by lane, the slow path."""
+  def __init__(self, board: "AMDBoard"): self.b = board
+
+  def _dma(self, addr: int, size: int, write: bool) -> memoryview:
+    from rawgpu.drivers.emu.rdna.memory import MemoryFault
+    try: return self.b.host_dma(addr, size)
+    except BusError: raise MemoryFault(addr, write) from None   # nobody answers at that bus address
+
+  def load(self, p: np.ndarray, size: int) -> np.ndarray:
+    return np.array([int.from_bytes(self._dma(x, size, False), "little") for x in p.tolist()], _DT[size])
+
+  def store(self, p: np.ndarray, vals: np.ndarray, size: int) -> None:
+    for x, v in zip(p.tolist(), vals.tolist()): self._dma(x, size, True)[:] = int(v).to_bytes(size, "little")
+
+
 class VMMemory:
   """rdna.GPUMemory over one VM context of a hub: lanes translated page by page (one translation when the lanes'
   span is physically contiguous), backed by VRAM or host pages."""
@@ -274,11 +290,17 @@ class VMMemory:
     self.hub, self.vmid, self.MemoryFault = hub, vmid, MemoryFault
     b = hub.b
     self.flat = [FlatMemory(b.vram_size, 0, np.frombuffer(b.vram_map, np.uint8)),
-                 FlatMemory(b.host.size, b.host.PHYS_BASE, np.frombuffer(b.host.buf, np.uint8)) if b.host is not None else None]
+                 FlatMemory(b.host.size, b.host.PHYS_BASE, np.frombuffer(b.host.buf, np.uint8)) if b.host is not None else None,
+                 BusMemory(b)]
     self.fault: Fault | None = None
 
   def _host_ok(self, k: int, addr: int, write: bool) -> None:
     if k == HOST and (self.flat[HOST] is None or not self.hub.b.cfg.bus_master): raise self.MemoryFault(addr, write)
+
+  def _kind(self, k: int, ph: int) -> int:
+    """System pages outside host RAM go out on the bus (another board's BAR: PCIe peer to peer)."""
+    h = self.hub.b.host
+    return PEER if k == HOST and h is not None and not h.PHYS_BASE <= ph < h.PHYS_BASE + h.size else k
 
   def _phys(self, a: np.ndarray, write: bool) -> tuple[int, np.ndarray | None, np.ndarray]:
     """(backing if all lanes share one, else -1; per-lane backing or None; physical addresses)."""
@@ -289,7 +311,7 @@ class VMMemory:
       k, ph, n = self.hub.extent(self.vmid, base, write, hi + 1 - base)
       if n >= hi + 1 - base:                                   # the whole span is one contiguous run
         self._host_ok(k, lo, write)
-        return k, None, a - np.uint64(base) + np.uint64(ph)
+        return self._kind(k, ph), None, a - np.uint64(base) + np.uint64(ph)
     except Fault: pass                                         # find the exact faulting lane below
     pg = a >> np.uint64(12)
     pmin = int(pg.min())
@@ -310,7 +332,7 @@ class VMMemory:
         raise self.MemoryFault(int(a[np.argmax(pg == np.uint64(p))]), write) from None
       self._host_ok(k, p << 12, write)
       j = p - pmin if pmin is not None else i
-      lut_k[j], lut_b[j] = k, ph
+      lut_k[j], lut_b[j] = self._kind(k, ph), ph
     kinds = lut_k[idx]
     uniform = int(kinds[0]) if (kinds == kinds[0]).all() else -1
     return uniform, (None if uniform >= 0 else kinds), lut_b[idx] + (a & np.uint64(0xfff))
@@ -330,7 +352,7 @@ class VMMemory:
       return np.ascontiguousarray(b.reshape(-1, size)).view(_DT[size]).reshape(-1)
     if u >= 0: return self.flat[u].load(p, size)
     out = np.empty(len(a), _DT[size])
-    for kind in (VRAM, HOST):
+    for kind in (VRAM, HOST, PEER):
       m = k == kind
       if m.any(): out[m] = self.flat[kind].load(p[m], size)
     return out
@@ -346,14 +368,14 @@ class VMMemory:
       if len(a): self.store((a[:, None] + np.arange(size, dtype=np.uint64)).reshape(-1), np.ascontiguousarray(vals).view(np.uint8), 1)
       return
     if u >= 0: self.flat[u].store(p, vals, size); return
-    for kind in (VRAM, HOST):
+    for kind in (VRAM, HOST, PEER):
       m = k == kind
       if m.any(): self.flat[kind].store(p[m], vals[m], size)
 
   def atomic(self, op: str, addrs: np.ndarray, values: np.ndarray, size: int, cmp: np.ndarray | None = None) -> np.ndarray:
     a, u, k, p = self._split(addrs, size, True)
     if p is None: raise self.MemoryFault(int(a[0]) if len(a) else 0, True)
-    if u < 0: raise self.MemoryFault(int(a[0]), True)           # one atomic batch spanning VRAM and host pages: not modelled
+    if u < 0 or u == PEER: raise self.MemoryFault(int(a[0]), True)   # atomics spanning backings / across the bus: not modelled
     return self.flat[u].atomic(op, p, values, size, cmp)
 
   def prefetch(self, addr: int, n: int) -> bytes | None:
