@@ -255,6 +255,16 @@ def bench_copy(ctx: Ctx) -> None:
     if not ok: raise Skip("copyin/copyout did not work (see host->vram)")
     _p2p(ctx, dev, a, host, size, mib)
   for buf in (a.base, b.base): buf.free()
+  for n in ((4 << 10, 64 << 10) if ctx.quick else (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)):  # the size sweep
+    label = f"{n >> 10} KiB" if n < 1 << 20 else f"{n >> 20} MiB"
+    with ctx.case(f"copyin {label}", "bandwidth", "GB/s", dev=dev):
+      data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+      buf, out = dev.alloc(n), np.empty(n, np.uint8)
+      buf.copyin(data); buf.copyout(out)
+      if not np.array_equal(out, data): raise AssertionError(f"copyin/copyout of {label} did not return the same bytes")
+      ctx.figure(f"copyin {label}", "bandwidth", "GB/s", samples(lambda: buf.copyin(data), ctx.warmup, ctx.repeats), work=n, dev=dev)
+      ctx.figure(f"copyout {label}", "bandwidth", "GB/s", samples(lambda: buf.copyout(out), ctx.warmup, ctx.repeats), work=n, dev=dev)
+      buf.free()
 
 
 def _p2p(ctx: Ctx, dev, a, host: np.ndarray, size: int, mib: str) -> None:
