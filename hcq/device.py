@@ -131,6 +131,18 @@ class Device:
   def compute_queue(self): return self.backend.compute_queue()
   def copy_queue(self): return self.backend.copy_queue()
 
+  def recover(self) -> None:
+    """After a fault: restart the compute queue in place (the work queued on it is dropped) and fast-forward the
+    timeline, so the process can go on without reopening the device."""
+    if not self.faulted: return
+    reset = getattr(self.iface, "reset_ring", None)
+    if reset is None: raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")
+    if (ring := self._rings.get("compute")) is not None:
+      reset(ring.hw)
+      ring.put, ring.history = 0, []
+    self.timeline.value = self.timeline_gpu(self.timeline_value - 1)   # abandoned tickets count as done
+    self.faulted = ""
+
   def close(self) -> None:
     """Drain and release the device. After a fault there is nothing to drain: release it as it is."""
     if self.closed: return

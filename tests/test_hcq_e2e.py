@@ -221,6 +221,19 @@ def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   finally: d2.close()
 
 
+def test_page_fault_then_in_place_recovery(spare_dev):
+  from rawgpu.errors import DeviceFault
+  d = spare_dev
+  if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  with pytest.raises(DeviceFault): prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
+  with pytest.raises(DeviceFault, match="faulted earlier"): d.synchronize()
+  d.recover()
+  buf = d.alloc(64)
+  for v in (4, 9):
+    prog(d, "fill")(buf, v, 16, local_size=16, wait=True)
+    assert list(buf.numpy(np.uint32)) == [v] * 16
+
+
 def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   from rawgpu.errors import DeviceTimeout
   flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)

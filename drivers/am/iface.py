@@ -108,6 +108,16 @@ class AMIface:
     return Mem(va, size, d.vram_bar.view(paddr, size), meta=("ring", paddr, m))
 
   # ---- rings
+  def reset_ring(self, hw: HWRing) -> None:
+    """Restart a compute ring after a fault: dequeue its HQD, empty the ring and pointers, program it afresh.
+    What was queued on it is dropped (the caller fast-forwards its timeline)."""
+    q = next((q for h, q in self.rings if h is hw), None)
+    if q is None: raise RawGPUError(f"{self.dev.bus}: ring {hw.name or hw.kind} is not one of this device's")
+    if hw.kind != "compute": raise RawGPUError(f"{self.dev.bus}: only compute rings can be reset in place; reopen the device")
+    d = self.dev
+    for paddr, sz in ((q.ring, q.size), (q.ptrs, mm.PAGE)): d.vram(paddr, sz)[:] = bytes(sz)
+    d.gfx.program_hqd(q)
+
   def create_ring(self, kind: Literal["compute", "sdma"], size: int) -> HWRing:
     d = self.dev
     if kind == "compute":
