@@ -53,7 +53,7 @@ class AMDevice:
     self.board = BOARDS[p.device]
     if p.info.driver is not None and not probe:
       raise DeviceBusy(f"{self.bus} is bound to the kernel driver {p.info.driver}; unbind it first "
-                       f"(echo {self.bus} > /sys/bus/pci/drivers/{p.info.driver}/unbind, or rmmod amdgpu) or use KFD+AMD")
+                       f"(echo {self.bus} > /sys/bus/pci/drivers/{p.info.driver}/unbind, or `hcq-smi amd rmmod`) or use DEV=KFD+AMD")
     if not probe: p.enable_bus_master()
     self.bar_size = p.bar_size(VRAM_BAR)
     self.vram_bar, self.doorbells, self.mmio = p.map_bar(VRAM_BAR), p.map_bar(DOORBELL_BAR), p.map_bar(MMIO_BAR)
