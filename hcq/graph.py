@@ -1,8 +1,10 @@
-"""Graph: kernel launches recorded once, replayed with new inputs by patching only (one submission per replay).
+"""Graph: kernel launches and copies recorded once, replayed with new inputs by patching only (one submission per
+queue per replay; the compute and copy queues order themselves with a graph-private signal where the work switches).
 
     g = Graph(dev)
     x = g.input("x")                       # a placeholder: a Buffer or a scalar given at replay
     g.exec(prg, x, out, 1024, global_size=4, local_size=256)
+    g.copy(host_buf, out)                  # on the copy engine, after the kernel
     g.replay(x=buf_a); g.replay(x=buf_b)
 """
 from __future__ import annotations
@@ -26,6 +28,7 @@ class Graph:
     self.dev = dev
     self.q = dev.compute_queue()
     self.launches: list[tuple] = []              # (program, args, g, l)
+    self.nodes: list[tuple] = []                 # ("exec", launch index) or ("copy", (dst, src, size)), in order
     self.sites: dict[str, list[tuple]] = {}      # input name -> [(kernarg view, KernelArg, program)]
     self.cur: dict[str, object] = {}
     self.ka = None
@@ -36,15 +39,40 @@ class Graph:
   def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> "Graph":
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
     from rawgpu.hcq.amd.program import _dims
+    self.nodes.append(("exec", len(self.launches)))
     self.launches.append((prg, args, _dims(global_size), _dims(local_size)))
+    return self
+
+  def copy(self, dst: Buffer, src: Buffer, size: int | None = None) -> "Graph":
+    """A copy on the copy engine, ordered after everything recorded before it."""
+    if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
+    if not (isinstance(dst, Buffer) and isinstance(src, Buffer)): raise RawGPUError("graph copies take Buffers (inputs are for kernel arguments)")
+    n = min(dst.size, src.size) if size is None else size
+    if n > min(dst.size, src.size): raise RawGPUError(f"graph copy of {n} bytes between buffers of {src.size} and {dst.size}")
+    self.nodes.append(("copy", (dst, src, n)))
     return self
 
   def _build(self) -> None:
     from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
     self.ka = self.dev.alloc(sum(sizes), host=True, uncached=True)
-    view, off = self.ka.mem.cpu.cast("B"), 0
-    for (prg, args, g, l), size in zip(self.launches, sizes):
+    view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
+    self.cq = self.q
+    self.sq = self.dev.copy_queue() if any(k == "copy" for k, _ in self.nodes) else None
+    self.sync = self.dev.new_signal("graph sync") if self.sq is not None else None
+    self.nsync, cur = 0, None
+    for kind, what in self.nodes:
+      q = self.cq if kind == "exec" else self.sq
+      if cur is not None and q is not cur:  # the work switches engine: the next queue waits for the previous one
+        self.nsync += 1
+        cur.signal(self.sync, Var(f"sync{self.nsync}"))
+        q.wait(self.sync, Var(f"sync{self.nsync}"))
+      cur = q
+      if kind == "copy":
+        dst, src, n = what
+        q.copy(dst.va, src.va, n)
+        continue
+      (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
       kv, ka_va = view[off:off + size], self.ka.va + off
       prg.check_arg_count(args)
       for a, meta in zip(args, prg.args):
@@ -52,11 +80,12 @@ class Graph:
         else: prg._pack_one(kv, meta, a, 0)
       prg._pack_hidden(kv, g, l)
       if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
-      self.q.exec(prg, ka_va, g, l)
-      off += size
-    self.q.signal(self.dev.timeline, Var("timeline"))
-    self.q.bind(self.dev)
-    self.static_buffers = list({id(a): a for _, args, _, _ in self.launches for a in args if isinstance(a, Buffer)}.values())
+      q.exec(prg, ka_va, g, l)
+    (cur or self.cq).signal(self.dev.timeline, Var("timeline"))
+    if self.cq._build: self.cq.bind(self.dev)   # the copy engine has no indirect buffers here: its words go to its ring
+    copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
+    self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
+    self.replays = 0
 
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
@@ -80,7 +109,11 @@ class Graph:
     for v in self.cur.values():
       if isinstance(v, Buffer): v.used_until(value)
     for b in self.static_buffers: b.used_until(value)
-    self.q.submit(self.dev, {"timeline": self.dev.timeline_gpu(value)})
+    vals = {"timeline": self.dev.timeline_gpu(value)}
+    base, self.replays = self.replays * self.nsync, self.replays + 1
+    vals.update({f"sync{k}": base + k for k in range(1, self.nsync + 1)})
+    for q in (self.cq, self.sq):
+      if q is not None and q._build: q.submit(self.dev, {k: v for k, v in vals.items() if k in q.vars})
     self.last = value
     return value
 

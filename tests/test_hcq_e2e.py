@@ -255,3 +255,17 @@ def test_private_memory_in_scratch(dev):
   prog(dev, "scratch")(out, k, n, global_size=3, local_size=128, wait=True)
   j = (np.arange(n) * 7 + k) & 63
   assert np.array_equal(out.numpy(np.uint32), (j * j + k).astype(np.uint32))
+
+
+def test_graph_orders_kernels_and_copies_across_queues(dev):
+  n = 256
+  fill, vadd = prog(dev, "fill"), prog(dev, "vadd", "vadd_f32")
+  a, b, c = dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(4 * n)
+  g = Graph(dev)
+  v = g.input("v")
+  g.exec(fill, a, v, n, global_size=1, local_size=256)     # compute: a = v
+  g.copy(b, a)                                              # copy engine, after the fill
+  g.exec(vadd, b, b, c, n, global_size=1, local_size=256)   # compute again, after the copy: c = 2b
+  for f in (1.0, 2.5, -3.0):
+    dev.wait_timeline(g.replay(v=int(np.float32(f).view(np.uint32))))
+    assert np.all(c.numpy(np.float32) == np.float32(2 * f)) and np.all(b.numpy(np.float32) == np.float32(f))
