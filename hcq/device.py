@@ -21,6 +21,7 @@ class Device:
     self.iface, self.props = iface, iface.props
     self._rings: dict[str, Ring] = {}
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
+    self.stalled = False                    # the last wait timed out
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
     self.timeline = self.new_signal("timeline")
@@ -100,6 +101,10 @@ class Device:
     except DeviceFault as e:
       self.faulted = str(e).splitlines()[0]
       raise
+    except DeviceTimeout:
+      self.stalled = True  # close() then releases without draining again
+      raise
+    self.stalled = False
 
   def synchronize(self, timeout_ms: float = 10_000) -> None:
     self.wait_timeline(self.timeline_value - 1, timeout_ms)
@@ -148,7 +153,7 @@ class Device:
     if self.closed: return
     self.closed = True
     try:
-      if not self.faulted: self.synchronize()
+      if not self.faulted: self.synchronize(timeout_ms=500 if self.stalled else 10_000)
     except (DeviceFault, DeviceTimeout): pass
     finally: self.iface.close()
 

@@ -269,3 +269,23 @@ def test_graph_orders_kernels_and_copies_across_queues(dev):
   for f in (1.0, 2.5, -3.0):
     dev.wait_timeline(g.replay(v=int(np.float32(f).view(np.uint32))))
     assert np.all(c.numpy(np.float32) == np.float32(2 * f)) and np.all(b.numpy(np.float32) == np.float32(f))
+
+
+def test_shader_trap_is_a_device_fault_naming_the_pc(spare_dev, tmp_path):
+  """An s_trap with no trap handler stops the wave: the SQ interrupt reaches the host as a DeviceFault."""
+  import shutil, subprocess
+  from rawgpu.errors import DeviceFault
+  from rawgpu.kernels.build import ASM_FLAGS
+  if not (shutil.which("llvm-mc-19") and shutil.which("ld.lld-19")): pytest.skip("llvm-mc-19 / ld.lld-19 not installed (apt-get install llvm-19 lld-19)")
+  d, arch = spare_dev, spare_dev.props.arch
+  src = (kernels.KERNELS_DIR / f"empty.{'gfx11' if arch.startswith('gfx11') else 'gfx12'}.s").read_text()
+  (tmp_path / "trap.s").write_text(src.replace("  s_endpgm\n", "  s_trap 2\n  s_endpgm\n", 1))
+  subprocess.run(["llvm-mc-19", *ASM_FLAGS, f"-mcpu={arch}", str(tmp_path / "trap.s"), "-o", str(tmp_path / "trap.o")], check=True)
+  subprocess.run(["ld.lld-19", "-shared", str(tmp_path / "trap.o"), "-o", str(tmp_path / "trap.hsaco")], check=True)
+  trap = d.program((tmp_path / "trap.hsaco").read_bytes())
+  if d.props.iface == "MOCKPCI":  # AM takes the SQ interrupt itself
+    with pytest.raises(DeviceFault, match="shader error .* at PC 0x"): trap(wait=True)
+  else:  # amdkfd leaves wave errors to the runtime's trap handler, which this runtime does not install: the wave halts
+    from rawgpu.errors import DeviceTimeout
+    trap()
+    with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=300)

@@ -77,6 +77,10 @@ class IH(Block):
         me, pipe, queue = (rid & 0x0c) >> 2, rid & 0x03, (rid & 0x70) >> 4   # gfx_v11_0_handle_priv_fault
         raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}) stopped: {CP_ERRORS[iv['src_id']]}; the "
                           "packet stream is malformed (check what was written to the ring); reopen the device to recover")
+      if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] == _IH.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
+        sd, rid = iv["src_data"], iv["ring_id"]
+        raise DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4} stopped with a shader error (SQ interrupt) at "
+                          f"PC {sd[0] | (sd[1] << 32):#x}: an illegal instruction or a trap; Device.recover() or reopening restarts the queue")
       if iv["client_id"] in (F.SOC21_IH_CLIENTID_VMC, F.SOC21_IH_CLIENTID_GFX) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)

@@ -15,6 +15,7 @@ from rawgpu.drivers.emu.amd.psp import FW_RS64_MEC
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 IH_CLIENT_GRBM_CP, SRC_CP_EOP, SRC_CP_BAD_OPCODE = 0x14, 181, 183
+SRC_SQ_INTERRUPT = 0xef  # GFX_11_0_0__SRCID__SQ_INTERRUPT_ID: the shader array reports wave errors (illegal instruction, trap)
 MAX_IB_DEPTH = 2
 
 
@@ -116,6 +117,10 @@ class ComputeQueue:
   def _finish(self, res) -> bool:
     if not res.ok:
       self.last_fault = (res.fault, res.fault_addr)
+      if res.fault != "page fault":  # page faults reach the host from the GMC; other wave errors from the SQ
+        pc = res.fault_addr or 0
+        self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_SQ_INTERRUPT, ring_id=(self.me << 2) | self.pipe | (self.queue << 4),
+                           data=(pc & 0xffffffff, pc >> 32, 0, 0))
       raise pm4.BadPacket(f"wave fault: {res.fault} at {res.fault_addr:#x}" if res.fault_addr is not None else f"wave fault: {res.fault}")
     return True
 
