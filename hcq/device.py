@@ -2,7 +2,7 @@
 from __future__ import annotations
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
-from rawgpu.errors import DeviceFault, DeviceTimeout, RawGPUError
+from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, RawGPUError
 from rawgpu.hcq.buffer import Buffer
 from rawgpu.hcq.ring import Ring
 from rawgpu.hcq.signal import SIGNAL_SIZE, Signal
@@ -98,7 +98,7 @@ class Device:
     ticket = min(ticket, self.timeline_value - 1)   # a ticket of another device's timeline (a peer's use) never exceeds ours
     if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
     try: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
-    except DeviceFault as e:
+    except (DeviceFault, DeviceNotFound) as e:
       self.faulted = str(e).splitlines()[0]
       raise
     except DeviceTimeout:
@@ -154,7 +154,7 @@ class Device:
     self.closed = True
     try:
       if not self.faulted: self.synchronize(timeout_ms=500 if self.stalled else 10_000)
-    except (DeviceFault, DeviceTimeout): pass
+    except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
     finally: self.iface.close()
 
   def __enter__(self) -> "Device": return self

@@ -33,5 +33,6 @@ class Signal:
       if spins > 64: self.dev.iface.sleep(0.2)
       self.dev.iface.check_faults()
       if time.monotonic() > deadline:
+        if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
         raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)\n"
                             f"last commands submitted:\n{self.dev.last_submitted()}")

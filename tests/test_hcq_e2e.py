@@ -289,3 +289,17 @@ def test_shader_trap_is_a_device_fault_naming_the_pc(spare_dev, tmp_path):
     from rawgpu.errors import DeviceTimeout
     trap()
     with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=300)
+
+
+def test_surprise_removal_is_named_and_close_is_clean(dev):
+  from rawgpu.errors import DeviceNotFound
+  from rawgpu.hcq.device import Device
+  if dev.props.iface != "MOCKPCI": pytest.skip("the board is injected through the virtual PCI bus (MOCKKFD's kernel owns its boards)")
+  from rawgpu.drivers.emu import mockpci
+  d = Device(f"MOCKPCI:2+AMD::{dev.props.arch}")  # a board of its own: it stays removed
+  fill, buf = prog(d, "fill"), d.alloc(64)
+  fill(buf, 1, 16, local_size=16, wait=True)  # the queues exist and run
+  mockpci._vbus.boards[d.props.pci_bus].inject("surprise_removal")
+  fill(buf, 1, 16, local_size=16)
+  with pytest.raises(DeviceNotFound, match="no longer answers"): d.synchronize(timeout_ms=300)
+  d.close()  # releases without hanging or raising

@@ -132,6 +132,9 @@ class AMDevice:
     spins = 0
     while not cond():
       if time.perf_counter() > deadline:
+        if self.pci.config_read(0, 2) == 0xffff:
+          raise DeviceNotFound(f"{self.bus}: the board no longer answers (config space reads all ones) while waiting for {what}: "
+                               "it was removed or fell off the bus")
         raise DeviceTimeout(f"{self.bus}: timed out waiting for {what}; the board may be hung: rawgpu resets it on the next open "
                             "(RAWGPU_AM_RESET=1 forces it)")
       spins += 1

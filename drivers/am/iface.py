@@ -107,6 +107,13 @@ class AMIface:
     d.gmc.flush_tlb()
     return Mem(va, size, d.vram_bar.view(paddr, size), meta=("ring", paddr, m))
 
+  def check_alive(self) -> None:
+    """DeviceNotFound when the board is gone (surprise removal: its config space reads all ones)."""
+    from rawgpu.errors import DeviceNotFound
+    if self.dev.pci.config_read(0, 2) == 0xffff:
+      raise DeviceNotFound(f"{self.dev.bus}: the board no longer answers (config space reads all ones): it was removed or fell off "
+                           "the bus; close the device, check the slot/cable/power, and reset or rescan the PCI bus")
+
   # ---- rings
   def reset_ring(self, hw: HWRing) -> None:
     """Restart a compute ring after a fault: dequeue its HQD, empty the ring and pointers, program it afresh.
