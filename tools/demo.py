@@ -22,6 +22,8 @@ def open_demo_device(dev: str | None):
 
 def run(dev_name: str | None = None, size: int | None = None) -> dict:
   from rawgpu import kernels
+  from rawgpu.drivers.devspec import parse_dev
+  if dev_name: parse_dev(dev_name)  # a bad DEV is an error before any progress is printed
   t0 = time.perf_counter()
   _say("booting ...", end=" ")
   dev, emulated = open_demo_device(dev_name)
