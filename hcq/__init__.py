@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-__all__ = ["Device", "Buffer", "Signal", "HWQueue", "Var"]
+__all__ = ["Device", "Buffer", "Signal", "HWQueue", "Var", "Graph", "Profiler"]
 
 
 def __getattr__(name: str):
@@ -15,4 +15,6 @@ def __getattr__(name: str):
   if name == "Signal": from rawgpu.hcq.signal import Signal; return Signal
   if name == "HWQueue": from rawgpu.hcq.queue import HWQueue; return HWQueue
   if name == "Var": from rawgpu.hcq.patch import Var; return Var
+  if name == "Graph": from rawgpu.hcq.graph import Graph; return Graph
+  if name == "Profiler": from rawgpu.hcq.profile import Profiler; return Profiler
   raise AttributeError(name)
