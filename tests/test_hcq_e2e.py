@@ -303,3 +303,4 @@ def test_surprise_removal_is_named_and_close_is_clean(dev):
   fill(buf, 1, 16, local_size=16)
   with pytest.raises(DeviceNotFound, match="no longer answers"): d.synchronize(timeout_ms=300)
   d.close()  # releases without hanging or raising
+  mockpci._vbus.unplug(d.props.pci_bus)  # the removed board leaves the bus: a later open of this index gets a fresh one

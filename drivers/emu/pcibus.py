@@ -215,7 +215,7 @@ class VirtualBus:
 
   def plug(self, board: Board) -> str:
     """Plug a board in at the next free bus address (0000:c1:00.0, 0000:c2:00.0, ...) and return that address."""
-    n = len(self.boards)
+    n = next(i for i in range(len(self.boards) + 1) if f"0000:{0xc1 + i:02x}:00.0" not in self.boards)  # a slot freed by unplug is reused
     bus = f"0000:{0xc1 + n:02x}:00.0"
     self.boards[bus], self._dirs[bus] = board, BoardSysfs(board, n)
     return bus
