@@ -29,6 +29,7 @@ class Graph:
     self.q = dev.compute_queue()
     self.launches: list[tuple] = []              # (program, args, g, l)
     self.nodes: list[tuple] = []                 # ("exec", launch index) or ("copy", (dst, src, size)), in order
+    self.copy_sites: dict[str, list[tuple]] = {} # input name -> [(patch slot, offset, copy size)] of copies
     self.sites: dict[str, list[tuple]] = {}      # input name -> [(kernarg view, KernelArg, program)]
     self.cur: dict[str, object] = {}
     self.ka = None
@@ -43,19 +44,21 @@ class Graph:
     self.launches.append((prg, args, _dims(global_size), _dims(local_size)))
     return self
 
-  def copy(self, dst: Buffer, src: Buffer, size: int | None = None) -> "Graph":
-    """A copy on the copy engine, ordered after everything recorded before it."""
+  def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None) -> "Graph":
+    """A copy on the copy engine, ordered after everything recorded before it; dst/src may be inputs (then give size)."""
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
-    if not (isinstance(dst, Buffer) and isinstance(src, Buffer)): raise RawGPUError("graph copies take Buffers (inputs are for kernel arguments)")
-    n = min(dst.size, src.size) if size is None else size
-    if n > min(dst.size, src.size): raise RawGPUError(f"graph copy of {n} bytes between buffers of {src.size} and {dst.size}")
+    if not all(isinstance(b, (Buffer, Input)) for b in (dst, src)): raise RawGPUError("graph copies take Buffers or graph inputs")
+    sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]
+    if size is None and len(sizes) < 2: raise RawGPUError("a graph copy with an input needs its size")
+    n = min(sizes) if size is None else size
+    if sizes and n > min(sizes): raise RawGPUError(f"graph copy of {n} bytes does not fit a {min(sizes)}-byte buffer")
     self.nodes.append(("copy", (dst, src, n)))
     return self
 
   def _build(self) -> None:
     from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
-    self.ka = self.dev.alloc(sum(sizes), host=True, uncached=True)
+    self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
     view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
     self.cq = self.q
     self.sq = self.dev.copy_queue() if any(k == "copy" for k, _ in self.nodes) else None
@@ -69,8 +72,12 @@ class Graph:
         q.wait(self.sync, Var(f"sync{self.nsync}"))
       cur = q
       if kind == "copy":
+        from rawgpu.hcq.amd import sdma
         dst, src, n = what
-        q.copy(dst.va, src.va, n)
+        step = sdma.copy_max_bytes(self.dev.backend.sdma_version)
+        for off in range(0, n, step):  # one packet per chunk, so an input's address is a whole patch slot in each
+          d, sr = (self._copy_var(b, off, n) for b in (dst, src))
+          q.copy(d, sr, min(step, n - off))
         continue
       (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
       kv, ka_va = view[off:off + size], self.ka.va + off
@@ -85,19 +92,30 @@ class Graph:
     if self.cq._build: self.cq.bind(self.dev)   # the copy engine has no indirect buffers here: its words go to its ring
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
-    self.replays = 0
+    self.replays, self.copy_vals = 0, {}
+
+  def _copy_var(self, b, off: int, n: int):
+    if isinstance(b, Buffer): return b.va + off
+    self.copy_sites.setdefault(b.name, []).append((f"copy:{b.name}@{off}", off, n))
+    return Var(f"copy:{b.name}@{off}")
 
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
     if self.ka is None: self._build()
-    missing = set(self.sites) - set(inputs) - set(self.cur)
+    names = set(self.sites) | set(self.copy_sites)
+    missing = names - set(inputs) - set(self.cur)
     if missing: raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
-    unknown = set(inputs) - set(self.sites)
-    if unknown: raise RawGPUError(f"the graph has no input(s) {', '.join(sorted(unknown))}; it has {', '.join(sorted(self.sites)) or 'none'}")
+    unknown = set(inputs) - names
+    if unknown: raise RawGPUError(f"the graph has no input(s) {', '.join(sorted(unknown))}; it has {', '.join(sorted(names)) or 'none'}")
+    for name, v in inputs.items():  # checked before a ticket is taken: a refused replay leaves no hole in the timeline
+      for _slot, _off, n in self.copy_sites.get(name, ()):
+        if not isinstance(v, Buffer) or v.size < n: raise RawGPUError(f"graph input {name!r} is copied ({n} bytes): give a Buffer of at least that size")
     self.dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
-    value = self.dev.next_timeline()
+    value = self.dev.timeline_value    # the ticket this replay will take, once its arguments are written
     for name, v in inputs.items():
       if self.cur.get(name) is v: continue
+      for slot, off, n in self.copy_sites.get(name, ()): self.copy_vals[slot] = v.va + off
+      if name not in self.sites: self.cur[name] = v; continue
       sites = self.sites[name]
       kv, meta, prg = sites[0]
       prg._pack_one(kv, meta, v, value)  # checks the value once; the other sites take the same bytes
@@ -109,7 +127,8 @@ class Graph:
     for v in self.cur.values():
       if isinstance(v, Buffer): v.used_until(value)
     for b in self.static_buffers: b.used_until(value)
-    vals = {"timeline": self.dev.timeline_gpu(value)}
+    value = self.dev.next_timeline()
+    vals = {"timeline": self.dev.timeline_gpu(value), **self.copy_vals}
     base, self.replays = self.replays * self.nsync, self.replays + 1
     vals.update({f"sync{k}": base + k for k in range(1, self.nsync + 1)})
     for q in (self.cq, self.sq):

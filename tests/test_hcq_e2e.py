@@ -122,6 +122,8 @@ def test_graph_replay_with_new_inputs(dev):
     dev.wait_timeline(g.replay(a=a))
     assert np.array_equal(out.numpy(np.float32), np.full(n, k + 1, np.float32))
   with pytest.raises(RawGPUError, match="no input"): g.replay(zz=1)
+  with pytest.raises(RawGPUError, match="pointer"): g.replay(a=5)
+  dev.synchronize()  # the refused replays took no timeline ticket
 
 
 def test_timeline_wraps(dev):
@@ -304,3 +306,15 @@ def test_surprise_removal_is_named_and_close_is_clean(dev):
   with pytest.raises(DeviceNotFound, match="no longer answers"): d.synchronize(timeout_ms=300)
   d.close()  # releases without hanging or raising
   mockpci._vbus.unplug(d.props.pci_bus)  # the removed board leaves the bus: a later open of this index gets a fresh one
+
+
+def test_graph_copies_take_inputs(dev):
+  n = 3 << 20  # more than one SDMA packet on some engines: every chunk's addresses are patched
+  src = [dev.alloc(n).copyin(np.full(n, k, np.uint8)) for k in (7, 9)]
+  out = dev.alloc(n)
+  g = Graph(dev)
+  g.copy(out, g.input("src"), n)
+  for s_buf, k in zip(src, (7, 9)):
+    dev.wait_timeline(g.replay(src=s_buf))
+    assert np.all(out.numpy() == k)
+  with pytest.raises(RawGPUError, match="at least"): g.replay(src=dev.alloc(16))

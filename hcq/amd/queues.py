@@ -100,7 +100,7 @@ class AMDCopyQueue(HWQueue):
 
   def copy(self, dst: int, src: int, size: int) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.copy_linear, dst, src, size, version=self.be.sdma_version)
+    return self._add(sdma.copy_linear, dst=dst, src=src, nbytes=size, version=self.be.sdma_version)  # addresses may be Vars
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
