@@ -26,7 +26,7 @@ class Input:
 class Graph:
   def __init__(self, dev: "Device"):
     self.dev = dev
-    self.q = dev.compute_queue()
+    self.cq = dev.compute_queue()
     self.launches: list[tuple] = []              # (program, args, g, l)
     self.nodes: list[tuple] = []                 # ("exec", launch index) or ("copy", (dst, src, size)), in order
     self.copy_sites: dict[str, list[tuple]] = {} # input name -> [(patch slot, offset, copy size)] of copies
@@ -60,7 +60,6 @@ class Graph:
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
     self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
     view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
-    self.cq = self.q
     self.sq = self.dev.copy_queue() if any(k == "copy" for k, _ in self.nodes) else None
     self.sync = self.dev.new_signal("graph sync") if self.sq is not None else None
     self.nsync, cur = 0, None

@@ -7,7 +7,6 @@
 from __future__ import annotations
 import json, os
 from typing import TYPE_CHECKING
-from rawgpu.hcq.patch import Var
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
@@ -50,12 +49,3 @@ class Profiler:
   def close(self) -> None:
     if getattr(self.dev, "_profiler", None) is self: self.dev._profiler = None
 
-
-def profiled_template(prg, g, l):
-  """The launch template with timestamp addresses as patch slots, so every launch gets its own pair."""
-  from rawgpu.hcq.amd.queues import AMDComputeQueue
-  q = AMDComputeQueue(prg.backend)
-  q.timestamp(Var("ts_start"))
-  q.exec(prg, Var("kernargs"), g, l)
-  q.timestamp(Var("ts_end"))
-  return q.signal(prg.dev.timeline, Var("timeline"))

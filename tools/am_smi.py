@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Protocol
 from rawgpu.drivers import pci
+from rawgpu.drivers.devspec import dev_from_env
 from rawgpu.errors import DeviceNotFound, RawGPUError
 from rawgpu.tools.hcq_smi import VENDORS, Host, bus_arg, end_process, holders
 
@@ -309,11 +310,6 @@ def main(argv: list[str] | None = None, source: MetricsSource | None = None, hos
     return 1
   except KeyboardInterrupt:
     return 130
-
-
-def dev_from_env():
-  from rawgpu.drivers.devspec import dev_from_env as parse
-  return parse()
 
 
 if __name__ == "__main__": sys.exit(main())

@@ -53,15 +53,17 @@ class AMDBackend:
     from rawgpu.hcq.amd.program import AMDProgram
     return AMDProgram(self, code, name)
 
-  def exec_template(self, prg, g, l, timing: bool) -> AMDComputeQueue:
+  def exec_template(self, prg, g, l, timing: bool | str) -> AMDComputeQueue:
+    """The launch template: timing=True times with a signal pair of its own, "profile" with patched addresses
+    (every launch gets its own pair from the Profiler)."""
     from rawgpu.hcq.patch import Var
     q = AMDComputeQueue(self)
-    if timing: q.t_start, q.t_end = self.dev.new_signal("start"), self.dev.new_signal("end")
-    if timing: q.timestamp(q.t_start)
+    if timing == "profile": start, end = Var("ts_start"), Var("ts_end")
+    elif timing: start, end = q.t_start, q.t_end = self.dev.new_signal("start"), self.dev.new_signal("end")
+    if timing: q.timestamp(start)
     q.exec(prg, Var("kernargs"), g, l)
-    if timing: q.timestamp(q.t_end)
-    q.signal(self.dev.timeline, Var("timeline"))
-    return q
+    if timing: q.timestamp(end)
+    return q.signal(self.dev.timeline, Var("timeline"))
 
   def scratch_for(self, prg) -> tuple[int, int]:
     """COMPUTE_TMPRING_SIZE and the scratch base for prg: per-lane private memory, one slot per wave in flight."""

@@ -90,10 +90,7 @@ class AMDProgram:
     check_launch(self.kernel, l, self.limits)
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
     self._pack_hidden(memoryview(img), g, l)
-    if timing == "profile":
-      from rawgpu.hcq.profile import profiled_template
-      q = profiled_template(self, g, l)
-    else: q = self.backend.exec_template(self, g, l, timing)
+    q = self.backend.exec_template(self, g, l, timing)
     return q, g, l, bytes(img), "kernargs" in q.vars
 
   def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
