@@ -132,7 +132,8 @@ class GFX(Block):
       for reg, fld in self.HQD_FROM_MQD: gc(reg).write(getattr(m, fld))
     finally: self.grbm_select()
 
-  def free_queue(self, q: ComputeQueue) -> None:
+  def stop_hqd(self, q: ComputeQueue) -> None:
+    """Dequeue the queue's HQD and wait until the CP has let go of it."""
     self.grbm_select(me=1, pipe=0, queue=q.queue)
     try:
       if self.gc("regCP_HQD_ACTIVE").read() & 1:
@@ -140,6 +141,9 @@ class GFX(Block):
         self.dev.wait(lambda: (self.gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
         self.gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
     finally: self.grbm_select()
+
+  def free_queue(self, q: ComputeQueue) -> None:
+    self.stop_hqd(q)
     self.queues.pop(q.queue, None)
 
   def fini(self) -> None:

@@ -122,6 +122,7 @@ class AMIface:
     if q is None: raise RawGPUError(f"{self.dev.bus}: ring {hw.name or hw.kind} is not one of this device's")
     if hw.kind != "compute": raise RawGPUError(f"{self.dev.bus}: only compute rings can be reset in place; reopen the device")
     d = self.dev
+    d.gfx.stop_hqd(q)   # the CP must be off the queue before its ring and pointers change under it
     for paddr, sz in ((q.ring, q.size), (q.ptrs, mm.PAGE)): d.vram(paddr, sz)[:] = bytes(sz)
     d.gfx.program_hqd(q)
 
