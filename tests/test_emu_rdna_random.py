@@ -68,8 +68,11 @@ static inline uint64 uldiv(uint64 a, uint64 b) { return b == 0 ? a : a / b; }
 
 class Gen:
   """Random typed expressions and statements over the kernel's inputs and locals."""
-  def __init__(self, seed: int):
+  def __init__(self, seed: int, flush: bool = False):
     self.r = random.Random(seed)
+    # the flush-mode variant (test_emu_rdna_flush.py) has no f32 division and no denormal literal: gcc folds
+    # constants without knowing the run-time MXCSR, so a folded 1e-40f would not be flushed on the host
+    self.flush = flush
     self.vars = {"int": ["a", "b"], "float": ["x", "y"], "double": ["p"], "int64": ["q"], "uint32": ["u"]}
     self.n = 0
 
@@ -78,7 +81,7 @@ class Gen:
     if t == "int": return str(r.choice([0, 1, -1, 2, 3, 7, 31, 255, -128, 1 << 20, 123456789, -2147483647]))
     if t == "uint32": return f"{r.choice([0, 1, 5, 0xff, 0x80000000, 0xffffffff, 12345])}u"
     if t == "int64": return f"{r.choice([0, 1, -1, 3, 1 << 40, -(1 << 35), 123456789012345])}L"
-    if t == "float": return r.choice(["0.5f", "1.0f", "-2.0f", "3.25f", "1e-3f", "1e20f", "-0.0f", "7.0f", "1e-40f", "0.1f"])
+    if t == "float": return r.choice(["0.5f", "1.0f", "-2.0f", "3.25f", "1e-3f", "1e20f", "-0.0f", "7.0f", "2e-38f" if self.flush else "1e-40f", "0.1f"])
     return r.choice(["0.5", "1.0", "-3.0", "1e-300", "2.5e10", "0.1", "-0.0"])
 
   def var(self, t: str) -> str:
@@ -116,7 +119,7 @@ class Gen:
     if t == "float":
       k = r.randrange(13)
       if k < 4: return f"({e()} {r.choice(['+', '-', '*'])} {e()})"
-      if k == 4: return f"({e()} / {e()})"
+      if k == 4: return f"({e()} / {e()})" if not self.flush else f"({e()} * {e()})"
       if k == 5: return f"__builtin_fmaf({e()}, {e()}, {e()})"
       if k == 6: return f"(float)({e('int')})"
       if k == 7: return f"__builtin_{r.choice(['floorf', 'ceilf', 'truncf', 'rintf', 'fabsf', 'sqrtf'])}({e()})"
@@ -156,8 +159,8 @@ class Gen:
         out.append(f"{{ int w = 0; while (w < (({self.expr('int')}) & 3)) {{ {self.stmts(1, d + 1)[0]} w++; }} }}")
     return out
 
-def kernel_source(seed: int) -> str:
-  g = Gen(seed)
+def kernel_source(seed: int, flush: bool = False) -> str:
+  g = Gen(seed, flush)
   r = g.r
   decl = (f"int gid = GRP * WG + TID; int a = ii[gid], b = ii[(gid * 7 + 3) % {N}]; float x = ff[gid], y = ff[(gid + 5) % {N}]; "
           f"double p = dd[gid]; int64 q = ll[gid]; uint32 u = (uint32)ii[(gid + 1) % {N}];")
@@ -167,7 +170,7 @@ def kernel_source(seed: int) -> str:
     phases.append(g.stmts(3) + [f"lds_i[TID] = {g.expr('int')}; lds_f[TID] = {g.expr('float')};"])
     if r.random() < 0.5:  # LDS atomics in a phase of their own: they commute, and nothing reads until the barrier
       phases.append([f"AADD(&lds_i[(TID * 5) % WG], {g.expr('int')});"])
-  g2 = Gen(seed * 7919 + 1)
+  g2 = Gen(seed * 7919 + 1, flush)
   body = g2.stmts(r.randrange(3, 7))
   if use_lds:
     body.insert(0, f"a = a + lds_i[(TID * 13 + {r.randrange(WG)}) % WG]; x = x * lds_f[(TID + {r.randrange(WG)}) % WG];")
@@ -183,32 +186,40 @@ def kernel_source(seed: int) -> str:
   src += "\n  SYNC\n".join(f"  PHASE({k}) {{ {decl}\n    " + "\n    ".join(ph) + "\n  }" for k, ph in enumerate(phases))
   return src + "\n}\n", len(phases)
 
-def host_library(srcs: list[tuple[int, str, bool]]) -> ctypes.CDLL:
+def host_library(srcs: list[tuple[int, str, bool]], ftz: bool = False) -> ctypes.CDLL:
+  """The kernels for the host; with ftz each runs with MXCSR FTZ|DAZ set (denormal results and inputs are zeros)."""
   need("gcc")
-  text = PRELUDE + "\n".join(s for _, s, _ in srcs)
+  text = ("#include <xmmintrin.h>\n" if ftz else "") + PRELUDE + "\n".join(s for _, s, _ in srcs)
+  on, off = ("unsigned csr = _mm_getcsr(); _mm_setcsr(csr | 0x8040);", "_mm_setcsr(csr);") if ftz else ("", "")
   text += "\n" + "\n".join(
     f"void run_k{seed}(const int *ii, const float *ff, const double *dd, const int64_t *ll, int *oi, float *of, double *od, "
-    f"int64_t *ol, int *acc) {{ int lds_i[WG]; float lds_f[WG]; for (int g = 0; g < {GROUPS}; g++) "
+    f"int64_t *ol, int *acc) {{ int lds_i[WG]; float lds_f[WG]; {on} for (int g = 0; g < {GROUPS}; g++) "
     f"for (int ph = 0; ph < {nph}; ph++) for (int t = 0; t < WG; t++) "
-    f"k{seed}(ph, t, g, lds_i, lds_f, ii, ff, dd, ll, oi, of, od, ol, acc); }}" for seed, _, nph in srcs)
-  key = hashlib.sha256(text.encode()).hexdigest()[:20]
+    f"k{seed}(ph, t, g, lds_i, lds_f, ii, ff, dd, ll, oi, of, od, ol, acc); {off} }}" for seed, _, nph in srcs)
+  key = hashlib.sha256((text + "sse4.1" * ftz).encode()).hexdigest()[:20]
   os.makedirs(CACHE, exist_ok=True)
   so = os.path.join(CACHE, f"host_{key}.so")
   if not os.path.exists(so):
     c = os.path.join(CACHE, f"host_{key}.c")
     with open(c, "w") as f: f.write(text)
-    subprocess.run(["gcc", "-O1", "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-shared", "-fPIC", c, "-o", so + ".tmp", "-lm"],
+    # -msse4.1: floor/ceil/trunc/rint become roundss, which honours DAZ (glibc's integer-bit versions do not)
+    sse = ["-msse4.1"] if ftz else []
+    subprocess.run(["gcc", "-O1", *sse, "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-shared", "-fPIC", c, "-o", so + ".tmp", "-lm"],
                    check=True, capture_output=True)
     os.replace(so + ".tmp", so)
   return ctypes.CDLL(so)
 
-def inputs(seed: int) -> list[np.ndarray]:
+def inputs(seed: int, denormals: bool = False) -> list[np.ndarray]:
+  """Kernel inputs; with denormals a fifth of the floats and doubles are denormal (the flush-mode variant)."""
   rng = np.random.default_rng(seed)
   ii = np.where(rng.random(N) < 0.5, rng.integers(-100, 100, N), rng.integers(-2**31, 2**31, N)).astype(np.int32)
   special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-40, 3.4e38, 0.1], np.float32)
   ff = np.where(rng.random(N) < 0.15, rng.choice(special, N), (rng.standard_normal(N) * 10.0 ** rng.integers(-3, 4, N))).astype(np.float32)
   dd = np.where(rng.random(N) < 0.1, rng.choice(special.astype(np.float64), N), rng.standard_normal(N) * 1e3)
   ll = rng.integers(-2**62, 2**62, N, dtype=np.int64)
+  if denormals:
+    ff = np.where(rng.random(N) < 0.2, rng.standard_normal(N) * 1e-39, ff).astype(np.float32)
+    dd = np.where(rng.random(N) < 0.2, rng.standard_normal(N) * 1e-309, dd)
   return [ii, ff, dd, ll]
 
 def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -229,15 +240,23 @@ def batches():
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t[0] + ("-w64" if t[1] else ""))
 @pytest.mark.parametrize("batch", batches(), ids=lambda b: f"seeds{b[0]}-{b[-1]}")
 def test_random_kernels(target, batch):
+  run_batch(target, batch, FLAGS)
+
+def run_batch(target, batch, flags: tuple[str, ...], ftz: bool = False, float_mode: int | None = None) -> None:
+  """Compile a batch of random kernels for the target and the host, run both, require equal outputs. float_mode: the
+  RSRC1.FLOAT_MODE clang must have chosen (checked, so the test proves the mode it means to)."""
   need("gcc", "clang-19", "ld.lld-19")
   mcpu, extra = target
-  srcs = [(s, *kernel_source(s)) for s in batch]
-  dev = compile_cl(PRELUDE + "\n".join(s for _, s, _ in srcs), mcpu, FLAGS + extra)
+  srcs = [(s, *kernel_source(s, ftz)) for s in batch]
+  dev = compile_cl(PRELUDE + "\n".join(s for _, s, _ in srcs), mcpu, flags + extra)
   ks = kernels(dev)
-  lib = host_library(srcs)
+  if float_mode is not None:
+    modes = {(k.rsrc[0] >> 12) & 0xff for k in ks.values()}
+    assert modes == {float_mode}, f"clang chose FLOAT_MODE {modes}, expected {float_mode:#x}"
+  lib = host_library(srcs, ftz)
   bad = []
   for seed, src, _ in srcs:
-    ins = inputs(seed)
+    ins = inputs(seed, ftz)
     outs0 = [np.zeros(N * NOUT, np.int32), np.zeros(N * NOUT, np.float32), np.zeros(N * NOUT, np.float64),
              np.zeros(N * NOUT, np.int64), np.zeros(8, np.int32)]
     host = [o.copy() for o in outs0]

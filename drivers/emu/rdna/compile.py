@@ -11,7 +11,7 @@ import numpy as np
 from rawgpu.drivers.emu.rdna.decode import Inst
 from rawgpu.drivers.emu.rdna.state import State, EmuFault
 from rawgpu.drivers.emu.rdna.valu import VOPS, CMP, TYPES, WIDTH, BITS
-from rawgpu.drivers.emu.rdna import fpmath, mem_ops, salu
+from rawgpu.drivers.emu.rdna import fpmath, fpmode, mem_ops, salu
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i32, i64 = np.uint16, np.uint32, np.uint64, np.int32, np.int64
@@ -175,6 +175,7 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
   if name.startswith("v_pk_") or name.startswith("v_fma_mix"): return _vop3p(i, name, L)
   if name not in VOPS: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled", i.addr)
   dty, stys, fn = VOPS[name]
+  fn = fpmode.modal(name, dty, stys, fn, TYPES)
   opsel = f.get("opsel", 0) if i.fmt == "vop3" else 0
   fields = ["src0", "src1", "src2"][: len(stys)]
   if name.startswith("v_fmac_") or name.startswith("v_fmac_dx9"):
@@ -200,7 +201,7 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
   if i.dpp is not None:
     bc = (i.dpp >> 19) & 1
     def run_dpp(st):
-      with np.errstate(all="ignore"): val = fn(*[s(st) for s in srcs])
+      with np.errstate(all="ignore"): val = fn(st, *[s(st) for s in srcs])
       ok = holder["ok"] | bool(bc)
       em = st.emask & ok & enable[None, :]
       save, st._em, st._full = st._em, em, bool(em.all())
@@ -210,16 +211,16 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
   if len(srcs) == 1:
     s0 = srcs[0]
     def run1(st):
-      with np.errstate(all="ignore"): wr(st, fn(s0(st)))
+      with np.errstate(all="ignore"): wr(st, fn(st, s0(st)))
     return run1
   if len(srcs) == 2:
     s0, s1 = srcs
     def run2(st):
-      with np.errstate(all="ignore"): wr(st, fn(s0(st), s1(st)))
+      with np.errstate(all="ignore"): wr(st, fn(st, s0(st), s1(st)))
     return run2
   s0, s1, s2 = srcs
   def run3(st):
-    with np.errstate(all="ignore"): wr(st, fn(s0(st), s1(st), s2(st)))
+    with np.errstate(all="ignore"): wr(st, fn(st, s0(st), s1(st), s2(st)))
   return run3
 
 def _vopc(i: Inst, name: str, L: int) -> Fn:
@@ -231,8 +232,11 @@ def _vopc(i: Inst, name: str, L: int) -> Fn:
     rd, _ = dpp_wrap(i, a, L)
     a = (lambda st, rd=rd: rd(st)[0]) if i.dpp is not None else rd
   dst = 126 if name.startswith("v_cmpx") else (i.f["vdst"] if i.fmt == "vop3" else 106)
+  fl = fpmode.flush_cmp(TYPES[ty]) if ty[0] == "f" else (lambda st, x: x)
+  fb = fl if not cls else (lambda st, x: x)
+  if cls: fl = lambda st, x: x                           # v_cmp_class sees denormals as they are
   def run(st):
-    with np.errstate(all="ignore"): r = np.broadcast_to(fn(a(st), b(st)), (st.W, st.L))
+    with np.errstate(all="ignore"): r = np.broadcast_to(fn(fl(st, a(st)), fb(st, b(st))), (st.W, st.L))
     st.wmask(dst, r)
   return run
 
@@ -316,8 +320,9 @@ def _div_scale(i: Inst, L: int, fam: str) -> Fn:
   f = i.f
   s = [typed_src(i, f[k], t, n) for n, k in enumerate(("src0", "src1", "src2"))]
   wr = vdst(i, f["vdst"], t)
+  fin, fout = fpmode.flush_io(TYPES[t])
   def run(st):
-    d, vcc = fpmath.div_scale(s[0](st), s[1](st), s[2](st), TYPES[t])
+    d, vcc = fpmath.div_scale(*[fin(st, x(st)) for x in s], TYPES[t])
     st.wmask(f["sdst"], np.broadcast_to(vcc, (st.W, st.L)))
     wr(st, d)
   return run
@@ -327,7 +332,8 @@ def _div_fmas(i: Inst, L: int, fam: str) -> Fn:
   f = i.f
   s = [typed_src(i, f[k], t, n) for n, k in enumerate(("src0", "src1", "src2"))]
   wr = vdst(i, f["vdst"], t)
-  return lambda st: wr(st, fpmath.div_fmas(s[0](st), s[1](st), s[2](st), st.unpack(106), TYPES[t]))
+  fin, fout = fpmode.flush_io(TYPES[t])
+  return lambda st: wr(st, fout(st, fpmath.div_fmas(*[fin(st, x(st)) for x in s], st.unpack(106), TYPES[t])))
 
 def _div_fixup(i: Inst, L: int, fam: str) -> Fn:
   t = {"f64": "f64", "f32": "f32", "f16": "f16"}[i.name[-3:]]
@@ -335,7 +341,8 @@ def _div_fixup(i: Inst, L: int, fam: str) -> Fn:
   s = [typed_src(i, f[k], t, n) for n, k in enumerate(("src0", "src1", "src2"))]
   wr = vdst(i, f["vdst"], t)
   if t == "f16": return lambda st: wr(st, fpmath.div_fixup(s[0](st).astype(f32), s[1](st).astype(f32), s[2](st).astype(f32), f32).astype(f16))
-  return lambda st: wr(st, fpmath.div_fixup(s[0](st), s[1](st), s[2](st), TYPES[t]))
+  fin, fout = fpmode.flush_io(TYPES[t])
+  return lambda st: wr(st, fout(st, fpmath.div_fixup(*[fin(st, x(st)) for x in s], TYPES[t])))
 
 def _readlane(i: Inst, L: int, fam: str) -> Fn:
   f = i.f
@@ -445,12 +452,13 @@ def _vopd(i: Inst, L: int, fam: str) -> Fn:
       fn = (lambda a, b: lambda st: np.where(st.unpack(106), b(st), a(st)))(a, b)
       halves.append((fn, d, "u32")); continue
     dty, stys, op = VOPS[name]
+    op = fpmode.modal(name, dty, stys, op, TYPES)
     if name.startswith("v_fmac"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, f[s1], "f32", 1), typed_src(h, d + 256, "f32", 2)]
     elif name.startswith("v_fmamk"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, 255, "f32", 1), typed_src(h, f[s1], "f32", 2)]
     elif name.startswith("v_fmaak"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, f[s1], "f32", 1), typed_src(h, 255, "f32", 2)]
     elif len(stys) == 1: srcs = [typed_src(h, f[s0], stys[0], 0)]
     else: srcs = [typed_src(h, f[s0], stys[0], 0), typed_src(h, f[s1], stys[1], 1)]
-    fn = (lambda op, srcs: lambda st: op(*[s(st) for s in srcs]))(op, srcs)
+    fn = (lambda op, srcs: lambda st: op(st, *[s(st) for s in srcs]))(op, srcs)
     halves.append((fn, d, dty))
   (fx, dx, tx), (fy, dy, ty) = halves
   def run(st):
@@ -505,6 +513,7 @@ def _vop3p(i: Inst, name: str, L: int) -> Fn:
   if name.startswith("v_fma_mix"): return _fma_mix(i, name, L)
   if name not in _PK: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled", i.addr)
   ty, n, fn = _PK[name]
+  fn = fpmode.modal(name, ty, (ty,) * n, fn, TYPES)
   f = i.f
   T = TYPES[ty]
   raws = [raw_src(i, f[k], 32, True, ty[0] == "f") for k in ("src0", "src1", "src2")[:n]]
@@ -520,8 +529,8 @@ def _vop3p(i: Inst, name: str, L: int) -> Fn:
     return h
   def run(st):
     with np.errstate(all="ignore"):
-      lo = np.asarray(fn(*[half(st, k, False) for k in range(n)])).astype(T).view(u16).astype(u32)
-      hi = np.asarray(fn(*[half(st, k, True) for k in range(n)])).astype(T).view(u16).astype(u32)
+      lo = np.asarray(fn(st, *[half(st, k, False) for k in range(n)])).astype(T).view(u16).astype(u32)
+      hi = np.asarray(fn(st, *[half(st, k, True) for k in range(n)])).astype(T).view(u16).astype(u32)
     st.wv(r, lo | (hi << u32(16)))
   return run
 

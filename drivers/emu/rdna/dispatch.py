@@ -169,7 +169,7 @@ def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   if fam == "gfx12":  # architected SGPRs: workgroup ids in TTMP9 and TTMP7 (AMDGPUUsage)
     st.s[108 + 9] = ids[0].astype(u32)
     st.s[108 + 7] = (ids[1].astype(u32) & u32(0xffff)) | (ids[2].astype(u32) << u32(16))
-  st.hwreg[1] = u32(fl.float_mode << 4 & 0xff0 | (fl.float_mode & 0xf))  # HW_REG_MODE: round then denorm
+  st.hwreg[1] = u32(fl.float_mode)  # HW_REG_MODE[7:0] = RSRC1.FLOAT_MODE: round [3:0], denormals [7:4]
   if fl.scratch_en and fl.scratch_wave_bytes:
     st.scratch_lane_bytes = fl.scratch_wave_bytes // L
     st.scratch = np.zeros(W * L * st.scratch_lane_bytes, np.uint8)

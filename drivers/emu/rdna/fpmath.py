@@ -8,7 +8,7 @@ import numpy as np
 f16, f32, f64 = np.float16, np.float32, np.float64
 u32, u64, i64 = np.uint32, np.uint64, np.int64
 
-def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   s = a + b
   bb = s - a
   return s, (a - (s - bb)) + (b - bb)
@@ -16,7 +16,7 @@ def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _round_odd_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """a + b in float64, rounded to odd: exact results stay, inexact ones get an odd last mantissa bit. Rounding that
   to any precision of at most 51 bits gives the correctly rounded a + b."""
-  s, e = _two_sum(a, b)
+  s, e = two_sum(a, b)
   fix = np.isfinite(s) & (e != 0) & ((s.view(u64) & u64(1)) == 0)
   if fix.any():
     s = np.where(fix, np.nextafter(s, np.where(e > 0, np.inf, -np.inf)), s)
@@ -46,7 +46,7 @@ def fma_narrow(a, b, c, out_type, scale=None) -> np.ndarray:
 
 _SPLIT = f64(134217729.0)  # 2^27 + 1 (Veltkamp)
 
-def _two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def two_prod(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   p = a * b
   t = _SPLIT * a; ah = t - (t - a); al = a - ah
   t = _SPLIT * b; bh = t - (t - b); bl = b - bh
@@ -60,8 +60,8 @@ def fma64(a, b, c) -> np.ndarray:
   range the error-free transforms cannot cover take an exact rational path."""
   a, b, c = np.broadcast_arrays(*(np.asarray(x, f64) for x in (a, b, c)))
   with np.errstate(all="ignore"):
-    uh, ul = _two_prod(a, b)
-    th, tl = _two_sum(c, uh)
+    uh, ul = two_prod(a, b)
+    th, tl = two_sum(c, uh)
     z = th + _round_odd_sum(tl, ul)
     plain = a * b + c
     fin = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)

@@ -224,9 +224,7 @@ def compile_salu(i: Inst, L: int, fam: str):
       lit = i.lit
       def run(st):
         v = u32(lit) if n == "s_setreg_imm32_b32" else st.s[d]
-        new = (st.hwreg[hw] & ~m) | ((v << u32(off)) & m)
-        if st.sel is None: st.hwreg[hw] = new
-        else: st.hwreg[hw] = np.where(st.sel, new, st.hwreg[hw])
+        st.set_hwreg(hw, (st.hwreg[hw] & ~m) | ((v << u32(off)) & m))
       return run
     if n == "s_call_b64":
       tgt = i.addr + 4 + simm * 4
@@ -320,8 +318,7 @@ NOP_SOPP = {"s_nop", "s_waitcnt", "s_delay_alu", "s_clause", "s_set_inst_prefetc
             "s_icache_inv", "s_waitcnt_depctr", "s_wait_idle", "s_wait_event", "s_wait_alu", "s_wait_loadcnt",
             "s_wait_storecnt", "s_wait_samplecnt", "s_wait_bvhcnt", "s_wait_expcnt", "s_wait_dscnt", "s_wait_kmcnt",
             "s_wait_loadcnt_dscnt", "s_wait_storecnt_dscnt", "s_barrier_wait", "s_singleuse_vdst", "s_sendmsg",
-            "s_ttracedata", "s_ttracedata_imm", "s_incperflevel", "s_decperflevel", "s_wakeup", "s_round_mode",
-            "s_denorm_mode", "s_version", "s_setkill"}
+            "s_ttracedata", "s_ttracedata_imm", "s_incperflevel", "s_decperflevel", "s_wakeup", "s_version", "s_setkill"}
 
 def _sopp(i: Inst, L: int, fam: str):
   n, imm = i.name, i.f["simm16"]
@@ -346,6 +343,10 @@ def _sopp(i: Inst, L: int, fam: str):
   if n in ("s_trap", "s_sendmsghalt"):
     def trap(st): raise EmuFault(f"{n} {imm} at {i.addr:#x}: no trap handler is installed, the wave halts", i.addr)
     return term(trap)
+  if n in ("s_round_mode", "s_denorm_mode"):  # MODE[3:0] rounding, MODE[7:4] denormals (same bits as s_setreg)
+    sh = 0 if n == "s_round_mode" else 4
+    keep, new = u32(~(0xf << sh) & M32), u32((imm & 0xf) << sh)
+    return lambda st: st.set_hwreg(1, (st.hwreg[1] & keep) | new)
   if n in NOP_SOPP: return lambda st: None
   raise EmuFault(f"illegal instruction at {i.addr:#x}: {n}", i.addr)
 

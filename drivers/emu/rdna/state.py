@@ -33,6 +33,7 @@ class State:
     self.scratch: np.ndarray | None = None
     self.scratch_lane_bytes = 0
     self.hwreg = np.zeros((32, waves), u32)
+    self._fmode: int | None = None  # MODE's float byte when every wave has the same one, else -1 (see fmode)
     self.sel: np.ndarray | None = None
     self.masks: dict[int, np.ndarray] = {}  # lane masks last written by VALU, as bools (saves unpacking them again)
     self._em: np.ndarray | None = None
@@ -57,7 +58,22 @@ class State:
     self.s[:, idx], self.v[:, idx], self.scc[idx], self.hwreg[:, idx] = sub.s, sub.v, sub.scc, sub.hwreg
     self.count = sub.count
     self.masks.clear()
+    self._fmode = None
     self._em = None
+
+  @property
+  def fmode(self) -> int:
+    """MODE[7:0] (float round and denormal controls) shared by all waves, or -1 when they differ."""
+    m = self._fmode
+    if m is None:
+      col = self.hwreg[1] & u32(0xff)
+      m = self._fmode = int(col[0]) if self.W and bool((col == col[0]).all()) else -1
+    return m
+
+  def set_hwreg(self, hw: int, new) -> None:
+    if self.sel is None: self.hwreg[hw] = new
+    else: self.hwreg[hw] = np.where(self.sel, new, self.hwreg[hw])
+    if hw == 1: self._fmode = None
 
   # ---- which lanes an instruction touches ----------------------------------------------------------------------
   def select(self, sel: np.ndarray | None) -> None:
