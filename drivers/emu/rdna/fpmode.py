@@ -53,17 +53,24 @@ def _exact_err(kind: str, args, T, r0):
   if kind == "mul":
     if T != f64: return a[0] * a[1] - r                 # the product of two f32/f16 values is exact in f64
     p, e = two_prod(a[0], a[1])
-    return (p - r) + e
+    d = (p - r) + e
+    tiny = np.broadcast_to(np.abs(p) < 2.0 ** -960, d.shape) & (np.broadcast_to(a[0] * a[1] != 0, d.shape) | (p == 0))
+    return _exact_sign(d, tiny, lambda x, y: x * y, a, r)   # the error term underflows there: exact rationals
   if T != f64:                                          # fma: the product is exact, the sum error-free
     s, e = two_sum(a[0] * a[1], a[2])
     return (s - r) + e
-  out = np.zeros(np.broadcast(*a, r).shape)
-  A = np.broadcast_arrays(*a, r)
-  fin = np.isfinite(A[0]) & np.isfinite(A[1]) & np.isfinite(A[2]) & np.isfinite(A[3])
-  for k in zip(*np.nonzero(fin)):                       # f64 fma: exact rational residual, lane by lane
-    d = Fraction(float(A[0][k])) * Fraction(float(A[1][k])) + Fraction(float(A[2][k])) - Fraction(float(A[3][k]))
-    out[k] = (d > 0) - (d < 0)
-  return out
+  fin = np.ones(np.broadcast(*a, r).shape, bool)
+  for x in (*a, r): fin = fin & np.isfinite(x)
+  return _exact_sign(np.zeros(fin.shape), fin, lambda x, y, z: x * y + z, a, r)   # f64 fma: exact, lane by lane
+
+def _exact_sign(d: np.ndarray, lanes: np.ndarray, f: Callable, a, r) -> np.ndarray:
+  """d with the lanes selected replaced by the sign of f(*a) - r computed in exact rationals."""
+  d = np.array(np.broadcast_to(d, lanes.shape), f64)
+  A = np.broadcast_arrays(*a, r, d)
+  for k in zip(*np.nonzero(lanes)):
+    x = f(*[Fraction(float(v[k])) for v in A[:-2]]) - Fraction(float(A[-2][k]))
+    d[k] = (x > 0) - (x < 0)
+  return d
 
 def directed(kind: str, fn: Callable, args, T, rm):
   """fn(*args) rounded in mode rm ((W, 1) or scalar round field): the nearest-even result moved one step when the
