@@ -11,7 +11,7 @@ import numpy as np
 from rawgpu.drivers.emu.rdna.decode import Inst
 from rawgpu.drivers.emu.rdna.state import State, EmuFault
 from rawgpu.drivers.emu.rdna.valu import VOPS, CMP, TYPES, WIDTH, BITS
-from rawgpu.drivers.emu.rdna import fpmath, fpmode, mem_ops, salu
+from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, mem_ops, salu
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i32, i64 = np.uint16, np.uint32, np.uint64, np.int32, np.int64
@@ -178,7 +178,7 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
   fn = fpmode.modal(name, dty, stys, fn, TYPES)
   opsel = f.get("opsel", 0) if i.fmt == "vop3" else 0
   fields = ["src0", "src1", "src2"][: len(stys)]
-  if name.startswith("v_fmac_") or name.startswith("v_fmac_dx9"):
+  if name.startswith(("v_fmac_", "v_dot2acc_")):
     srcs = [typed_src(i, f["src0"], stys[0], 0, hi=bool(opsel & 1)), typed_src(i, f["src1"], stys[1], 1, hi=bool(opsel & 2)),
             typed_src(i, f["vdst"] + 256, stys[2], 2, mods=False)]
   elif name.startswith("v_fmamk_"):
@@ -426,6 +426,39 @@ def _swap(i: Inst, L: int, fam: str) -> Fn:
     st.wv(a, y); st.wv(b, x)
   return run
 
+def _dot(i: Inst, L: int, fam: str) -> Fn:
+  """v_dot*: see dot.py. VOP3P carries neg_lo/neg_hi (signedness for the integer forms); the VOP3 f16/bf16-result
+  forms carry op_sel (the halves of src2 and of the destination) and neg."""
+  name, f = _split(i.name), i.f
+  a, b, c = (raw_src(i, f[k], 32, True, name[7] == "f") for k in ("src0", "src1", "src2"))
+  r, clamp = f["vdst"], bool(f.get("clamp", 0))
+  nlo, nhi = f.get("neg", 0), f.get("neg_hi", 0)
+  if name in ("v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4", "v_dot8_u32_u4"):
+    bits, signed = (8 if "dot4" in name else 4), name.endswith(("iu8", "iu4"))
+    sa, sb = signed and bool(nlo & 1), signed and bool(nlo & 2)
+    return lambda st: st.wv(r, dot.int_dot(a(st), b(st), c(st), bits, sa, sb, clamp))
+  kind = "bf16" if "bf16" in name[9:] else "f16"
+  if name.startswith("v_dot2_f32_"):
+    def run(st):
+      x, y = dot.halves(a(st), kind, nlo & 1, nhi & 1), dot.halves(b(st), kind, nlo & 2, nhi & 2)
+      acc = np.asarray(c(st), u32).view(f32).astype(f64)
+      if nhi & 4: acc = np.abs(acc)
+      if nlo & 4: acc = -acc
+      with np.errstate(all="ignore"): s = dot.float_dot(zip(x, y), acc).astype(f32)
+      if clamp: s = np.where(np.isnan(s), f32(0), np.clip(s, f32(0), f32(1)))
+      st.wv(r, s.view(u32))
+    return run
+  opsel = f.get("opsel", 0)                                     # VOP3: v_dot2_f16_f16, v_dot2_bf16_bf16
+  def run(st):
+    x, y = dot.halves(a(st), kind, nlo & 1, nlo & 1), dot.halves(b(st), kind, nlo & 2, nlo & 2)
+    hz = np.asarray(c(st), u32)
+    acc = dot.halves(hz, kind, nlo & 4, nlo & 4, opsel >> 2 & 1)[0]
+    with np.errstate(all="ignore"): s = dot.float_dot(zip(x, y), acc)
+    bits = dot.to_bf16(s) if kind == "bf16" else s.astype(f16).view(u16).astype(u32)
+    old = st.v[r]
+    st.wv(r, (old & u32(0xffff)) | (bits << u32(16)) if opsel & 8 else (old & u32(0xffff0000)) | bits)
+  return run
+
 def _nop(i: Inst, L: int, fam: str) -> Fn:
   return lambda st: None
 
@@ -438,6 +471,8 @@ _SPECIAL_VALU = {
   "v_writelane_b32": _writelane, "v_mbcnt_lo_u32_b32": _mbcnt, "v_mbcnt_hi_u32_b32": _mbcnt,
   "v_permlane16_b32": _permlane, "v_permlanex16_b32": _permlane, "v_swap_b32": _swap, "v_nop": _nop,
   "v_pipeflush": _nop, "v_cndmask_b16": _cndmask, "v_permlane64_b32": _permlane64,
+  **{n: _dot for n in ("v_dot2_f32_f16", "v_dot2_f32_bf16", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4",
+                       "v_dot8_u32_u4", "v_dot2_f16_f16", "v_dot2_bf16_bf16")},
 }
 
 def _vopd(i: Inst, L: int, fam: str) -> Fn:
@@ -453,7 +488,7 @@ def _vopd(i: Inst, L: int, fam: str) -> Fn:
       halves.append((fn, d, "u32")); continue
     dty, stys, op = VOPS[name]
     op = fpmode.modal(name, dty, stys, op, TYPES)
-    if name.startswith("v_fmac"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, f[s1], "f32", 1), typed_src(h, d + 256, "f32", 2)]
+    if name.startswith(("v_fmac", "v_dot2acc")): srcs = [typed_src(h, f[s0], stys[0], 0), typed_src(h, f[s1], stys[1], 1), typed_src(h, d + 256, "f32", 2)]
     elif name.startswith("v_fmamk"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, 255, "f32", 1), typed_src(h, f[s1], "f32", 2)]
     elif name.startswith("v_fmaak"): srcs = [typed_src(h, f[s0], "f32", 0), typed_src(h, f[s1], "f32", 1), typed_src(h, 255, "f32", 2)]
     elif len(stys) == 1: srcs = [typed_src(h, f[s0], stys[0], 0)]

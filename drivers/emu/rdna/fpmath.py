@@ -13,7 +13,7 @@ def two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   bb = s - a
   return s, (a - (s - bb)) + (b - bb)
 
-def _round_odd_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def round_odd_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """a + b in float64, rounded to odd: exact results stay, inexact ones get an odd last mantissa bit. Rounding that
   to any precision of at most 51 bits gives the correctly rounded a + b."""
   s, e = two_sum(a, b)
@@ -36,11 +36,11 @@ def fma_narrow(a, b, c, out_type, scale=None) -> np.ndarray:
       odd = ((bits & u64(0x1fffffff)) == u64(0x10000000)) | (np.abs(s) < 2.0 ** -125)
       if odd.any():
         ab = np.broadcast_arrays(a, b, c)
-        slow = _round_odd_sum(ab[0][odd] * ab[1][odd], ab[2][odd]).astype(f32)
+        slow = round_odd_sum(ab[0][odd] * ab[1][odd], ab[2][odd]).astype(f32)
         r = np.array(r, copy=True)
         r[odd] = slow
       return r
-    s = _round_odd_sum(a * b, np.broadcast_to(c, np.broadcast(a, b, c).shape))
+    s = round_odd_sum(a * b, np.broadcast_to(c, np.broadcast(a, b, c).shape))
     if scale is not None: s = np.ldexp(s, scale)
     return s.astype(out_type)
 
@@ -62,7 +62,7 @@ def fma64(a, b, c) -> np.ndarray:
   with np.errstate(all="ignore"):
     uh, ul = two_prod(a, b)
     th, tl = two_sum(c, uh)
-    z = th + _round_odd_sum(tl, ul)
+    z = th + round_odd_sum(tl, ul)
     plain = a * b + c
     fin = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
     ok = fin & (np.abs(a) < 2.0 ** 500) & (np.abs(b) < 2.0 ** 500) & (np.abs(c) < 2.0 ** 1000) & \

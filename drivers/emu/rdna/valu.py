@@ -355,7 +355,7 @@ op("v_cvt_pk_u8_f32", "u32", "f32 u32 u32", lambda a, s, c: (c & ~(u32(0xff) << 
    (np.clip(np.rint(np.nan_to_num(a.astype(f64))), 0, 255).astype(u32) << ((s & u32(3)) * u32(8))))
 op("v_sad_u8", "u32", "u32 u32 u32", lambda a, b, c: c + sum(_sad((a >> u32(8 * k)) & u32(0xff), (b >> u32(8 * k)) & u32(0xff)) for k in range(4)))
 op("v_sad_u16", "u32", "u32 u32 u32", lambda a, b, c: c + sum(_sad((a >> u32(16 * k)) & u32(0xffff), (b >> u32(16 * k)) & u32(0xffff)) for k in range(2)))
-op("v_dot2_f32_f16", "f32", "u32 u32 f32", lambda a, b, c: _dot2(a, b, c))
-def _dot2(a, b, c):
-  h = lambda x, k: ((np.asarray(x, u32) >> u32(16 * k)) & u32(0xffff)).astype(u16).view(f16).astype(f64)
-  return (h(a, 0) * h(b, 0) + h(a, 1) * h(b, 1) + np.asarray(c, f32).astype(f64)).astype(f32)
+def _dot2acc(a, b, c):
+  from rawgpu.drivers.emu.rdna.dot import halves, float_dot
+  return float_dot(zip(halves(a, "f16", 0, 0), halves(b, "f16", 0, 0)), np.asarray(c, f32).astype(f64)).astype(f32)
+op("v_dot2acc_f32_f16", "f32", "u32 u32 f32", _dot2acc)  # gfx11 VOP2 (and VOPD): vdst accumulates
