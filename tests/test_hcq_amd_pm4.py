@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rawgpu.autogen.amd import pm4 as P
+from rawgpu.autogen.amd import pm4_soc15 as P9
 from rawgpu.hcq.amd import pm4
 from rawgpu.hcq.amd.pm4 import DataSel, Event, IntSel, WaitFunction
 
@@ -178,12 +179,50 @@ def emitted(draw) -> tuple[list[int], str, dict]:
   return pm4.nop(n), "NOP", {}
 
 
+def emitted9(draw) -> tuple[list[int], str, dict]:
+  kind = draw(st.sampled_from(["release", "acquire", "wait", "hdp", "sh", "dispatch", "ib", "event", "write", "nop"]))
+  if kind == "release":
+    a, v, ds, isel, ev = draw(addr8), draw(u64), draw(st.sampled_from(list(DataSel))), draw(st.sampled_from(list(IntSel))), draw(st.sampled_from(list(Event)))
+    return pm4.release_mem(a, v, ds, isel, ev, gen=9), "RELEASE_MEM", dict(
+      addr=a, data=v, data_sel=ds, int_sel=isel, event_type=ev, event_index=5, tcl1=1, tc=1, tc_wb=1, tc_md=1, tc_nc=0)
+  if kind == "acquire":
+    c = draw(u32)
+    return pm4.acquire_mem(gen=9, coher_cntl=c), "ACQUIRE_MEM", dict(
+      coher_cntl=c, coher_size=0xffffffff, coher_size_hi=0xffffff, poll_interval=10,
+      sh_icache=c >> 29 & 1, tc_wb=c >> 18 & 1, tc=c >> 23 & 1, tcl1=c >> 22 & 1, sh_kcache=c >> 27 & 1)
+  if kind == "wait":
+    a, r, m, f = draw(addr4), draw(u32), draw(u32), draw(st.sampled_from(list(WaitFunction)))
+    return pm4.wait_reg_mem(a, r, m, f, gen=9), "WAIT_REG_MEM", dict(addr=a, reference=r, mask=m, function=f, mem_space=1)
+  if kind == "hdp":
+    req, done = draw(st.integers(0, 0xffff)), draw(st.integers(0, 0xffff))
+    return pm4.hdp_flush(req, done, 4), "WAIT_REG_MEM", dict(
+      addr_lo=req, addr_hi=done, reference=4, mask=4, operation=1, mem_space=0, poll_interval=0x20)
+  if kind == "sh":
+    reg, vals = P9.PACKET3_SET_SH_REG_START + draw(st.integers(0, 0x300)), draw(st.lists(u32, min_size=1, max_size=4))
+    return pm4.set_sh_reg(reg, *vals, gen=9), "SET_SH_REG", dict(reg=reg, _data=vals)
+  if kind == "dispatch":
+    x, y, z = draw(u32), draw(u32), draw(u32)
+    return pm4.dispatch_direct(x, y, z, pm4.dispatch_initiator(False, 9), gen=9), "DISPATCH_DIRECT", dict(dim_x=x, dim_y=y, dim_z=z)
+  if kind == "ib":
+    a, n = draw(addr4), draw(st.integers(1, (1 << 20) - 1))
+    return pm4.indirect_buffer(a, n, gen=9), "INDIRECT_BUFFER", dict(ib_base=a, ib_size=n, valid=1)
+  if kind == "event":
+    e = draw(st.sampled_from(list(Event)))
+    return pm4.event_write(e, gen=9), "EVENT_WRITE", dict(event_type=e, event_index=4)
+  if kind == "write":
+    a, vals = draw(addr4), draw(st.lists(u32, min_size=1, max_size=4))
+    return pm4.write_data(a, *vals, gen=9), "WRITE_DATA", dict(dst_addr=a, _data=vals)
+  n = draw(st.integers(1, 6))
+  return pm4.nop(n, gen=9), "NOP", {}
+
+
+@pytest.mark.parametrize("gen,emit", [(11, emitted), (9, emitted9)])
 @settings(max_examples=80, deadline=None)
-@given(st.data())
-def test_decoder_round_trips_emitted_streams(data):
-  pkts = [emitted(data.draw) for _ in range(data.draw(st.integers(1, 8)))]
+@given(data=st.data())
+def test_decoder_round_trips_emitted_streams(gen, emit, data):
+  pkts = [emit(data.draw) for _ in range(data.draw(st.integers(1, 8)))]
   stream = [w for words, _, _ in pkts for w in words]
-  decoded = pm4.decode_pm4(stream)
+  decoded = pm4.decode_pm4(stream, gen)
   assert [p.name for p in decoded] == [name for _, name, _ in pkts]
   at = 0
   for p, (words, _, want) in zip(decoded, pkts):
@@ -192,7 +231,7 @@ def test_decoder_round_trips_emitted_streams(data):
     for k, v in want.items():
       if k == "_data": assert p.data == v
       else: assert p.fields[k] == v, (p.name, k)
-  assert pm4.format_pm4(stream).count("\n") == len(pkts) - 1
+  assert pm4.format_pm4(stream, gen=gen).count("\n") == len(pkts) - 1
 
 
 @settings(max_examples=150, deadline=None)
@@ -211,13 +250,15 @@ def test_format_names_registers():
 
 # ---- Mesa as the oracle (fetched by `python -m rawgpu.autogen fetch mesa`)
 
-def test_opcodes_match_mesa_sid_h():
+@pytest.mark.parametrize("layouts,names", [(pm4.LAYOUTS, pm4.OPCODE_NAMES), (pm4.LAYOUTS_GFX9, pm4.OPCODE_NAMES_GFX9)],
+                         ids=["nvd", "soc15"])
+def test_opcodes_match_mesa_sid_h(layouts, names):
   text = mesa_file("src/amd/common/sid.h").read_text()
   mesa = {m[1]: int(m[2], 16) for m in re.finditer(r"#define PKT3_(\w+)\s+0x([0-9A-Fa-f]+)\b", text)}
-  for op, (name, _) in pm4.LAYOUTS.items(): assert mesa[name] == op, name
-  same = [n for n in pm4.OPCODE_NAMES.values() if n in mesa]
+  for op, (name, _) in layouts.items(): assert mesa[name] == op, name
+  same = [n for n in names.values() if n in mesa]
   assert len(same) > 40
-  for op, name in pm4.OPCODE_NAMES.items():
+  for op, name in names.items():
     if name in mesa: assert mesa[name] == op, name
   assert int(WaitFunction.EQUAL) == int(re.search(r"WAIT_REG_MEM_EQUAL\s+(\d+)", text)[1])
   assert int(WaitFunction.NOT_EQUAL) == int(re.search(r"WAIT_REG_MEM_NOT_EQUAL\s+(\d+)", text)[1])
@@ -234,22 +275,24 @@ def test_event_types_match_mesa():
   for e in Event: assert mesa[e.name] == e.value, e.name
 
 
-def test_field_positions_match_mesa_pkt3_json():
+# gfx9: pkt3.json describes only WRITE_DATA's control and the IB control dword (7 fields)
+@pytest.mark.parametrize("chip,layouts,least", [("gfx11", pm4.LAYOUTS, 30), ("gfx9", pm4.LAYOUTS_GFX9, 7)])
+def test_field_positions_match_mesa_pkt3_json(chip, layouts, least):
   # pkt3.json maps packet dwords (at = opcode << 4 | body dword index) to field layouts
   pkt3 = json.loads(mesa_file("src/amd/registers/pkt3.json").read_text())
   checked = 0
   for m in pkt3["register_mappings"]:
-    if "gfx11" not in m["chips"] or "type_ref" not in m: continue
+    if chip not in m["chips"] or "type_ref" not in m: continue
     op, body = m["map"]["at"] >> 4, m["map"]["at"] & 0xf
-    if op not in pm4.LAYOUTS: continue
-    ours = {f.name: f for f in pm4.LAYOUTS[op][1] if f.dword == body + 1}
+    if op not in layouts: continue
+    ours = {f.name: f for f in layouts[op][1] if f.dword == body + 1}
     for mf in pkt3["register_types"][m["type_ref"]]["fields"]:
       name = {"ib_size": "ib_size"}.get(mf["name"].lower(), mf["name"].lower())
       if name in ours:
         lo, hi = mf["bits"]
         assert (ours[name].shift, ours[name].width) == (lo, hi - lo + 1), (m["name"], name)
         checked += 1
-  assert checked >= 30  # WRITE_DATA control, RELEASE_MEM dword 1, ACQUIRE_MEM GCR_CNTL, IB control
+  assert checked >= least  # gfx11: WRITE_DATA control, RELEASE_MEM dword 1, ACQUIRE_MEM GCR_CNTL, IB control
   dst = {e["name"]: e["value"] for e in pkt3["enums"]["CONTROL__DST_SEL_cik"]["entries"]}
   assert dst["MEM_MAPPED_REGISTER"] == pm4.DstSel.REGISTER and dst["MEM"] == pm4.DstSel.MEMORY
 

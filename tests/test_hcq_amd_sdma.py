@@ -139,12 +139,40 @@ def emitted(draw):
   return sdma.nop(n), "NOP", dict(count=n - 1)
 
 
+def emitted_v4(draw):
+  kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "ts", "write", "trap", "nop"]))
+  if kind == "copy":
+    d, s, n = draw(addr4), draw(addr4), draw(st.integers(1, 1 << 20))
+    return sdma.copy_linear(d, s, n, (4, 4)), "COPY_LINEAR", dict(dst_addr=d, src_addr=s, count=n - 1)
+  if kind == "fill":
+    d, v, n = draw(addr4), draw(u32), 4 * draw(st.integers(1, 1 << 18))
+    return sdma.const_fill(d, v, n, (4, 4)), "CONSTANT_FILL", dict(dst_addr=d, src_data_31_0=v, count=n - 1, fillsize=2)
+  if kind == "fence":
+    a, v = draw(addr4), draw(u32)
+    return sdma.fence(a, v, version=(4, 4)), "FENCE", dict(addr=a, data=v)
+  if kind == "poll":
+    a, r, m, f = draw(addr4), draw(u32), draw(u32), draw(st.sampled_from(list(PollFunction)))
+    return sdma.poll_regmem(a, r, m, f, version=(4, 4)), "POLL_REGMEM", dict(addr=a, value=r, mask=m, func=f, mem_poll=1)
+  if kind == "ts":
+    a = draw(addr8)
+    return sdma.timestamp(a, version=(4, 4)), "TIMESTAMP_GET_GLOBAL", dict(write_addr=a)
+  if kind == "write":
+    a, vals = draw(addr4), draw(st.lists(u32, min_size=1, max_size=5))
+    return sdma.write_linear(a, *vals, version=(4, 4)), "WRITE_UNTILED", dict(dst_addr=a, _data=vals)
+  if kind == "trap":
+    c = draw(st.integers(0, (1 << 28) - 1))
+    return sdma.trap(c, version=(4, 4)), "TRAP", dict(int_context=c)
+  n = draw(st.integers(1, 5))
+  return sdma.nop(n, version=(4, 4)), "NOP", dict(count=n - 1)
+
+
+@pytest.mark.parametrize("version,emit", [((6, 0), emitted), ((4, 4), emitted_v4)])
 @settings(max_examples=80, deadline=None)
-@given(st.data())
-def test_decoder_round_trips_emitted_streams(data):
-  pkts = [emitted(data.draw) for _ in range(data.draw(st.integers(1, 8)))]
+@given(data=st.data())
+def test_decoder_round_trips_emitted_streams(version, emit, data):
+  pkts = [emit(data.draw) for _ in range(data.draw(st.integers(1, 8)))]
   stream = [w for words, _, _ in pkts for w in words]
-  decoded = sdma.decode_sdma(stream)
+  decoded = sdma.decode_sdma(stream, version)
   assert [p.name for p in decoded] == [name for _, name, _ in pkts]
   at = 0
   for p, (words, _, want) in zip(decoded, pkts):
@@ -153,7 +181,8 @@ def test_decoder_round_trips_emitted_streams(data):
     for k, v in want.items():
       if k == "_data": assert p.data == v
       else: assert p.fields[k] == v, (p.name, k)
-  assert sdma.format_sdma(stream).count("\n") == len(pkts) - 1
+  assert sdma.format_sdma(stream, version).count("\n") == len(pkts) - 1
+  if version < (5, 0): assert all("mtype" not in p.fields for p in decoded)
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,4 +1,8 @@
-"""AMD queues: PM4 on the compute ring, SDMA on the copy ring. Packets come from hcq/amd/pm4.py and sdma.py."""
+"""AMD queues: PM4 on the compute ring, SDMA on the copy ring. Packets come from hcq/amd/pm4.py and sdma.py.
+
+The packet forms follow the backend: `gfx` (the GC IP major: 9 = CDNA3's soc15 forms, 11/12 = gfx10+ forms),
+`sdma_version` (an (major, minor) pair: below (5, 0) the SDMA 4 layouts) and, on gfx9 only, an optional
+`hdp_flush` = (request register, done register, ref_and_mask) from pm4.hdp_flush_regs, flushed by memory_barrier."""
 from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING
@@ -29,6 +33,8 @@ class AMDComputeQueue(HWQueue):
   def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Stall the queue until signal >= value (the engine compares the low 32 bits)."""
     _reachable(self.be, signal)
+    if self.be.gfx < 10:
+      return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
     return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
@@ -42,11 +48,13 @@ class AMDComputeQueue(HWQueue):
     return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
 
   def memory_barrier(self) -> "AMDComputeQueue":
+    if self.be.gfx < 10 and (hdp := getattr(self.be, "hdp_flush", None)): self._add(pm4.hdp_flush, *hdp, gen=self.be.gfx)
     return self._add(pm4.acquire_mem, gen=self.be.gfx)
 
   def exec(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size) -> "AMDComputeQueue":
     """Dispatch prg over global_size workgroups; kernargs is the address of its argument block (usually a Var)."""
     r, gx, gy, gz, lx, ly, lz = self.be.reg, *global_size, *local_size
+    if self.be.gfx < 10: return self._exec_gfx9(prg, kernargs, global_size, local_size)
     self._add(pm4.acquire_mem, gen=self.be.gfx)
     self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_LO"), *_split(prg.code_va >> 8))
     self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_RSRC1"), prg.rsrc1, prg.rsrc2)
@@ -62,7 +70,29 @@ class AMDComputeQueue(HWQueue):
     self._add(pm4.dispatch_direct, gx, gy, gz, pm4.dispatch_initiator(prg.wave32, self.be.gfx))
     return self._add(pm4.event_write, pm4.Event.CS_PARTIAL_FLUSH)
 
-  def _indirect(self, va: int, ndw: int) -> list[int]: return pm4.indirect_buffer(va, ndw)
+  def _exec_gfx9(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size) -> "AMDComputeQueue":
+    """exec in the soc15 forms: every packet takes gen, the initiator has no wave32 bit (wave32 kernels refused)."""
+    r, g, (gx, gy, gz), (lx, ly, lz) = self.be.reg, self.be.gfx, global_size, local_size
+    initiator = pm4.dispatch_initiator(prg.wave32, g)  # raises for wave32 before anything is queued
+    sh = lambda name, *v: self._add(pm4.set_sh_reg, r(name), *v, gen=g)
+    self._add(pm4.acquire_mem, gen=g)
+    sh("regCOMPUTE_PGM_LO", *_split(prg.code_va >> 8))
+    sh("regCOMPUTE_PGM_RSRC1", prg.rsrc1, prg.rsrc2)
+    sh("regCOMPUTE_PGM_RSRC3", prg.rsrc3)
+    tmpring, scratch_va = self.be.scratch_for(prg)
+    sh("regCOMPUTE_TMPRING_SIZE", tmpring)
+    if scratch_va: sh("regCOMPUTE_DISPATCH_SCRATCH_BASE_LO", *_split(scratch_va >> 8))
+    if prg.user_sgprs:
+      self._add(lambda ka, dp: pm4.set_sh_reg(r("regCOMPUTE_USER_DATA_0"), *_user_data(prg, ka, dp), gen=g), ka=kernargs,
+                dp=Var("dispatch") if isinstance(kernargs, Var) else kernargs + prg.dispatch_offset)
+    sh("regCOMPUTE_RESOURCE_LIMITS", 0)
+    sh("regCOMPUTE_START_X", 0, 0, 0, lx, ly, lz)
+    self._add(pm4.dispatch_direct, gx, gy, gz, initiator, gen=g)
+    return self._add(pm4.event_write, pm4.Event.CS_PARTIAL_FLUSH, gen=g)
+
+  def _indirect(self, va: int, ndw: int) -> list[int]:
+    if self.be.gfx < 10: return pm4.indirect_buffer(va, ndw, gen=self.be.gfx)
+    return pm4.indirect_buffer(va, ndw)
 
 
 def _reachable(backend, signal: Signal) -> None:
@@ -104,13 +134,19 @@ class AMDCopyQueue(HWQueue):
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
+    if (v := self.be.sdma_version) < (5, 0):  # SDMA 4: bare FENCE header, as sdma_v4_4_2 emits it
+      self._add(sdma.fence, signal.va, value=value & 0xffffffff if isinstance(value, int) else value, version=v)
+      return self._add(sdma.trap, version=v)
     self._add(sdma.fence, signal.va, value=value & 0xffffffff if isinstance(value, int) else value)
     return self._add(sdma.trap)
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
+    if (v := self.be.sdma_version) < (5, 0):
+      return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL, version=v)
     return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL)
 
   def timestamp(self, signal: Signal) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
+    if (v := self.be.sdma_version) < (5, 0): return self._add(sdma.timestamp, signal.timestamp_va, version=v)
     return self._add(sdma.timestamp, signal.timestamp_va)

@@ -1,9 +1,11 @@
-"""SDMA packets (SDMA 5.x, 6.x and 7.x rings): one emitter per packet (lists of uint32), and a decoder.
+"""SDMA packets (SDMA 4.4 for CDNA3, 5.x, 6.x and 7.x rings): one emitter per packet (lists of uint32), and a decoder.
 
 Every packet's dword layout comes from rawgpu.autogen.amd.sdma_v6 (the kernel's sdma_v6_0_0_pkt_open.h, which also
 describes SDMA 7): the fields of dword <NAME> of packet <PKT> are SDMA_PKT_<PKT>_<NAME>_<field>_{offset,mask,shift}.
 The packets used here have the same layout on SDMA 4 and 5 (vega10/navi10 headers) except that their count fields are
-22 bits wide, which the chunk sizes respect. Values amdgpu and Mesa program (fence mtype, poll retry) are noted.
+22 bits wide, which the chunk sizes respect. SDMA 4 (version < (5, 0)) packets are built and decoded from
+rawgpu.autogen.amd.sdma_v4 (vega10_sdma_pkt_open.h), which has no cache-policy/cpv/mtype fields.
+Values amdgpu and Mesa program (fence mtype, poll retry) are noted.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from rawgpu.autogen.amd import sdma_v4 as S4
 from rawgpu.autogen.amd import sdma_v6 as S
 
 MASK32 = 0xffffffff
@@ -35,11 +38,14 @@ FILL_DWORDS = 2  # CONSTANT_FILL fillsize: the 32-bit pattern repeats (Mesa's ra
 
 
 def copy_max_bytes(version: Version) -> int:
-  """Largest COPY_LINEAR per packet: 30-bit count from SDMA 5.2, 22-bit before (minus the last 255 bytes, see Mesa)."""
+  """Largest COPY_LINEAR per packet: 30-bit count from SDMA 5.2, 22-bit before (minus the last 255 bytes, see Mesa).
+  SDMA 4: the whole 22-bit count (bytes-1), 4 MiB, as sdma_v4_4_2's copy_max_bytes."""
+  if version < (5, 0): return S4.SDMA_PKT_COPY_LINEAR_COUNT_count_mask + 1
   return 0x3fffff00 if version >= (5, 2) else 0x3fff00
 
 
 def fill_max_bytes(version: Version) -> int:
+  if version < (5, 0): return (S4.SDMA_PKT_CONSTANT_FILL_COUNT_count_mask + 1) & ~3  # sdma_v4_4_2 fill_max_bytes
   return ((1 << 30) - 1 if version >= (6, 0) else (1 << 22) - 1) & ~3
 
 
@@ -55,13 +61,13 @@ class Field:
   def get(self, words: list[int]) -> int: return (words[self.dword] >> self.shift) & self.mask
 
 
-def _fields(pkt: str, dw: str) -> list[Field]:
+def _fields(M, pkt: str, dw: str) -> list[Field]:
   out = []
-  for name in vars(S):
+  for name in vars(M):
     m = re.fullmatch(rf"SDMA_PKT_{pkt}_{dw}_([a-z][a-z0-9_]*)_offset", name)
     if m:
       base = f"SDMA_PKT_{pkt}_{dw}_{m[1]}"
-      out.append(Field(m[1], getattr(S, base + "_offset"), getattr(S, base + "_shift"), getattr(S, base + "_mask")))
+      out.append(Field(m[1], getattr(M, base + "_offset"), getattr(M, base + "_shift"), getattr(M, base + "_mask")))
   return out
 
 
@@ -75,32 +81,42 @@ class Layout:
   fields: tuple[Field, ...] = ()
 
 
-def _layout(name: str, op: int, sub_op: int, dwords: tuple[str, ...], tail: str = "") -> Layout:
-  fs = tuple(f for dw in dwords for f in _fields(name, dw))
+def _layout(M, name: str, op: int, sub_op: int, dwords: tuple[str, ...], tail: str = "") -> Layout:
+  fs = tuple(f for dw in dwords for f in _fields(M, name, dw))
   return Layout(name, op, sub_op, dwords, tail, fs)
 
 
-LAYOUTS = [
-  _layout("COPY_LINEAR", S.SDMA_OP_COPY, S.SDMA_SUBOP_COPY_LINEAR,
-          ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST_ADDR_LO", "DST_ADDR_HI")),
-  _layout("CONSTANT_FILL", S.SDMA_OP_CONST_FILL, 0, ("HEADER", "DST_ADDR_LO", "DST_ADDR_HI", "DATA", "COUNT")),
-  _layout("FENCE", S.SDMA_OP_FENCE, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "DATA")),
-  _layout("POLL_REGMEM", S.SDMA_OP_POLL_REGMEM, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "VALUE", "MASK", "DW5")),
-  _layout("TIMESTAMP_SET", S.SDMA_OP_TIMESTAMP, S.SDMA_SUBOP_TIMESTAMP_SET, ("HEADER", "INIT_DATA_LO", "INIT_DATA_HI")),
-  _layout("TIMESTAMP_GET", S.SDMA_OP_TIMESTAMP, S.SDMA_SUBOP_TIMESTAMP_GET, ("HEADER", "WRITE_ADDR_LO", "WRITE_ADDR_HI")),
-  _layout("TIMESTAMP_GET_GLOBAL", S.SDMA_OP_TIMESTAMP, S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL,
-          ("HEADER", "WRITE_ADDR_LO", "WRITE_ADDR_HI")),
-  _layout("WRITE_UNTILED", S.SDMA_OP_WRITE, S.SDMA_SUBOP_WRITE_LINEAR, ("HEADER", "DST_ADDR_LO", "DST_ADDR_HI", "DW_3"), "write"),
-  _layout("TRAP", S.SDMA_OP_TRAP, 0, ("HEADER", "INT_CONTEXT")),
-  _layout("NOP", S.SDMA_OP_NOP, 0, ("HEADER",), "nop"),
-]
+def _layouts(M) -> list[Layout]:
+  """The packets used here, from generated header M (sdma_v6 for SDMA 5-7, sdma_v4 for SDMA 4)."""
+  return [
+    _layout(M, "COPY_LINEAR", M.SDMA_OP_COPY, M.SDMA_SUBOP_COPY_LINEAR,
+            ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST_ADDR_LO", "DST_ADDR_HI")),
+    _layout(M, "CONSTANT_FILL", M.SDMA_OP_CONST_FILL, 0, ("HEADER", "DST_ADDR_LO", "DST_ADDR_HI", "DATA", "COUNT")),
+    _layout(M, "FENCE", M.SDMA_OP_FENCE, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "DATA")),
+    _layout(M, "POLL_REGMEM", M.SDMA_OP_POLL_REGMEM, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "VALUE", "MASK", "DW5")),
+    _layout(M, "TIMESTAMP_SET", M.SDMA_OP_TIMESTAMP, M.SDMA_SUBOP_TIMESTAMP_SET, ("HEADER", "INIT_DATA_LO", "INIT_DATA_HI")),
+    _layout(M, "TIMESTAMP_GET", M.SDMA_OP_TIMESTAMP, M.SDMA_SUBOP_TIMESTAMP_GET, ("HEADER", "WRITE_ADDR_LO", "WRITE_ADDR_HI")),
+    _layout(M, "TIMESTAMP_GET_GLOBAL", M.SDMA_OP_TIMESTAMP, M.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL,
+            ("HEADER", "WRITE_ADDR_LO", "WRITE_ADDR_HI")),
+    _layout(M, "WRITE_UNTILED", M.SDMA_OP_WRITE, M.SDMA_SUBOP_WRITE_LINEAR, ("HEADER", "DST_ADDR_LO", "DST_ADDR_HI", "DW_3"),
+            "write"),
+    _layout(M, "TRAP", M.SDMA_OP_TRAP, 0, ("HEADER", "INT_CONTEXT")),
+    _layout(M, "NOP", M.SDMA_OP_NOP, 0, ("HEADER",), "nop"),
+  ]
+
+
+LAYOUTS = _layouts(S)
+LAYOUTS_V4 = _layouts(S4)
 BY_NAME = {lay.name: lay for lay in LAYOUTS}
 BY_OP = {(lay.op, lay.sub_op): lay for lay in LAYOUTS}
+BY_NAME_V4 = {lay.name: lay for lay in LAYOUTS_V4}
+BY_OP_V4 = {(lay.op, lay.sub_op): lay for lay in LAYOUTS_V4}
+V6 = (6, 0)
 
 
-def _pack(name: str, **values: int) -> list[int]:
+def _pack(name: str, version: Version = V6, **values: int) -> list[int]:
   """The fixed dwords of packet `name` with its op/sub_op and the given fields (by their header names)."""
-  lay = BY_NAME[name]
+  lay = (BY_NAME_V4 if version < (5, 0) else BY_NAME)[name]
   words = [0] * len(lay.dwords)
   values = {"op": lay.op, "sub_op": lay.sub_op, **values}
   known = {f.name: f for f in lay.fields}
@@ -121,7 +137,8 @@ def copy_linear(dst: int, src: int, nbytes: int, version: Version = (6, 0), tmz:
   for off in range(0, nbytes, step):
     n = min(step, nbytes - off)
     s, d = src + off, dst + off
-    out += _pack("COPY_LINEAR", tmz=int(tmz), cpv=int(version >= (7, 0)), count=n - 1,  # count is bytes-1 (SDMA 4+)
+    cpv = {"cpv": int(version >= (7, 0))} if version >= (5, 0) else {}  # SDMA 4's header has no cpv bit
+    out += _pack("COPY_LINEAR", version, tmz=int(tmz), count=n - 1, **cpv,  # count is bytes-1 (SDMA 4+)
                  src_addr_31_0=s & MASK32, src_addr_63_32=s >> 32, dst_addr_31_0=d & MASK32, dst_addr_63_32=d >> 32)
   return out
 
@@ -132,53 +149,57 @@ def const_fill(dst: int, value: int, nbytes: int, version: Version = (6, 0)) -> 
   out, step = [], fill_max_bytes(version)
   for off in range(0, nbytes, step):
     n, d = min(step, nbytes - off), dst + off
-    out += _pack("CONSTANT_FILL", fillsize=FILL_DWORDS, dst_addr_31_0=d & MASK32, dst_addr_63_32=d >> 32,
+    out += _pack("CONSTANT_FILL", version, fillsize=FILL_DWORDS, dst_addr_31_0=d & MASK32, dst_addr_63_32=d >> 32,
                  src_data_31_0=value & MASK32, count=n - 1)  # bytes-1, even when filling dwords
   return out
 
 
-def fence(addr: int, value: int, mtype: int = MTYPE_UC) -> list[int]:
-  """Write the 32-bit value to addr once everything before has completed."""
+def fence(addr: int, value: int, mtype: int | None = None, version: Version = V6) -> list[int]:
+  """Write the 32-bit value to addr once everything before has completed (SDMA 4 has no mtype field: sdma_v4_4_2
+  writes a bare FENCE header; later engines get MTYPE_UC by default)."""
   if addr % 4: raise ValueError(f"SDMA fence address {addr:#x} is not dword aligned")
-  return _pack("FENCE", mtype=mtype, addr_31_0=addr & MASK32, addr_63_32=addr >> 32, data=value & MASK32)
+  if version < (5, 0):
+    if mtype: raise ValueError("SDMA 4 FENCE has no mtype field")
+    return _pack("FENCE", version, addr_31_0=addr & MASK32, addr_63_32=addr >> 32, data=value & MASK32)
+  return _pack("FENCE", mtype=MTYPE_UC if mtype is None else mtype, addr_31_0=addr & MASK32, addr_63_32=addr >> 32, data=value & MASK32)
 
 
 def poll_regmem(addr: int, ref: int, mask: int = MASK32, function: PollFunction = PollFunction.EQUAL, memory: bool = True,
-                interval: int = 4, retry_count: int = RETRY_FOREVER, hdp_flush: bool = False) -> list[int]:
+                interval: int = 4, retry_count: int = RETRY_FOREVER, hdp_flush: bool = False, version: Version = V6) -> list[int]:
   """Stall until (memory at addr, or register addr) & mask compares with ref; hdp_flush=True is the HDP flush form."""
   if memory and addr % 4: raise ValueError(f"POLL_REGMEM address {addr:#x} is not dword aligned")
-  return _pack("POLL_REGMEM", hdp_flush=int(hdp_flush), func=int(function), mem_poll=int(memory), addr_31_0=addr & MASK32,
+  return _pack("POLL_REGMEM", version, hdp_flush=int(hdp_flush), func=int(function), mem_poll=int(memory), addr_31_0=addr & MASK32,
                addr_63_32=addr >> 32, value=ref & MASK32, mask=mask & MASK32, interval=interval, retry_count=retry_count)
 
 
-def timestamp(addr: int, global_clock: bool = True) -> list[int]:
+def timestamp(addr: int, global_clock: bool = True, version: Version = V6) -> list[int]:
   """Write the engine's 64-bit timestamp (the global GPU clock by default) to addr (8-byte aligned)."""
   if addr % 8: raise ValueError(f"SDMA timestamp address {addr:#x} is not 8-byte aligned")
   name = "TIMESTAMP_GET_GLOBAL" if global_clock else "TIMESTAMP_GET"
-  return _pack(name, write_addr_31_3=(addr & MASK32) >> 3, write_addr_63_32=addr >> 32)
+  return _pack(name, version, write_addr_31_3=(addr & MASK32) >> 3, write_addr_63_32=addr >> 32)
 
 
-def timestamp_set(value: int) -> list[int]:
-  return _pack("TIMESTAMP_SET", init_data_31_0=value & MASK32, init_data_63_32=(value >> 32) & MASK32)
+def timestamp_set(value: int, version: Version = V6) -> list[int]:
+  return _pack("TIMESTAMP_SET", version, init_data_31_0=value & MASK32, init_data_63_32=(value >> 32) & MASK32)
 
 
-def write_linear(addr: int, *values: int) -> list[int]:
+def write_linear(addr: int, *values: int, version: Version = V6) -> list[int]:
   """Write the dwords values to linear memory at addr."""
   if not values: raise ValueError("SDMA WRITE needs at least one dword")
   if addr % 4: raise ValueError(f"SDMA write address {addr:#x} is not dword aligned")
-  head = _pack("WRITE_UNTILED", dst_addr_31_0=addr & MASK32, dst_addr_63_32=addr >> 32, count=len(values) - 1)
+  head = _pack("WRITE_UNTILED", version, dst_addr_31_0=addr & MASK32, dst_addr_63_32=addr >> 32, count=len(values) - 1)
   return head + [v & MASK32 for v in values]
 
 
-def trap(int_context: int = 0) -> list[int]:
+def trap(int_context: int = 0, version: Version = V6) -> list[int]:
   """Raise an SDMA trap interrupt carrying int_context."""
-  return _pack("TRAP", int_context=int_context)
+  return _pack("TRAP", version, int_context=int_context)
 
 
-def nop(dwords: int = 1) -> list[int]:
+def nop(dwords: int = 1, version: Version = V6) -> list[int]:
   """Padding of exactly `dwords` dwords: one NOP whose count skips the zeros after it (burst NOP)."""
   if dwords < 1: raise ValueError("a NOP is at least one dword")
-  return _pack("NOP", count=dwords - 1) + [0] * (dwords - 1)
+  return _pack("NOP", version, count=dwords - 1) + [0] * (dwords - 1)
 
 
 # ---- decoder
@@ -203,13 +224,15 @@ def _length(lay: Layout, words: list[int], i: int) -> int | None:
   return n
 
 
-def decode_sdma(words: Iterable[int]) -> list[Packet]:
-  """Split an SDMA stream into packets. Never raises: an unknown opcode ends decoding (SDMA packets carry no length)."""
+def decode_sdma(words: Iterable[int], version: Version = V6) -> list[Packet]:
+  """Split an SDMA stream into packets (version < (5, 0): SDMA 4 layouts). Never raises: an unknown opcode ends
+  decoding (SDMA packets carry no length)."""
+  by_op = BY_OP_V4 if version < (5, 0) else BY_OP
   w = [int(x) & MASK32 for x in words]
   out, i = [], 0
   while i < len(w):
     op, sub_op = w[i] & 0xff, (w[i] >> 8) & 0xff
-    lay = BY_OP.get((op, sub_op))
+    lay = by_op.get((op, sub_op))
     if lay is None:
       out.append(Packet(i, "UNKNOWN", w[i:], error=f"unknown op {op} sub_op {sub_op}; the rest is not decoded"))
       break
@@ -245,8 +268,8 @@ def format_packet(p: Packet) -> str:
   return " ".join(parts)
 
 
-def format_sdma(stream: Iterable[int] | list[Packet]) -> str:
+def format_sdma(stream: Iterable[int] | list[Packet], version: Version = V6) -> str:
   """The stream (or decoded packets) one packet per line, for hang reports and `rawgpu decode`."""
   items = list(stream)
-  packets = items if items and isinstance(items[0], Packet) else decode_sdma(items)
+  packets = items if items and isinstance(items[0], Packet) else decode_sdma(items, version)
   return "\n".join(format_packet(p) for p in packets)

@@ -1,0 +1,298 @@
+"""CDNA3 (gfx9.4.3, SDMA 4.4.2) command streams (decoder round trips and the Mesa checks of gen=9 /
+SDMA 4 streams live in test_hcq_amd_pm4.py and test_hcq_amd_sdma.py, next to the gfx11 ones): the gen=9 PM4 emitters against soc15d.h's generated macros, the SDMA 4
+emitters against the vega10 packet header, Mesa's pkt3.json, the NBIO 7.9 headers compiled by
+the host C compiler, and the queues with a fake gfx9 backend. No gfx9 board is emulated: nothing here runs a kernel."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rawgpu import kernels
+from rawgpu.autogen.amd import pm4_soc15 as P9
+from rawgpu.autogen.amd import sdma_v4 as S4
+from rawgpu.autogen.regs import ip_regs
+from rawgpu.hcq.amd import pm4, sdma
+from rawgpu.hcq.amd.elf import load_code_object
+from rawgpu.hcq.amd.pm4 import DataSel, Event, IntSel, WaitFunction
+from rawgpu.hcq.amd.queues import AMDComputeQueue, AMDCopyQueue
+from rawgpu.hcq.amd.sdma import PollFunction
+from rawgpu.hcq.patch import Var
+
+u32 = st.integers(0, 0xffffffff)
+u64 = st.integers(0, (1 << 64) - 1)
+addr4 = st.integers(0, (1 << 62) - 1).map(lambda a: a & ~3)
+addr8 = addr4.map(lambda a: a & ~7)
+FAST = settings(max_examples=60, deadline=None)
+V44 = (4, 4)
+GC_BASE = (0x2000, 0xa000)  # GC instance-0 segment bases in the kernel's aldebaran_ip_offset.h (see autogen/regs/README)
+NBIO_BASE = (0x0, 0x14, 0xd20, 0x10400, 0x241b000)  # NBIO bases of an MI300 discovery table, any values serve here
+
+
+def cache() -> Path: return Path(os.environ.get("RAWGPU_CACHE") or Path.home() / ".cache" / "rawgpu") / "headers"
+
+
+def lo(a): return a & 0xffffffff
+def hi(a): return a >> 32
+
+
+# ---- PM4, gen=9
+
+def test_acquire_mem_is_gfx_v9_4_3_emit_mem_sync():
+  cntl = (P9.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_SH_ICACHE_ACTION_ENA(1) | P9.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_SH_KCACHE_ACTION_ENA(1)
+          | P9.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_TC_ACTION_ENA(1) | P9.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_TCL1_ACTION_ENA(1)
+          | P9.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_TC_WB_ACTION_ENA(1))
+  assert pm4.acquire_mem(gen=9) == [P9.PACKET3(P9.PACKET3_ACQUIRE_MEM, 5), cntl, 0xffffffff, 0xffffff, 0, 0, 0xa]
+  w = pm4.acquire_mem(gen=9, coher_cntl=0, coher_base=0x40)
+  assert (w[1], w[4], w[6]) == (0, 0x40, 0xa)
+  with pytest.raises(ValueError, match="GCR_CNTL"): pm4.acquire_mem(gcr=1, gen=9)
+
+
+@FAST
+@given(st.lists(st.booleans(), min_size=13, max_size=13))
+def test_coher_cntl_bits(flags):
+  names = ("TC_NC", "TC_WC", "TC_INV_METADATA", "TCL1_VOL", "TC_WB", "TCL1", "TC", "CB", "DB", "SH_KCACHE",
+           "SH_KCACHE_VOL", "SH_ICACHE", "SH_KCACHE_WB")
+  want = 0
+  for n, f in zip(names, flags): want |= getattr(P9, f"PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_{n}_ACTION_ENA")(int(f))
+  assert pm4.coher_cntl(**{n.lower(): f for n, f in zip(names, flags)}) == want
+
+
+@FAST
+@given(addr8, u64, st.sampled_from(list(DataSel)), st.sampled_from(list(IntSel)), st.sampled_from(list(Event)),
+       st.integers(0, 15), u32)
+def test_release_mem_gfx9(addr, value, data_sel, int_sel, event, index, ctx):
+  got = pm4.release_mem(addr, value, data_sel=data_sel, int_sel=int_sel, event=event, event_index=index, int_ctxid=ctx, gen=9)
+  # gfx_v9_4_3_ring_emit_fence: flush + invalidate L1/L2, write back L2 and metadata; no cache policy
+  eop = P9.EOP_TCL1_ACTION_EN | P9.EOP_TC_ACTION_EN | P9.EOP_TC_WB_ACTION_EN | P9.EOP_TC_MD_ACTION_EN
+  assert got == [P9.PACKET3(P9.PACKET3_RELEASE_MEM, 6), eop | P9.EVENT_TYPE(event) | P9.EVENT_INDEX(index),
+                 P9.DATA_SEL(data_sel) | P9.INT_SEL(int_sel), lo(addr), hi(addr), lo(value), value >> 32, ctx]
+  with pytest.raises(ValueError, match="cache_policy"): pm4.release_mem(addr, value, cache_policy=3, gen=9)
+
+
+def test_fence_as_amdgpu_emits_it():
+  got = pm4.release_mem(0x1000, 7, data_sel=DataSel.VALUE64, int_sel=IntSel.INTERRUPT_AFTER_WRITE, gen=9)
+  assert got[1] == (P9.EOP_TCL1_ACTION_EN | P9.EOP_TC_ACTION_EN | P9.EOP_TC_WB_ACTION_EN | P9.EOP_TC_MD_ACTION_EN
+                    | P9.EVENT_TYPE(P9.CACHE_FLUSH_AND_INV_TS_EVENT) | P9.EVENT_INDEX(5))
+  assert got[2] == P9.DATA_SEL(2) | P9.INT_SEL(2)
+
+
+@FAST
+@given(addr4, u32, u32, st.sampled_from(list(WaitFunction)), st.booleans(), st.integers(0, 0xffff), st.integers(0, 3))
+def test_wait_reg_mem_gfx9(addr, ref, mask, func, memory, poll, engine):
+  got = pm4.wait_reg_mem(addr, ref, mask, func, memory=memory, poll_interval=poll, engine=engine, gen=9)
+  assert got == [P9.PACKET3(P9.PACKET3_WAIT_REG_MEM, 5),
+                 P9.WAIT_REG_MEM_MEM_SPACE(int(memory)) | P9.WAIT_REG_MEM_FUNCTION(func) | P9.WAIT_REG_MEM_ENGINE(engine),
+                 lo(addr), hi(addr) if memory else 0, ref, mask, poll]
+
+
+def test_other_packets_gfx9():
+  assert pm4.set_sh_reg(P9.PACKET3_SET_SH_REG_START + 0x204, 1, 2, gen=9) == [P9.PACKET3(P9.PACKET3_SET_SH_REG, 2), 0x204, 1, 2]
+  assert pm4.set_uconfig_reg(P9.PACKET3_SET_UCONFIG_REG_START + 3, 9, gen=9) == [P9.PACKET3(P9.PACKET3_SET_UCONFIG_REG, 1), 3, 9]
+  with pytest.raises(ValueError, match="outside"): pm4.set_sh_reg(P9.PACKET3_SET_SH_REG_END, 0, gen=9)
+  assert pm4.dispatch_direct(2, 3, 4, 5, gen=9) == [P9.PACKET3(P9.PACKET3_DISPATCH_DIRECT, 3), 2, 3, 4, 5]
+  assert pm4.indirect_buffer(0x12_3456_7890, 77, vmid=3, gen=9) == [
+    P9.PACKET3(P9.PACKET3_INDIRECT_BUFFER, 2), 0x3456_7890, 0x12, P9.INDIRECT_BUFFER_VALID | 77 | 3 << 24]
+  assert pm4.event_write(Event.CS_PARTIAL_FLUSH, gen=9) == [
+    P9.PACKET3(P9.PACKET3_EVENT_WRITE, 0), P9.EVENT_TYPE(P9.CS_PARTIAL_FLUSH) | P9.EVENT_INDEX(4)]
+  assert pm4.write_data(0x100, 5, gen=9) == [P9.PACKET3(P9.PACKET3_WRITE_DATA, 3),
+                                             P9.WRITE_DATA_DST_SEL(5) | P9.WR_CONFIRM, 0x100, 0, 5]
+  assert pm4.nop(3, gen=9) == [P9.PACKET3(P9.PACKET3_NOP, 1), 0, 0]
+  for e in Event: assert getattr(P9, e.name) == e.value  # vega10_enum.h's VGT event numbers
+
+
+def test_dispatch_initiator_gfx9_is_wave64_only():
+  for ver in ((9, 4, 3), (9, 0, 0)):  # the fields sit at the same bits on gc 9.0 (Vega) and 9.4.3 (CDNA3)
+    r = ip_regs("gc", *ver)["COMPUTE_DISPATCH_INITIATOR"]
+    assert "CS_W32_EN" not in r.fields
+    d = r.decode(pm4.dispatch_initiator(False, 9))
+    assert d["COMPUTE_SHADER_EN"] == 1 and d["FORCE_START_AT_000"] == 1 and sum(d.values()) == 2
+  with pytest.raises(ValueError, match="wave64 only"): pm4.dispatch_initiator(True, 9)
+
+
+def _nbio_oracle() -> dict[str, int]:
+  """Offsets, base indices and masks printed by a C program compiled with the kernel's nbio 7.9 headers."""
+  inc = cache() / "linux-6.12" / "drivers" / "gpu" / "drm" / "amd" / "include" / "asic_reg" / "nbio"
+  cc = shutil.which("gcc") or shutil.which("cc")
+  if not (inc / "nbio_7_9_0_offset.h").exists(): pytest.skip(f"{inc} not fetched (python -m rawgpu.autogen fetch)")
+  if cc is None: pytest.skip("no host C compiler")
+  names = ["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ", "regBIF_BX_PF0_GPU_HDP_FLUSH_REQ_BASE_IDX", "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE",
+           "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"] + [f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__CP{i}_MASK" for i in range(10)]
+  src = ('#include <stdio.h>\n#include "nbio_7_9_0_offset.h"\n#include "nbio_7_9_0_sh_mask.h"\nint main(void){\n'
+         + "".join(f'printf("{n} %lu\\n", (unsigned long)({n}));\n' for n in names) + "return 0;}\n")
+  import tempfile
+  with tempfile.TemporaryDirectory() as d:
+    (Path(d) / "t.c").write_text(src)
+    subprocess.run([cc, "-I", str(inc), "-o", f"{d}/t", f"{d}/t.c"], check=True, capture_output=True)
+    out = subprocess.run([f"{d}/t"], check=True, capture_output=True, text=True).stdout
+  return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+
+@pytest.mark.parametrize("me,pipe", [(1, 0), (1, 3), (2, 0), (2, 2)])
+def test_hdp_flush_matches_nbio_v7_9_headers(me, pipe):
+  h = _nbio_oracle()
+  req = NBIO_BASE[h["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ_BASE_IDX"]] + h["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ"]
+  done = NBIO_BASE[h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"]] + h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE"]
+  bit = h[f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__CP{2 if me == 1 else 6}_MASK"] << pipe  # ref_and_mask_cp2/cp6 << pipe
+  assert pm4.hdp_flush_regs(NBIO_BASE, me, pipe) == (req, done, bit)
+  # gfx_v9_4_3_ring_emit_hdp_flush: engine ME, register space, WRITE_WAIT_WRITE, equal, poll 0x20
+  assert pm4.hdp_flush(req, done, bit) == [
+    P9.PACKET3(P9.PACKET3_WAIT_REG_MEM, 5),
+    P9.WAIT_REG_MEM_MEM_SPACE(0) | P9.WAIT_REG_MEM_OPERATION(1) | P9.WAIT_REG_MEM_FUNCTION(3) | P9.WAIT_REG_MEM_ENGINE(0),
+    req, done, bit, bit, 0x20]
+
+
+def test_hdp_flush_regs_rejects_unknown_pipes():
+  with pytest.raises(ValueError, match="ME 3"): pm4.hdp_flush_regs(NBIO_BASE, 3, 0)
+  with pytest.raises(ValueError): pm4.hdp_flush_regs(NBIO_BASE, 1, 4)
+
+
+# ---- PM4 decoder, gen=9
+
+def test_gfx9_acquire_would_be_short_for_the_gfx11_decoder():
+  p9, p11 = pm4.decode_pm4(pm4.acquire_mem(gen=9), gen=9)[0], pm4.decode_pm4(pm4.acquire_mem(gen=9))[0]
+  assert not p9.error and "gcr_cntl" not in p9.fields and p9.fields["sh_icache"] == 1
+  assert "too short" in p11.error  # the decoder has to be told the generation
+  line = pm4.format_pm4(pm4.release_mem(0x1000, 1, gen=9), gen=9)
+  assert "tc_wb=0x1" in line and "tcl1=0x1" in line and "event_type=0x14(CACHE_FLUSH_AND_INV_TS_EVENT)" in line
+
+
+# ---- SDMA 4.4
+
+@FAST
+@given(addr4, addr4, st.integers(1, 1 << 16), st.booleans())
+def test_copy_linear_v4(dst, src, n, tmz):
+  assert sdma.copy_linear(dst, src, n, V44, tmz=tmz) == [
+    S4.SDMA_PKT_COPY_LINEAR_HEADER_OP(S4.SDMA_OP_COPY) | S4.SDMA_PKT_COPY_LINEAR_HEADER_SUB_OP(S4.SDMA_SUBOP_COPY_LINEAR)
+    | S4.SDMA_PKT_COPY_LINEAR_HEADER_TMZ(int(tmz)), S4.SDMA_PKT_COPY_LINEAR_COUNT_COUNT(n - 1), 0,
+    S4.SDMA_PKT_COPY_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0(lo(src)), S4.SDMA_PKT_COPY_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32(hi(src)),
+    S4.SDMA_PKT_COPY_LINEAR_DST_ADDR_LO_DST_ADDR_31_0(lo(dst)), S4.SDMA_PKT_COPY_LINEAR_DST_ADDR_HI_DST_ADDR_63_32(hi(dst))]
+
+
+def test_copy_and_fill_chunk_at_sdma_v4_4_2_limits():
+  # sdma_v4_4_2's copy_max_bytes and fill_max_bytes are 0x400000: the whole 22-bit bytes-1 count of vega10's header
+  assert S4.SDMA_PKT_COPY_LINEAR_COUNT_count_mask == (1 << 22) - 1 and sdma.copy_max_bytes(V44) == 0x400000
+  assert sdma.fill_max_bytes(V44) == 0x400000
+  n = 2 * 0x400000 + 12
+  pkts = sdma.decode_sdma(sdma.copy_linear(0x10000, 0x900000000, n, V44), V44)
+  assert [p.fields["count"] + 1 for p in pkts] == [0x400000, 0x400000, 12]
+  assert [p.fields["src_addr"] for p in pkts] == [0x900000000 + k * 0x400000 for k in range(3)]
+  assert all(p.fields["count"] <= S4.SDMA_PKT_COPY_LINEAR_COUNT_count_mask for p in pkts)
+  fills = sdma.decode_sdma(sdma.const_fill(0x1000, 7, 0x400000 + 8, V44), V44)
+  assert [p.fields["count"] + 1 for p in fills] == [0x400000, 8]
+  with pytest.raises(ValueError, match="does not fit"):  # a 22-bit count cannot take a 5.2+ chunk
+    sdma._pack("COPY_LINEAR", V44, count=sdma.copy_max_bytes((5, 2)) - 1)
+
+
+@FAST
+@given(addr4, u32, u32, u32, st.sampled_from(list(PollFunction)), st.booleans())
+def test_fence_poll_write_trap_v4(addr, value, ref, mask, func, hdp):
+  assert sdma.fence(addr, value, version=V44) == [  # sdma_v4_4_2_ring_emit_fence: no mtype on SDMA 4
+    S4.SDMA_PKT_FENCE_HEADER_OP(S4.SDMA_OP_FENCE), S4.SDMA_PKT_FENCE_ADDR_LO_ADDR_31_0(lo(addr)),
+    S4.SDMA_PKT_FENCE_ADDR_HI_ADDR_63_32(hi(addr)), S4.SDMA_PKT_FENCE_DATA_DATA(value)]
+  assert sdma.poll_regmem(addr, ref, mask, func, hdp_flush=hdp, version=V44) == [
+    S4.SDMA_PKT_POLL_REGMEM_HEADER_OP(S4.SDMA_OP_POLL_REGMEM) | S4.SDMA_PKT_POLL_REGMEM_HEADER_HDP_FLUSH(int(hdp))
+    | S4.SDMA_PKT_POLL_REGMEM_HEADER_FUNC(func) | S4.SDMA_PKT_POLL_REGMEM_HEADER_MEM_POLL(1),
+    S4.SDMA_PKT_POLL_REGMEM_ADDR_LO_ADDR_31_0(lo(addr)), S4.SDMA_PKT_POLL_REGMEM_ADDR_HI_ADDR_63_32(hi(addr)),
+    S4.SDMA_PKT_POLL_REGMEM_VALUE_VALUE(ref), S4.SDMA_PKT_POLL_REGMEM_MASK_MASK(mask),
+    S4.SDMA_PKT_POLL_REGMEM_DW5_INTERVAL(4) | S4.SDMA_PKT_POLL_REGMEM_DW5_RETRY_COUNT(0xfff)]
+  assert sdma.write_linear(addr, value, ref, version=V44) == [
+    S4.SDMA_PKT_WRITE_UNTILED_HEADER_OP(S4.SDMA_OP_WRITE) | S4.SDMA_PKT_WRITE_UNTILED_HEADER_SUB_OP(S4.SDMA_SUBOP_WRITE_LINEAR),
+    lo(addr), hi(addr), S4.SDMA_PKT_WRITE_UNTILED_DW_3_COUNT(1), value, ref]
+  assert sdma.trap(value >> 4, version=V44) == [S4.SDMA_PKT_TRAP_HEADER_OP(S4.SDMA_OP_TRAP),
+                                               S4.SDMA_PKT_TRAP_INT_CONTEXT_INT_CONTEXT(value >> 4)]
+  assert sdma.const_fill(addr, value, 64, V44) == [
+    S4.SDMA_PKT_CONSTANT_FILL_HEADER_OP(S4.SDMA_OP_CONST_FILL) | S4.SDMA_PKT_CONSTANT_FILL_HEADER_FILLSIZE(2),
+    lo(addr), hi(addr), value, S4.SDMA_PKT_CONSTANT_FILL_COUNT_COUNT(63)]
+  with pytest.raises(ValueError, match="mtype"): sdma.fence(addr, value, mtype=3, version=V44)
+
+
+@FAST
+@given(addr8)
+def test_timestamps_v4(addr):
+  assert sdma.timestamp(addr, version=V44) == [
+    S4.SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_OP(S4.SDMA_OP_TIMESTAMP)
+    | S4.SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_SUB_OP(S4.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL),
+    S4.SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_LO_WRITE_ADDR_31_3(lo(addr) >> 3),
+    S4.SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_HI_WRITE_ADDR_63_32(hi(addr))]
+  assert sdma.timestamp_set(addr, version=V44)[1:] == [lo(addr), hi(addr) & 0xffffffff]
+
+
+def test_v4_layouts_follow_vega10_offsets():
+  for lay in sdma.LAYOUTS_V4:
+    assert lay.fields, lay.name
+    assert not any(f.name in ("cpv", "mtype", "cache_policy") for f in lay.fields), lay.name
+    for f in lay.fields:
+      dw = next(d for d in lay.dwords if hasattr(S4, f"SDMA_PKT_{lay.name}_{d}_{f.name}_offset"))
+      assert f.dword == lay.dwords.index(dw) == getattr(S4, f"SDMA_PKT_{lay.name}_{dw}_{f.name}_offset")
+
+
+# ---- the queues with a fake CDNA3 backend
+
+def backend(hdp=None):
+  gc = ip_regs("gc", 9, 4, 3)
+  return SimpleNamespace(gfx=9, sdma_version=V44, reg=lambda n: gc[n].addr(GC_BASE), gc=gc, scratch_for=lambda prg: (0, 0),
+                         hdp_flush=hdp)
+
+
+def program(arch="gfx942", name="copy"):
+  co = load_code_object(kernels.path(arch, name).read_bytes(), arch)
+  d = next(iter(co.kernels.values())).descriptor
+  return SimpleNamespace(code_va=0x7000_0000_1000, rsrc1=d.compute_pgm_rsrc1, rsrc2=d.compute_pgm_rsrc2, rsrc3=d.compute_pgm_rsrc3,
+                         wave32=d.wave32, user_sgprs=d.user_sgprs(), dispatch_offset=256)
+
+
+def test_exec_emits_the_gfx9_forms():
+  be, prg = backend(), program()
+  assert not prg.wave32
+  q = AMDComputeQueue(be).exec(prg, Var("kernargs"), (7, 2, 1), (64, 1, 1))
+  q.patch({"kernargs": 0x12_3456_7800, **({"dispatch": 0x12_3456_7900} if "dispatch" in q.vars else {})})
+  w = list(q.words())
+  pk = pm4.decode_pm4(w, gen=9)
+  assert all(not p.error for p in pk)
+  assert pk[0].words == pm4.acquire_mem(gen=9) and pk[-1].words == pm4.event_write(Event.CS_PARTIAL_FLUSH, gen=9)
+  names = {be.gc[n].addr(GC_BASE): n for n in be.gc.names() if be.gc[n].base_idx == 0}
+  regs = {}
+  for p in pk:
+    if p.name == "SET_SH_REG":
+      for i, v in enumerate(p.data): regs[names[p.fields["reg"] + i]] = v
+  assert (regs["regCOMPUTE_PGM_HI"] << 40 | regs["regCOMPUTE_PGM_LO"] << 8) == prg.code_va
+  assert (regs["regCOMPUTE_PGM_RSRC1"], regs["regCOMPUTE_PGM_RSRC2"], regs["regCOMPUTE_PGM_RSRC3"]) == (prg.rsrc1, prg.rsrc2, prg.rsrc3)
+  assert [regs[f"regCOMPUTE_NUM_THREAD_{a}"] for a in "XYZ"] == [64, 1, 1]
+  ka = next(at for n, at, _ in prg.user_sgprs if n == "user_sgpr_kernarg_segment_ptr")
+  assert [regs[f"regCOMPUTE_USER_DATA_{ka}"], regs[f"regCOMPUTE_USER_DATA_{ka + 1}"]] == [0x3456_7800, 0x12]
+  disp = next(p for p in pk if p.name == "DISPATCH_DIRECT")
+  assert disp.words == pm4.dispatch_direct(7, 2, 1, pm4.dispatch_initiator(False, 9), gen=9)
+
+
+def test_exec_refuses_wave32_kernels_on_gfx9():
+  with pytest.raises(ValueError, match="wave64 only"):
+    AMDComputeQueue(backend()).exec(program("gfx1100", "vadd"), 0x1000, (1, 1, 1), (32, 1, 1))
+
+
+def test_signal_wait_timestamp_and_barrier_gfx9():
+  sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048, dev=None)
+  flush = pm4.hdp_flush_regs(NBIO_BASE, 1, 0)
+  q = AMDComputeQueue(backend(flush)).wait(sig, 41).memory_barrier().signal(sig, Var("v")).timestamp(sig)
+  q.patch({"v": 1 << 33 | 5})
+  assert list(q.words()) == (pm4.wait_reg_mem(sig.va, 41, function=WaitFunction.GREATER_EQUAL, gen=9)
+                             + pm4.hdp_flush(*flush) + pm4.acquire_mem(gen=9)
+                             + pm4.release_mem(sig.va, 1 << 33 | 5, DataSel.VALUE64, IntSel.INTERRUPT_AFTER_WRITE, gen=9)
+                             + pm4.release_mem(sig.timestamp_va, data_sel=DataSel.TIMESTAMP, event=Event.BOTTOM_OF_PIPE_TS, gen=9))
+  assert [p.name for p in pm4.decode_pm4(q.words(), gen=9)] == ["WAIT_REG_MEM"] * 2 + ["ACQUIRE_MEM"] + ["RELEASE_MEM"] * 2
+  # without hdp registers from the backend the barrier is the ACQUIRE_MEM alone
+  assert list(AMDComputeQueue(backend()).memory_barrier().words()) == pm4.acquire_mem(gen=9)
+
+
+def test_copy_queue_emits_sdma4():
+  sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048)
+  q = AMDCopyQueue(backend()).wait(sig, 3).copy(0x1000, 0x9_0000_0000, 0x400000 + 100).signal(sig, 1 << 32 | 9).timestamp(sig)
+  w = list(q.words())
+  assert w == (sdma.poll_regmem(sig.va, 3, function=PollFunction.GREATER_EQUAL, version=V44)
+               + sdma.copy_linear(0x1000, 0x9_0000_0000, 0x400000 + 100, V44) + sdma.fence(sig.va, 9, version=V44)
+               + sdma.trap(version=V44) + sdma.timestamp(sig.timestamp_va, version=V44))
+  assert [p.name for p in sdma.decode_sdma(w, V44)] == ["POLL_REGMEM", "COPY_LINEAR", "COPY_LINEAR", "FENCE", "TRAP",
+                                                       "TIMESTAMP_GET_GLOBAL"]
