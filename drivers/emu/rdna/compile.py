@@ -11,7 +11,7 @@ import numpy as np
 from rawgpu.drivers.emu.rdna.decode import Inst
 from rawgpu.drivers.emu.rdna.state import State, EmuFault
 from rawgpu.drivers.emu.rdna.valu import VOPS, CMP, TYPES, WIDTH, BITS
-from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, mem_ops, salu
+from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, mem_ops, salu, wmma
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i32, i64 = np.uint16, np.uint32, np.uint64, np.int32, np.int64
@@ -459,6 +459,47 @@ def _dot(i: Inst, L: int, fam: str) -> Fn:
     st.wv(r, (old & u32(0xffff)) | (bits << u32(16)) if opsel & 8 else (old & u32(0xffff0000)) | bits)
   return run
 
+def _wmma(i: Inst, L: int, fam: str) -> Fn:
+  """v_wmma_*_16x16x16_*: see wmma.py for the lane layouts."""
+  name, f = _split(i.name), i.f
+  if L != 32: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} in wave64 is not modelled", i.addr)
+  out, kind = name.split("_")[2], name.split("_")[-1]
+  gfx12, integer, wide = fam == "gfx12", out == "i32", out in ("f32", "i32")
+  nab = (16 if not gfx12 else 8) * wmma.ELEM_BITS[kind] // 32          # registers per A/B operand
+  sa, sb = bool(f.get("neg", 0) & 1) and integer, bool(f.get("neg", 0) & 2) and integer
+  clamp, hi = bool(f.get("clamp", 0)), bool(f.get("opsel", 0) & 4) and not gfx12
+  reg, half, row, col = wmma.acc_index(gfx12, wide)
+  nacc = 8 if wide or not gfx12 else 4
+  a0, b0, d0, cn = f["src0"] - 256, f["src1"] - 256, f["vdst"], f["src2"]
+  cconst = const_value(cn, i.lit, 32, not integer) if cn < 256 else None
+  if cn < 256 and cconst is None: raise EmuFault(f"illegal operand {cn} at {i.addr:#x}", i.addr)
+  lane = np.broadcast_to(np.arange(32), reg.shape)
+  def run(st):
+    regs = lambda base, n: np.stack([st.v[base + k] for k in range(n)], -1)
+    A = wmma.operand(regs(a0, nab), kind, sa, gfx12, False)
+    B = wmma.operand(regs(b0, nab), kind, sb, gfx12, True)
+    cw = regs(cn - 256, nacc) if cconst is None else np.full((st.W, 32, nacc), u32(cconst), u32)
+    slot = cw[:, lane, reg]                                             # (W, 8, 32) words per C/D place
+    if wide: cval = slot.view(np.int32).astype(i64) if integer else slot.view(f32).astype(f64)
+    else: cval = wmma.half_value(slot >> u32(16 * (half + hi)), kind)
+    C = np.zeros((st.W, 16, 16), i64 if integer else f64)
+    C[:, row, col] = cval
+    D = wmma.matmul(A, B, C, integer)[:, row, col]                      # (W, 8, 32)
+    if integer:
+      D = np.clip(D, -2**31, 2**31 - 1) if clamp else D
+      bits = (D & 0xffffffff).astype(u32)
+    elif wide: bits = D.astype(f32).view(u32)
+    else: bits = wmma.to_half(D, kind)
+    new = [st.v[d0 + k].copy() for k in range(nacc)]
+    for j in range(8):
+      r = int(reg[j, 0])
+      if wide: new[r] = bits[:, j]
+      else:
+        sh = u32(16 * (int(half[j, 0]) + hi))
+        new[r] = (new[r] & ~(u32(0xffff) << sh)) | (bits[:, j] << sh)
+    for k in range(nacc): st.wv(d0 + k, new[k])
+  return run
+
 def _nop(i: Inst, L: int, fam: str) -> Fn:
   return lambda st: None
 
@@ -473,6 +514,8 @@ _SPECIAL_VALU = {
   "v_pipeflush": _nop, "v_cndmask_b16": _cndmask, "v_permlane64_b32": _permlane64,
   **{n: _dot for n in ("v_dot2_f32_f16", "v_dot2_f32_bf16", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4",
                        "v_dot8_u32_u4", "v_dot2_f16_f16", "v_dot2_bf16_bf16")},
+  **{f"v_wmma_{o}_16x16x16_{k}": _wmma for o, k in (("f32", "f16"), ("f32", "bf16"), ("f16", "f16"), ("bf16", "bf16"),
+                                                     ("i32", "iu8"), ("i32", "iu4"))},
 }
 
 def _vopd(i: Inst, L: int, fam: str) -> Fn:

@@ -40,7 +40,7 @@ def _probes(arch: str) -> dict[str, tuple[int, callable, list[set[str]]]]:
     "vop3": (1024, vop3, src),
     "vop3.s": (1024, lambda op, o: vop3(op, o, S_SRC1, 28), src),
     "vop3.w": (1024, lambda op, o: vop3(op, o, S_SRC1, V_SRC2 + 256, S_SRC0), src),
-    "vop3p": (128, lambda op, o: [(0b11001100 << 24) | (op << 16) | V_DST,
+    "vop3p": (128, lambda op, o: [(0b11001100 << 24) | (op << 16) | (1 << 14) | V_DST,  # op_sel_hi[2] = 1, the default (gfx12 WMMA requires it)
                                   (3 << 27) | (z(V_SRC2 + 256, "src2", o) << 18) | (z(V_SRC1 + 256, "src1", o) << 9) | (V_SRC0 + 256)],
               src[:3]),
     "vopdx": (16, lambda op, o: vopd(op, 4, o), [set(), {"src1x"}]),
