@@ -88,6 +88,7 @@ class AMDBoard:
       setattr(self, attr, blk)
       self.blocks.append(blk)
       if hasattr(blk, "step"): self.engines.append(blk)
+    self._doorbell_sinks = [blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")]   # blocks that watch the doorbell BAR
 
   BLOCKS: list[tuple[str, str, str]] = [("gmc", "GMC", "gmc"), ("ih", "IH", "ih"), ("gfx", "GFX", "gfx"), ("sdma", "SDMA", "sdma"),
                                           ("psp", "PSP", "psp"), ("smu", "SMU", "smu")]
@@ -146,12 +147,12 @@ class AMDBoard:
 
   def _db_write(self, off: int, width: int, value: int) -> None:
     if self.removed or not self.cfg.mem_enabled or not self.nbio.doorbells_enabled: return   # aperture off: dropped
+    # A posted write: it lands in the watching block's write pointer without waiting for the engines (no board lock;
+    # each store is atomic and the pointers only move forward, so an engine mid-step sees the old or the new value).
     idx = off >> 2
-    with self.lock:
-      self.doorbells[idx] = value & 0xffffffff
-      if width == 8: self.doorbells[idx + 1] = value >> 32
-      for blk in self.blocks:
-        if hasattr(blk, "doorbell"): blk.doorbell(idx, value)
+    self.doorbells[idx] = value & 0xffffffff
+    if width == 8: self.doorbells[idx + 1] = value >> 32
+    for sink in self._doorbell_sinks: sink(idx, value)
     self.kick()
 
   # ---- DMA to host memory: only with bus mastering on, only to pages the bus backs
@@ -163,6 +164,7 @@ class AMDBoard:
   # ---- execution
   def kick(self) -> None:
     if self.deterministic or self._closed: return
+    if self._thread is not None and self._event.is_set(): return   # already woken: nothing to add
     if self._thread is None:
       if not self.engines or self.halt_shaders: return      # closing, resetting or removed: nothing restarts it
       self._stop = False

@@ -377,7 +377,7 @@ class GFX:
   def doorbell(self, idx: int, value: int) -> None:
     lo, hi = self.b.regs.vals.get(self.a_db_lo, 0), self.b.regs.vals.get(self.a_db_hi, 0)
     if not lo <= idx * 4 <= hi: return
-    for q in self.queues.values():
+    for q in tuple(self.queues.values()):   # a snapshot: the worker may map a queue meanwhile
       if q.active and q.doorbell_index() == idx:
         q.wptr = value
         q.bank[self.a_wptr_lo], q.bank[self.a_wptr_hi] = value & 0xffffffff, value >> 32

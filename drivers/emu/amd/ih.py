@@ -60,8 +60,9 @@ class IHRing:
     else: self.b.gmc.mm.write(c["MC_VMID"], addr, data)                      # through the MM hub
 
   def doorbell(self, idx: int, value: int) -> None:
-    d = self.db.decode(self.b.regs.vals.get(self.a_db, 0))
-    if d["ENABLE"] and d["OFFSET"] == idx: self.b.regs.vals[self.a_rptr] = value & 0xffffffff
+    v = self.b.regs.vals.get(self.a_db, 0)
+    (_, en), (sh, off) = self.db.fields["ENABLE"], self.db.fields["OFFSET"]
+    if v & en and (v & off) >> sh == idx: self.b.regs.vals[self.a_rptr] = value & 0xffffffff
 
 
 class IH:
