@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+from rawgpu.errors import RawGPUError
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -296,3 +298,32 @@ def test_copy_queue_emits_sdma4():
                + sdma.trap(version=V44) + sdma.timestamp(sig.timestamp_va, version=V44))
   assert [p.name for p in sdma.decode_sdma(w, V44)] == ["POLL_REGMEM", "COPY_LINEAR", "COPY_LINEAR", "FENCE", "TRAP",
                                                        "TIMESTAMP_GET_GLOBAL"]
+
+
+class _HostOnlyIface:
+  """Enough of an interface for AMDBackend's constructor: host memory for the kernarg ring."""
+  def alloc(self, size: int, host: bool = False, uncached: bool = False):
+    from types import SimpleNamespace
+    return SimpleNamespace(va=0x1000_0000, cpu=memoryview(bytearray(size)))
+
+
+def _gfx9_backend(ip_bases: dict):
+
+  from rawgpu.hcq.amd.backend import AMDBackend
+  props = SimpleNamespace(ip_versions={"gc": (9, 4, 3), "sdma": (4, 4, 2)}, ip_bases=ip_bases)
+  return AMDBackend(SimpleNamespace(props=props, iface=_HostOnlyIface()))
+
+
+def test_backend_on_gc_9_4_3_flushes_hdp_and_decodes_gfx9_history():
+  be = _gfx9_backend({"gc": GC_BASE, "nbio": NBIO_BASE})
+  assert (be.gfx, be.sdma_version) == (9, (4, 4))
+  assert be.hdp_flush == pm4.hdp_flush_regs(NBIO_BASE, 1, 0)
+  barrier = be.compute_queue().memory_barrier().words()
+  assert barrier == pm4.hdp_flush(*be.hdp_flush) + pm4.acquire_mem(gen=9)
+  ring = SimpleNamespace(history=[barrier])
+  text = be.describe_history({"compute": ring, "sdma": SimpleNamespace(history=[sdma.fence(0x2000, 1, version=V44)])})
+  assert "ACQUIRE_MEM" in text and "too short" not in text and "FENCE" in text
+
+
+def test_backend_on_gfx9_without_nbio_base_is_a_clear_error():
+  with pytest.raises(RawGPUError, match="NBIO register base"): _gfx9_backend({"gc": GC_BASE})

@@ -36,6 +36,10 @@ class AMDBackend:
     self.gc_base = p.ip_bases["gc"]
     self.gfx = p.ip_versions["gc"][0]
     self.sdma_version = p.ip_versions.get("sdma", (6, 0, 0))[:2]
+    if self.gfx < 10:   # gfx9 compute rings flush HDP in the stream (the barrier's request/done pair on NBIO); MEC1 pipe 0
+      from rawgpu.hcq.amd import pm4
+      if "nbio" not in p.ip_bases: raise RawGPUError(f"{dev}: a gfx9 device needs its NBIO register base for the HDP flush")
+      self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0)
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
     self._staging: list[Buffer] | None = None
@@ -148,7 +152,7 @@ class AMDBackend:
     from rawgpu.hcq.amd import pm4, sdma
     out = []
     for engine, r in rings.items():
-      fmt = pm4.format_pm4 if engine == "compute" else sdma.format_sdma
       for words in r.history[-2:]:
-        out.append(f"[{engine}] " + fmt(list(words)).replace("\n", f"\n[{engine}] "))
+        text = pm4.format_pm4(list(words), gen=self.gfx) if engine == "compute" else sdma.format_sdma(list(words), self.sdma_version)
+        out.append(f"[{engine}] " + text.replace("\n", f"\n[{engine}] "))
     return "\n".join(out) or "(nothing submitted)"
