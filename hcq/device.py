@@ -12,6 +12,7 @@ TIMELINE_LIMIT = 1 << 32  # the engines compare signal words as 32-bit values
 
 
 class Device:
+  _profiler = None   # a Profiler while one records this device
   def __init__(self, dev: str | DevSpec | None = None, *, iface: Iface | None = None):
     if iface is None:
       spec = dev_from_env() if dev is None else parse_dev(dev) if isinstance(dev, str) else dev

@@ -32,6 +32,11 @@ class HWQueue:
   @property
   def vars(self) -> set[str]: return set(self._slots)
 
+  def slots(self, name: str) -> tuple[tuple[int, int], ...]:
+    """(word index, shift) of each dword that carries patch slot `name` (empty if the queue has none): for a caller
+    that writes its slots itself on a hot path, then pushes words() unchanged. It owns the queue from then on."""
+    return tuple(self._slots.get(name, ()))
+
   def _finalize(self) -> array | memoryview:
     if self._words is None: self._words = array("I", self._build)
     return self._words

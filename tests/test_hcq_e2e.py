@@ -90,6 +90,23 @@ def test_two_kernels_100_times(dev):
   assert np.array_equal(Y.numpy(np.float32), ref)
 
 
+def test_arguments_the_fast_packer_declines_take_the_checked_path(dev):
+  """An int for a float argument is its value; a negative int for a 32-bit argument is two's complement; a buffer
+  that was freed is refused by name. (The one-struct packer declines these and the checked path decides.)"""
+  n = 64
+  x = np.arange(n, dtype=np.float32)
+  X, Y = dev.alloc(4 * n).copyin(x), dev.alloc(4 * n).copyin(np.ones(n, np.float32))
+  prog(dev, "saxpy")(3, X, Y, n, global_size=1, local_size=64, wait=True)  # y = 3x + 1
+  assert np.array_equal(Y.numpy(np.float32), np.float32(3) * x + 1)
+  buf = dev.alloc(4 * n)
+  fill = prog(dev, "fill")
+  fill(buf, -2, n, global_size=1, local_size=64, wait=True)
+  assert (buf.numpy(np.uint32) == 0xfffffffe).all()
+  gone = dev.alloc(4 * n)
+  gone.free()
+  with pytest.raises(RawGPUError, match="freed"): fill(gone, 1, n, global_size=1, local_size=64)
+
+
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(1, 700), value=st.integers(0, 2**32 - 1), local=st.sampled_from([32, 64, 256]))
 def test_fill_with_updated_arguments(dev, n, value, local):

@@ -1,13 +1,16 @@
 """AMD programs: a code object loaded once into GPU memory, launched with checked arguments."""
 from __future__ import annotations
 import struct
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
 from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
 from rawgpu.hcq.buffer import Buffer
 
-if TYPE_CHECKING: from rawgpu.hcq.amd.backend import AMDBackend
+if TYPE_CHECKING:
+  from rawgpu.hcq.amd.backend import AMDBackend
+  from rawgpu.hcq.amd.queues import AMDComputeQueue
 
 # hidden (implicit) kernel arguments the dispatch fills in, by value kind (code object v5+)
 _HIDDEN = {
@@ -52,6 +55,8 @@ class AMDProgram:
     if unsupported: raise CodeObjectError(f"kernel {name} needs user SGPRs this runtime does not provide: {', '.join(unsupported)}")
     self.needs_dispatch = any(n == "user_sgpr_dispatch_ptr" for n, _, _ in self.user_sgprs)
     self.dispatch_offset = (self.kernarg_size + 63) & ~63  # the AQL packet follows the arguments
+    self._ptr_idx = tuple(i for i, p in enumerate(self._ptr) if p)
+    self._args_struct = _args_struct(self.args, self._ptr)
     self._templates: dict = {}
 
   def check_arg_count(self, args: tuple) -> None:
@@ -75,58 +80,111 @@ class AMDProgram:
       if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} lives on {v.dev}, not mapped to {self.dev}")
       v.used_by(self.dev, launch)  # recorded against the device whose ticket it is
       struct.pack_into("<Q", view, a.offset, v.va)
-    elif isinstance(v, float):
+    elif isinstance(v, float) or (isinstance(v, int) and _float_fmt(a)):  # an int given to a float argument is its value
       if a.size not in (4, 8): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is {a.size} bytes, cannot take a float")
-      struct.pack_into("<f" if a.size == 4 else "<d", view, a.offset, v)
+      struct.pack_into("<f" if a.size == 4 else "<d", view, a.offset, float(v))
     elif isinstance(v, int) and a.size in _INT:
       if not -(1 << (8 * a.size - 1)) <= v < (1 << (8 * a.size)): raise RawGPUError(f"kernel {self.name}: {v} does not fit argument {a.name!r} ({a.size} bytes)")
       struct.pack_into("<" + _INT[a.size], view, a.offset, v & ((1 << (8 * a.size)) - 1))
     elif isinstance(v, (bytes, bytearray)) and len(v) == a.size: view[a.offset:a.offset + a.size] = v
     else: raise RawGPUError(f"kernel {self.name}: argument {a.name!r} ({a.value_kind}, {a.size} bytes) cannot take {type(v).__name__}")
 
-  def _launch_setup(self, global_size, local_size, timing: bool | str):
-    """Once per launch shape: the queue template and the kernarg image with the hidden arguments filled in."""
+  def _launch_setup(self, global_size, local_size, timing: bool | str) -> "_Launch":
+    """Once per launch shape: the queue template, its patch slots and the kernarg image with the hidden arguments."""
     g, l = _dims(global_size), _dims(local_size)
     check_launch(self.kernel, l, self.limits)
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
     self._pack_hidden(memoryview(img), g, l)
     q = self.backend.exec_template(self, g, l, timing)
-    return q, g, l, bytes(img), "kernargs" in q.vars
+    return _Launch(q, g, l, bytes(img), q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"))
+
+  def _pack_explicit(self, view: memoryview, args: tuple, ticket: int) -> None:
+    """The explicit arguments into view. Fast path: one struct over them, buffer uses recorded inline; anything it
+    does not take (a buffer of another device, a negative int, raw bytes, a wrong type) goes the checked way."""
+    st, dev = self._args_struct, self.dev
+    if st is not None:
+      vals = list(args)
+      for i in self._ptr_idx:
+        v = args[i]
+        if type(v) is not Buffer or v.dev is not dev: break
+        r = v.base or v
+        if r.freed: break
+        vals[i] = v.va
+      else:
+        try: st.pack_into(view, 0, *vals)
+        except struct.error: pass
+        else:
+          for i in self._ptr_idx:
+            r = args[i].base or args[i]
+            if r.last_use < ticket: r.last_use = ticket
+          return
+    for a, v in zip(self.args, args): self._pack_one(view, a, v, ticket)
 
   def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
     """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits)."""
-    prof = getattr(self.dev, "_profiler", None)
-    key = (global_size, local_size, "profile" if prof is not None else timing)
-    try: q, g, l, img, uses_kernargs = self._templates[key]
-    except (KeyError, TypeError):  # TypeError: unhashable sizes (lists)
-      q, g, l, img, uses_kernargs = ent = self._launch_setup(global_size, local_size, key[2])
-      if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ent
     dev = self.dev
+    prof = dev._profiler
+    key = (global_size, local_size, "profile" if prof is not None else timing)
+    try: ln = self._templates[key]
+    except (KeyError, TypeError):  # TypeError: unhashable sizes (lists)
+      ln = self._launch_setup(global_size, local_size, key[2])
+      if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ln
     if len(args) != len(self.args): self.check_arg_count(args)
+    img = ln.img
     ka_va, ka_view = self.backend.kernargs.alloc(len(img))
     ka_view[:len(img)] = img
-    ticket = dev.timeline_value
-    for a, ptr, v in zip(self.args, self._ptr, args):  # may raise: the ticket is taken after
-      if ptr and type(v) is Buffer and v.dev is dev and not v._root().freed:  # the common case, inline
-        _pack_q(ka_view, a.offset, v.va)
-        r = v.base or v
-        if r.last_use < ticket: r.last_use = ticket
-      else: self._pack_one(ka_view, a, v, ticket)
-    values = {"kernargs": ka_va} if uses_kernargs else {}
-    if self.needs_dispatch:
-      fill_dispatch_packet(ka_view[self.dispatch_offset:], self, g, l, ka_va)
-      values["dispatch"] = ka_va + self.dispatch_offset
+    self._pack_explicit(ka_view, args, dev.timeline_value)   # may raise: the ticket is taken after
+    q, words = ln.q, ln.words
+    for idx, sh in ln.kernargs: words[idx] = (ka_va >> sh) & 0xffffffff
+    if ln.dispatch:
+      fill_dispatch_packet(ka_view[self.dispatch_offset:], self, ln.g, ln.l, ka_va)
+      for idx, sh in ln.dispatch: words[idx] = ((ka_va + self.dispatch_offset) >> sh) & 0xffffffff
     value = dev.next_timeline()
-    values["timeline"] = dev.timeline_gpu(value)
+    tl = value - dev.timeline_base
+    for idx, sh in ln.timeline: words[idx] = (tl >> sh) & 0xffffffff
     if key[2] == "profile":
-      values["ts_start"], values["ts_end"], view, idx = prof.slot()
+      start, end, view, idx = prof.slot()
       prof.record(self.name, "kernel", value, view, idx)
-    q.submit(dev, values)
+      values = {"kernargs": ka_va, "timeline": tl, "ts_start": start, "ts_end": end}   # profiled launches patch every slot
+      if ln.dispatch: values["dispatch"] = ka_va + self.dispatch_offset
+      q.submit(dev, values)
+    else: dev.ring(q.engine).push(words)
     if not (wait or timing): return None
     dev.wait_timeline(value)
     if not timing: return None
     if key[2] == "profile": return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
     return (q.t_end.timestamp - q.t_start.timestamp) / self.backend.timestamp_hz
+
+
+@dataclass
+class _Launch:
+  """A launch shape's queue template and where its per-launch values go (word index, shift) in its words."""
+  q: "AMDComputeQueue"
+  g: tuple[int, int, int]
+  l: tuple[int, int, int]
+  img: bytes
+  kernargs: tuple
+  dispatch: tuple
+  timeline: tuple
+
+  @property
+  def words(self): return self.q._finalize()
+
+
+def _float_fmt(a: KernelArg) -> str | None:
+  return {("float", 4): "f", ("double", 8): "d"}.get((a.type_name, a.size))
+
+
+def _args_struct(args: list[KernelArg], ptr: list[bool]) -> struct.Struct | None:
+  """One struct packing the explicit arguments at their offsets, in order (None where they are out of order,
+  overlap or have sizes it cannot pack: those launches take the checked path)."""
+  fmt, at = "<", 0
+  for a, p in zip(args, ptr):
+    code = "Q" if p and a.size == 8 else _float_fmt(a) or _INT.get(a.size)
+    if code is None or a.offset < at: return None
+    fmt += "x" * (a.offset - at) + code
+    at = a.offset + a.size
+  return struct.Struct(fmt)
 
 
 def _dims(d) -> tuple[int, int, int]:
