@@ -6,6 +6,9 @@ queue per replay; the compute and copy queues order themselves with a graph-priv
     g.exec(prg, x, out, 1024, global_size=4, local_size=256)
     g.copy(host_buf, out)                  # on the copy engine, after the kernel
     g.replay(x=buf_a); g.replay(x=buf_b)
+
+    g.wait(peer_signal, g.input("go"))     # waits and signals (on this or a mapped peer's signal) run on the compute
+    g.signal(done_signal, g.input("n"))    # queue in recorded order; their values may be inputs (ints at replay)
 """
 from __future__ import annotations
 import struct
@@ -55,6 +58,20 @@ class Graph:
     self.nodes.append(("copy", (dst, src, n)))
     return self
 
+  def wait(self, signal, value: int | Input) -> "Graph":
+    """The compute queue waits here until signal >= value (the signal may be a peer device's, mapped here)."""
+    return self._sync_node("wait", signal, value)
+
+  def signal(self, signal, value: int | Input) -> "Graph":
+    """The compute queue writes value to signal once everything recorded before it is done."""
+    return self._sync_node("signal", signal, value)
+
+  def _sync_node(self, kind: str, signal, value) -> "Graph":
+    if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
+    if not isinstance(value, (int, Input)): raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
+    self.nodes.append((kind, (signal, value)))
+    return self
+
   def _build(self) -> None:
     from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
@@ -63,8 +80,9 @@ class Graph:
     self.sq = self.dev.copy_queue() if any(k == "copy" for k, _ in self.nodes) else None
     self.sync = self.dev.new_signal("graph sync") if self.sq is not None else None
     self.nsync, cur = 0, None
+    self.value_sites: set[str] = set()          # inputs that are signal values (patch slots "value:<name>")
     for kind, what in self.nodes:
-      q = self.cq if kind == "exec" else self.sq
+      q = self.sq if kind == "copy" else self.cq
       if cur is not None and q is not cur:  # the work switches engine: the next queue waits for the previous one
         self.nsync += 1
         cur.signal(self.sync, Var(f"sync{self.nsync}"))
@@ -77,6 +95,11 @@ class Graph:
         for off in range(0, n, step):  # one packet per chunk, so an input's address is a whole patch slot in each
           d, sr = (self._copy_var(b, off, n) for b in (dst, src))
           q.copy(d, sr, min(step, n - off))
+        continue
+      if kind in ("wait", "signal"):
+        sig, v = what
+        if isinstance(v, Input): self.value_sites.add(v.name); v = Var(f"value:{v.name}")
+        (q.wait if kind == "wait" else q.signal)(sig, v)
         continue
       (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
       kv, ka_va = view[off:off + size], self.ka.va + off
@@ -101,7 +124,7 @@ class Graph:
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
     if self.ka is None: self._build()
-    names = set(self.sites) | set(self.copy_sites)
+    names = set(self.sites) | set(self.copy_sites) | self.value_sites
     missing = names - set(inputs) - set(self.cur)
     if missing: raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
     unknown = set(inputs) - names
@@ -109,11 +132,14 @@ class Graph:
     for name, v in inputs.items():  # checked before a ticket is taken: a refused replay leaves no hole in the timeline
       for _slot, _off, n in self.copy_sites.get(name, ()):
         if not isinstance(v, Buffer) or v.size < n: raise RawGPUError(f"graph input {name!r} is copied ({n} bytes): give a Buffer of at least that size")
+      if name in self.value_sites and (not isinstance(v, int) or not 0 <= v < 1 << 64):
+        raise RawGPUError(f"graph input {name!r} is a signal value: give an int in 0..2^64-1, not {v!r}")
     self.dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     value = self.dev.timeline_value    # the ticket this replay will take, once its arguments are written
     for name, v in inputs.items():
       if self.cur.get(name) is v: continue
       for slot, off, n in self.copy_sites.get(name, ()): self.copy_vals[slot] = v.va + off
+      if name in self.value_sites: self.copy_vals[f"value:{name}"] = v
       if name not in self.sites: self.cur[name] = v; continue
       sites = self.sites[name]
       kv, meta, prg = sites[0]

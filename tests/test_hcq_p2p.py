@@ -84,6 +84,36 @@ def test_cross_device_wait_orders_kernels(pair):
   h.free(); y.free()
 
 
+def test_graphs_on_two_boards_order_each_other_with_signal_inputs(pair):
+  """A's graph fills a host buffer and signals round r; B's graph waits for round r on A's signal, then copies the
+  buffer into its VRAM. Each replay gives the round as an input (the waits and signals are patched, not rebuilt)."""
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  n = 2048
+  h = a.alloc(4 * n, host=True)
+  y = b.alloc(4 * n)
+  sig = a.new_signal("round")
+  b.map(sig); b.map(h)
+  ga, gb = Graph(a), Graph(b)
+  ga.exec(prog(a, "fill"), h, ga.input("value"), n, global_size=n // 128, local_size=128).signal(sig, ga.input("round"))
+  gb.wait(sig, gb.input("round")).exec(prog(b, "copy"), h, y, n, global_size=n // 128, local_size=128)
+  for r, value in ((1, 0x1111_0001), (2, 0x2222_0002), (3, 0x3333_0003)):
+    tb = gb.replay(round=r)                                      # queued first: B must stall until A's round r
+    ta = ga.replay(value=value, round=r)
+    a.wait_timeline(ta); b.wait_timeline(tb)
+    assert sig.value == r
+    assert np.all(y.numpy(np.uint32) == value), f"round {r}: B copied before A's fill"
+  with pytest.raises(RawGPUError, match="signal value"): gb.replay(round=-1)
+  with pytest.raises(RawGPUError, match="signal value"): gb.replay(round=h)
+  h.free(); y.free()
+
+
+def test_graph_signal_value_must_be_an_int_or_input(pair):
+  from rawgpu.hcq.graph import Graph
+  a, _ = pair
+  with pytest.raises(RawGPUError, match="int or a graph input"): Graph(a).signal(a.new_signal("s"), 1.5)
+
+
 def test_unmapped_peer_buffer_is_refused(pair):
   a, b = pair
   x, y = a.alloc(4096), b.alloc(4096)
