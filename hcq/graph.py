@@ -114,7 +114,7 @@ class Graph:
     if self.cq._build: self.cq.bind(self.dev)   # the copy engine has no indirect buffers here: its words go to its ring
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
-    self.replays, self.copy_vals = 0, {}
+    self.replays, self.slot_vals = 0, {}
 
   def _copy_var(self, b, off: int, n: int):
     if isinstance(b, Buffer): return b.va + off
@@ -138,8 +138,8 @@ class Graph:
     value = self.dev.timeline_value    # the ticket this replay will take, once its arguments are written
     for name, v in inputs.items():
       if self.cur.get(name) is v: continue
-      for slot, off, n in self.copy_sites.get(name, ()): self.copy_vals[slot] = v.va + off
-      if name in self.value_sites: self.copy_vals[f"value:{name}"] = v
+      for slot, off, n in self.copy_sites.get(name, ()): self.slot_vals[slot] = v.va + off
+      if name in self.value_sites: self.slot_vals[f"value:{name}"] = v
       if name not in self.sites: self.cur[name] = v; continue
       sites = self.sites[name]
       kv, meta, prg = sites[0]
@@ -153,7 +153,7 @@ class Graph:
       if isinstance(v, Buffer): v.used_until(value)
     for b in self.static_buffers: b.used_until(value)
     value = self.dev.next_timeline()
-    vals = {"timeline": self.dev.timeline_gpu(value), **self.copy_vals}
+    vals = {"timeline": self.dev.timeline_gpu(value), **self.slot_vals}
     base, self.replays = self.replays * self.nsync, self.replays + 1
     vals.update({f"sync{k}": base + k for k in range(1, self.nsync + 1)})
     for q in (self.cq, self.sq):

@@ -34,8 +34,12 @@ class HWQueue:
 
   def slots(self, name: str) -> tuple[tuple[int, int], ...]:
     """(word index, shift) of each dword that carries patch slot `name` (empty if the queue has none): for a caller
-    that writes its slots itself on a hot path, then pushes words() unchanged. It owns the queue from then on."""
+    that writes its slots itself into words_array() on a hot path and pushes it. It owns the queue from then on."""
     return tuple(self._slots.get(name, ()))
+
+  def words_array(self) -> array | memoryview:
+    """The finalized words themselves (not a copy), for a caller that writes its slots in place (see slots())."""
+    return self._finalize()
 
   def _finalize(self) -> array | memoryview:
     if self._words is None: self._words = array("I", self._build)

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from rawgpu.autogen.regs import ip_regs
 from rawgpu.errors import RawGPUError
+from rawgpu.hcq.amd import pm4
 from rawgpu.hcq.amd.queues import AMDComputeQueue, AMDCopyQueue
 from rawgpu.hcq.buffer import Buffer
 
@@ -37,7 +38,6 @@ class AMDBackend:
     self.gfx = p.ip_versions["gc"][0]
     self.sdma_version = p.ip_versions.get("sdma", (6, 0, 0))[:2]
     if self.gfx < 10:   # gfx9 compute rings flush HDP in the stream (the barrier's request/done pair on NBIO); MEC1 pipe 0
-      from rawgpu.hcq.amd import pm4
       if "nbio" not in p.ip_bases: raise RawGPUError(f"{dev}: a gfx9 device needs its NBIO register base for the HDP flush")
       self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0)
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
@@ -149,7 +149,7 @@ class AMDBackend:
     dst.used_by(self.dev, v); src.used_by(self.dev, v)
 
   def describe_history(self, rings) -> str:
-    from rawgpu.hcq.amd import pm4, sdma
+    from rawgpu.hcq.amd import sdma
     out = []
     for engine, r in rings.items():
       for words in r.history[-2:]:

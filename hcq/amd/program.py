@@ -19,7 +19,6 @@ _HIDDEN = {
   "hidden_grid_dims": lambda g, l: 1 + (g[1] * l[1] > 1 or g[2] * l[2] > 1) + (g[2] * l[2] > 1),
 }
 _INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
-_pack_q = struct.Struct("<Q").pack_into
 
 
 class AMDProgram:
@@ -96,7 +95,7 @@ class AMDProgram:
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
     self._pack_hidden(memoryview(img), g, l)
     q = self.backend.exec_template(self, g, l, timing)
-    return _Launch(q, g, l, bytes(img), q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"))
+    return _Launch(q, q.words_array(), g, l, bytes(img), q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"))
 
   def _pack_explicit(self, view: memoryview, args: tuple, ticket: int) -> None:
     """The explicit arguments into view. Fast path: one struct over them, buffer uses recorded inline; anything it
@@ -160,15 +159,13 @@ class AMDProgram:
 class _Launch:
   """A launch shape's queue template and where its per-launch values go (word index, shift) in its words."""
   q: "AMDComputeQueue"
+  words: object           # the template's finalized words (array of uint32), written in place at each launch
   g: tuple[int, int, int]
   l: tuple[int, int, int]
   img: bytes
   kernargs: tuple
   dispatch: tuple
   timeline: tuple
-
-  @property
-  def words(self): return self.q._finalize()
 
 
 def _float_fmt(a: KernelArg) -> str | None:

@@ -33,9 +33,7 @@ class AMDComputeQueue(HWQueue):
   def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Stall the queue until signal >= value (the engine compares the low 32 bits)."""
     _reachable(self.be, signal)
-    if self.be.gfx < 10:
-      return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
-    return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL)
+    return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
@@ -53,27 +51,8 @@ class AMDComputeQueue(HWQueue):
 
   def exec(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size) -> "AMDComputeQueue":
     """Dispatch prg over global_size workgroups; kernargs is the address of its argument block (usually a Var)."""
-    r, gx, gy, gz, lx, ly, lz = self.be.reg, *global_size, *local_size
-    if self.be.gfx < 10: return self._exec_gfx9(prg, kernargs, global_size, local_size)
-    self._add(pm4.acquire_mem, gen=self.be.gfx)
-    self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_LO"), *_split(prg.code_va >> 8))
-    self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_RSRC1"), prg.rsrc1, prg.rsrc2)
-    self._add(pm4.set_sh_reg, r("regCOMPUTE_PGM_RSRC3"), prg.rsrc3)
-    tmpring, scratch_va = self.be.scratch_for(prg)
-    self._add(pm4.set_sh_reg, r("regCOMPUTE_TMPRING_SIZE"), tmpring)
-    if scratch_va: self._add(pm4.set_sh_reg, r("regCOMPUTE_DISPATCH_SCRATCH_BASE_LO"), *_split(scratch_va >> 8))
-    if prg.user_sgprs:
-      self._add(lambda ka, dp: pm4.set_sh_reg(r("regCOMPUTE_USER_DATA_0"), *_user_data(prg, ka, dp)), ka=kernargs,
-                dp=Var("dispatch") if isinstance(kernargs, Var) else kernargs + prg.dispatch_offset)
-    self._add(pm4.set_sh_reg, r("regCOMPUTE_RESOURCE_LIMITS"), 0)
-    self._add(pm4.set_sh_reg, r("regCOMPUTE_START_X"), 0, 0, 0, lx, ly, lz)
-    self._add(pm4.dispatch_direct, gx, gy, gz, pm4.dispatch_initiator(prg.wave32, self.be.gfx))
-    return self._add(pm4.event_write, pm4.Event.CS_PARTIAL_FLUSH)
-
-  def _exec_gfx9(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size) -> "AMDComputeQueue":
-    """exec in the soc15 forms: every packet takes gen, the initiator has no wave32 bit (wave32 kernels refused)."""
     r, g, (gx, gy, gz), (lx, ly, lz) = self.be.reg, self.be.gfx, global_size, local_size
-    initiator = pm4.dispatch_initiator(prg.wave32, g)  # raises for wave32 before anything is queued
+    initiator = pm4.dispatch_initiator(prg.wave32, g)  # raises for wave32 on gfx9 before anything is queued
     sh = lambda name, *v: self._add(pm4.set_sh_reg, r(name), *v, gen=g)
     self._add(pm4.acquire_mem, gen=g)
     sh("regCOMPUTE_PGM_LO", *_split(prg.code_va >> 8))
@@ -90,9 +69,7 @@ class AMDComputeQueue(HWQueue):
     self._add(pm4.dispatch_direct, gx, gy, gz, initiator, gen=g)
     return self._add(pm4.event_write, pm4.Event.CS_PARTIAL_FLUSH, gen=g)
 
-  def _indirect(self, va: int, ndw: int) -> list[int]:
-    if self.be.gfx < 10: return pm4.indirect_buffer(va, ndw, gen=self.be.gfx)
-    return pm4.indirect_buffer(va, ndw)
+  def _indirect(self, va: int, ndw: int) -> list[int]: return pm4.indirect_buffer(va, ndw, gen=self.be.gfx)
 
 
 def _reachable(backend, signal: Signal) -> None:
@@ -134,19 +111,14 @@ class AMDCopyQueue(HWQueue):
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    if (v := self.be.sdma_version) < (5, 0):  # SDMA 4: bare FENCE header, as sdma_v4_4_2 emits it
-      self._add(sdma.fence, signal.va, value=value & 0xffffffff if isinstance(value, int) else value, version=v)
-      return self._add(sdma.trap, version=v)
-    self._add(sdma.fence, signal.va, value=value & 0xffffffff if isinstance(value, int) else value)
-    return self._add(sdma.trap)
+    v = self.be.sdma_version
+    self._add(sdma.fence, signal.va, value=value & 0xffffffff if isinstance(value, int) else value, version=v)
+    return self._add(sdma.trap, version=v)
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    if (v := self.be.sdma_version) < (5, 0):
-      return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL, version=v)
-    return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL)
+    return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
   def timestamp(self, signal: Signal) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    if (v := self.be.sdma_version) < (5, 0): return self._add(sdma.timestamp, signal.timestamp_va, version=v)
-    return self._add(sdma.timestamp, signal.timestamp_va)
+    return self._add(sdma.timestamp, signal.timestamp_va, version=self.be.sdma_version)
