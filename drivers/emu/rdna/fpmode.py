@@ -28,18 +28,15 @@ def relevant(types) -> tuple[int, int]:
   for T in types: mask |= (3 | 3 << 4) << _shift(T)
   return mask, DEFAULT & mask
 
-def flush_in(x, T, m):
-  """Denormal inputs of type T to signed zero, for the waves whose mode (m, (W, 1)) flushes inputs."""
+def _flush(x, T, m, keep_bit: int):
+  """Denormals of type T to zeros of their sign, for the waves whose mode (m, (W, 1)) clears FP_DENORM bit keep_bit."""
   x = np.asarray(x, T)
-  keep = ((m >> (4 + _shift(T))) & 1) == 1
+  keep = ((m >> (keep_bit + _shift(T))) & 1) == 1
   den = (x != 0) & (np.abs(x) < np.finfo(T).tiny)
   return np.where(den & ~keep, np.copysign(T(0), x), x).astype(T)
 
-def flush_out(x, T, m):
-  keep = ((m >> (5 + _shift(T))) & 1) == 1
-  x = np.asarray(x, T)
-  den = (x != 0) & (np.abs(x) < np.finfo(T).tiny)
-  return np.where(den & ~keep, np.copysign(T(0), x), x).astype(T)
+def flush_in(x, T, m): return _flush(x, T, m, 4)    # FP_DENORM bit 0 of the pair: keep denormal inputs
+def flush_out(x, T, m): return _flush(x, T, m, 5)   # bit 1: keep denormal results
 
 def _exact_err(kind: str, args, T, r0):
   """The sign-carrying error (exact result - r0) for each lane, as float64 (0: r0 is exact)."""
