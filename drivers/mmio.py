@@ -81,7 +81,12 @@ class HookArray:
   """Index access (`regs[i] = v`) over a HookMMIO, like memoryview.cast on real mappings."""
   def __init__(self, mmio: HookMMIO, fmt: str):
     self.mmio, self.width = mmio, {v: k for k, v in _FMT.items()}[fmt]
+    self.n, self.mask = mmio.size // self.width, (1 << (8 * self.width)) - 1
+    self._read, self._write, self._base = mmio._read, mmio._write, mmio._base   # straight to the model: doorbells are hot
 
-  def __len__(self) -> int: return self.mmio.size // self.width
-  def __getitem__(self, i: int) -> int: return self.mmio.read(i * self.width, self.width)
-  def __setitem__(self, i: int, v: int) -> None: self.mmio.write(i * self.width, v, self.width)
+  def __len__(self) -> int: return self.n
+  def _at(self, i: int) -> int:
+    if not 0 <= i < self.n: raise IndexError(f"index {i} is outside this {self.n}-element view")
+    return self._base + i * self.width
+  def __getitem__(self, i: int) -> int: return self._read(self._at(i), self.width)
+  def __setitem__(self, i: int, v: int) -> None: self._write(self._at(i), self.width, v & self.mask)

@@ -11,14 +11,13 @@ if TYPE_CHECKING: from rawgpu.hcq.device import Device
 class Buffer:
   def __init__(self, dev: "Device", mem: Mem, offset: int = 0, size: int | None = None, base: "Buffer | None" = None):
     self.dev, self.mem, self.offset = dev, mem, offset
+    self.va = mem.va + offset   # GPU virtual address (fixed for the buffer's life; read on every launch)
     self.size = mem.size - offset if size is None else size
     self.base = base          # the buffer this is a view of, or None
     self.last_use = 0         # timeline value of the last queued work that touches it
     self.freed = False
     self.peer_use: dict = {}  # Device -> its timeline ticket of the last work of another device that touches it
 
-  @property
-  def va(self) -> int: return self.mem.va + self.offset
   @property
   def host(self) -> bool: return self.mem.host
 

@@ -145,7 +145,7 @@ class Device:
     if reset is None: raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")
     if (ring := self._rings.get("compute")) is not None:
       reset(ring.hw)
-      ring.put, ring.history = 0, []
+      ring.restart()
     self.timeline.value = self.timeline_gpu(self.timeline_value - 1)   # abandoned tickets count as done
     self.faulted = ""
 

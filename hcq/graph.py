@@ -11,7 +11,6 @@ queue per replay; the compute and copy queues order themselves with a graph-priv
     g.signal(done_signal, g.input("n"))    # queue in recorded order; their values may be inputs (ints at replay)
 """
 from __future__ import annotations
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
@@ -105,7 +104,7 @@ class Graph:
       kv, ka_va = view[off:off + size], self.ka.va + off
       prg.check_arg_count(args)
       for a, meta in zip(args, prg.args):
-        if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg))  # written at replay
+        if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg, off + meta.offset))  # written at replay
         else: prg._pack_one(kv, meta, a, 0)
       prg._pack_hidden(kv, g, l)
       if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
@@ -115,6 +114,8 @@ class Graph:
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
     self.replays, self.slot_vals = 0, {}
+    self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
+    self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
 
   def _copy_var(self, b, off: int, n: int):
     if isinstance(b, Buffer): return b.va + off
@@ -124,7 +125,7 @@ class Graph:
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
     if self.ka is None: self._build()
-    names = set(self.sites) | set(self.copy_sites) | self.value_sites
+    names = self.names
     missing = names - set(inputs) - set(self.cur)
     if missing: raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
     unknown = set(inputs) - names
@@ -142,12 +143,17 @@ class Graph:
       if name in self.value_sites: self.slot_vals[f"value:{name}"] = v
       if name not in self.sites: self.cur[name] = v; continue
       sites = self.sites[name]
-      kv, meta, prg = sites[0]
+      kv, meta, prg, _ = sites[0]
       prg._pack_one(kv, meta, v, value)  # checks the value once; the other sites take the same bytes
-      raw = bytes(kv[meta.offset:meta.offset + meta.size])
-      for kv2, meta2, prg2 in sites[1:]:
-        if (meta2.size, meta2.value_kind) == (meta.size, meta.value_kind): kv2[meta2.offset:meta2.offset + meta2.size] = raw
-        else: prg2._pack_one(kv2, meta2, v, value)
+      spread = self.spread[name]
+      if spread is not None:
+        words, at = spread
+        words[at] = words[at[0]]
+      else:
+        raw = bytes(kv[meta.offset:meta.offset + meta.size])
+        for kv2, meta2, prg2, _ in sites[1:]:
+          if (meta2.size, meta2.value_kind) == (meta.size, meta.value_kind): kv2[meta2.offset:meta2.offset + meta2.size] = raw
+          else: prg2._pack_one(kv2, meta2, v, value)
       self.cur[name] = v
     for v in self.cur.values():
       if isinstance(v, Buffer): v.used_until(value)
@@ -161,3 +167,13 @@ class Graph:
     self.last = value
     return value
 
+
+def _spread(ka: Buffer, sites: list[tuple]):
+  """Where every site of an input is the same kind of 4- or 8-byte value at an aligned offset, one numpy store
+  copies the first site's value to all of them at replay: (words of that size over the kernargs, their indices)."""
+  import numpy as np
+  kinds = {(meta.size, meta.value_kind) for _, meta, _, _ in sites}
+  size = sites[0][1].size
+  if len(kinds) != 1 or size not in (4, 8) or any(at % size for *_, at in sites): return None
+  words = np.frombuffer(ka.mem.cpu.cast("B"), dtype=np.uint32 if size == 4 else np.uint64)
+  return words, np.array([at // size for *_, at in sites], dtype=np.intp)

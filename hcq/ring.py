@@ -1,6 +1,7 @@
 """Submission into a hardware ring: wait for room, copy with wrap, publish the write pointer, ring the doorbell."""
 from __future__ import annotations
 import time
+from collections import deque
 from array import array
 from rawgpu.drivers.iface import HWRing
 from rawgpu.errors import DeviceTimeout
@@ -13,7 +14,8 @@ class Ring:
     self.size_dw = len(self.words)
     self.per_dw = 4 // hw.wptr_unit          # write-pointer steps per dword
     self.put = hw.write_ptr[0] // self.per_dw  # dwords ever written (monotonic, like the hardware's 64-bit wptr)
-    self.history: list[list[int]] = []       # the last few submissions, for hang reports
+    self.history: deque[array] = deque(maxlen=4)  # the last few submissions, for hang reports
+    self.room = 0                            # dwords known free (the read pointer is read again when they run out)
 
   def _room(self) -> int:
     # engines report the read pointer either monotonic or wrapped to the ring size: both agree modulo the size,
@@ -24,21 +26,32 @@ class Ring:
   def push(self, words: array | list[int]) -> None:
     if not isinstance(words, array): words = array("I", words)
     n = len(words)
-    if n > self.size_dw: raise ValueError(f"{self.name}: {n} dwords do not fit a ring of {self.size_dw}")
-    if self._room() < n:
-      deadline = time.monotonic() + 10
-      while self._room() < n:
-        self.check_faults()
-        self.sleep(0.2)
-        if time.monotonic() > deadline: raise DeviceTimeout(f"{self.name}: ring full for 10 s (read pointer stuck at {self.hw.read_ptr[0]}): the engine is hung")
+    if n > self.room:   # the room known since the read pointer was last read runs out: read it again
+      if n > self.size_dw: raise ValueError(f"{self.name}: {n} dwords do not fit a ring of {self.size_dw}")
+      self._wait_room(n)
     off = self.put % self.size_dw
-    first = min(n, self.size_dw - off)
-    self.words[off:off + first] = words[:first]
-    if first < n: self.words[0:n - first] = words[first:]  # wraps: packets may straddle the end, the engine reads on
+    first = self.size_dw - off
+    if first >= n: self.words[off:off + n] = words
+    else:   # wraps: packets may straddle the end, the engine reads on
+      self.words[off:] = words[:first]
+      self.words[0:n - first] = words[first:]
     self.put += n
+    self.room -= n
     wptr = self.put * self.per_dw
     self.hw.write_ptr[0] = wptr
     if self.hw.before_doorbell is not None: self.hw.before_doorbell()
     self.hw.doorbell[0] = wptr
     self.history.append(words)
-    del self.history[:-4]
+
+  def _wait_room(self, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while (room := self._room()) < n:
+      self.check_faults()
+      self.sleep(0.2)
+      if time.monotonic() > deadline: raise DeviceTimeout(f"{self.name}: ring full for 10 s (read pointer stuck at {self.hw.read_ptr[0]}): the engine is hung")
+    self.room = room
+
+  def restart(self) -> None:
+    """The ring was emptied and its pointers zeroed (a reset in place): start again at its beginning."""
+    self.put, self.room = 0, 0
+    self.history.clear()

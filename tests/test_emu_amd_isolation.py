@@ -3,11 +3,11 @@ its objects to the model runs through the hardware boundary (register/doorbell m
 import ast, gc, pathlib, sys
 from rawgpu.drivers.emu.amd import AMDBoard
 from rawgpu.drivers.emu.pcibus import HostRAM, VirtualBus
-from rawgpu.drivers.mmio import HookMMIO
+from rawgpu.drivers.mmio import HookArray, HookMMIO
 from rawgpu.drivers.system import System
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BOUNDARY = (HookMMIO, System, HostRAM)  # what a real driver holds too: mappings, the OS, memory
+BOUNDARY = (HookMMIO, HookArray, System, HostRAM)  # what a real driver holds too: mappings (and typed views over them), the OS, memory
 
 
 def reachable(root) -> set[int]:

@@ -6,6 +6,7 @@ from rawgpu.drivers.am.block import Block
 
 class SOC(Block):
   name = "soc"
+  _hdp_flush = None
 
   def init_hw(self) -> None:
     nb = lambda n: self.reg("nbio", n)
@@ -16,7 +17,10 @@ class SOC(Block):
 
   def flush_hdp(self) -> None:
     """Make CPU writes to VRAM through the BAR visible to the GPU engines (hdp_v6_0_flush_hdp)."""
-    self.dev.regs.wreg((F.MMIO_REG_HOLE_OFFSET + F.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL) // 4, 0)
+    off, regs = F.MMIO_REG_HOLE_OFFSET + F.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL, self.dev.regs
+    if regs.trace or off + 4 > regs.mmio.size: return regs.wreg(off // 4, 0)
+    if self._hdp_flush is None: self._hdp_flush = regs.mmio.view(off, 4).cast("I")   # before every doorbell: one store
+    self._hdp_flush[0] = 0
 
   def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int) -> None:
     """An NBIO S2A doorbell routing entry: doorbells [offset, offset+size) go to the engine with this AWID."""

@@ -21,12 +21,17 @@ class KernargRing:
     self.view, self.off, self.size = self.mem.cpu.cast("B"), 0, size
 
   def alloc(self, n: int) -> tuple[int, memoryview]:
+    off = self.take(n)
+    return self.mem.va + off, self.view[off:off + ((n + 255) & ~255)]
+
+  def take(self, n: int) -> int:
+    """Offset into self.view of n bytes (256-byte aligned) for the next launch."""
     n = (n + 255) & ~255
     if self.off + n > self.size:  # wrap: everything queued so far may still read its arguments
       self.dev.synchronize()
       self.off = 0
     off, self.off = self.off, self.off + n
-    return self.mem.va + off, self.view[off:off + n]
+    return off
 
 
 class AMDBackend:
@@ -152,7 +157,7 @@ class AMDBackend:
     from rawgpu.hcq.amd import sdma
     out = []
     for engine, r in rings.items():
-      for words in r.history[-2:]:
+      for words in list(r.history)[-2:]:
         text = pm4.format_pm4(list(words), gen=self.gfx) if engine == "compute" else sdma.format_sdma(list(words), self.sdma_version)
         out.append(f"[{engine}] " + text.replace("\n", f"\n[{engine}] "))
     return "\n".join(out) or "(nothing submitted)"

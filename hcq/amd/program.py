@@ -95,29 +95,35 @@ class AMDProgram:
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
     self._pack_hidden(memoryview(img), g, l)
     q = self.backend.exec_template(self, g, l, timing)
-    return _Launch(q, q.words_array(), g, l, bytes(img), q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"))
+    st, whole = self._args_struct, None
+    if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
+      whole = struct.Struct(st.format + f"{len(img) - st.size}s")   # the explicit arguments, then the image's rest
+    return _Launch(q, q.words_array(), g, l, bytes(img), whole, bytes(img[st.size:]) if whole else b"",
+                   q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"))
 
-  def _pack_explicit(self, view: memoryview, args: tuple, ticket: int) -> None:
-    """The explicit arguments into view. Fast path: one struct over them, buffer uses recorded inline; anything it
-    does not take (a buffer of another device, a negative int, raw bytes, a wrong type) goes the checked way."""
-    st, dev = self._args_struct, self.dev
-    if st is not None:
-      vals = list(args)
-      for i in self._ptr_idx:
-        v = args[i]
-        if type(v) is not Buffer or v.dev is not dev: break
-        r = v.base or v
-        if r.freed: break
-        vals[i] = v.va
-      else:
-        try: st.pack_into(view, 0, *vals)
-        except struct.error: pass
-        else:
-          for i in self._ptr_idx:
-            r = args[i].base or args[i]
-            if r.last_use < ticket: r.last_use = ticket
-          return
-    for a, v in zip(self.args, args): self._pack_one(view, a, v, ticket)
+  def _fast_values(self, args: tuple, ticket: int) -> tuple | list | None:
+    """The explicit arguments as the struct packs them (buffers as addresses, their use recorded), or None where a
+    buffer is not a live one of this device: such launches take the checked path."""
+    if not self._ptr_idx: return args
+    vals, dev = list(args), self.dev
+    for i in self._ptr_idx:
+      v = args[i]
+      if type(v) is not Buffer or v.dev is not dev: return None
+      r = v.base or v
+      if r.freed: return None
+      if r.last_use < ticket: r.last_use = ticket
+      vals[i] = v.va
+    return vals
+
+  def _write_kernargs(self, ln: "_Launch", view: memoryview, off: int, args: tuple, ticket: int) -> None:
+    """The launch's whole kernarg image at view[off:]: one struct over the explicit arguments and the hidden rest;
+    what it does not take (a buffer of another device, a negative int, raw bytes, a wrong type) goes the checked way."""
+    if ln.whole is not None and (vals := self._fast_values(args, ticket)) is not None:
+      try: return ln.whole.pack_into(view, off, *vals, ln.tail)
+      except struct.error: pass
+    ka = view[off:off + len(ln.img)]
+    ka[:] = ln.img
+    for a, v in zip(self.args, args): self._pack_one(ka, a, v, ticket)
 
   def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
     """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits)."""
@@ -129,14 +135,14 @@ class AMDProgram:
       ln = self._launch_setup(global_size, local_size, key[2])
       if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ln
     if len(args) != len(self.args): self.check_arg_count(args)
-    img = ln.img
-    ka_va, ka_view = self.backend.kernargs.alloc(len(img))
-    ka_view[:len(img)] = img
-    self._pack_explicit(ka_view, args, dev.timeline_value)   # may raise: the ticket is taken after
+    ka = self.backend.kernargs
+    off = ka.take(len(ln.img))
+    self._write_kernargs(ln, ka.view, off, args, dev.timeline_value)   # may raise: the ticket is taken after
+    ka_va = ka.mem.va + off
     q, words = ln.q, ln.words
     for idx, sh in ln.kernargs: words[idx] = (ka_va >> sh) & 0xffffffff
     if ln.dispatch:
-      fill_dispatch_packet(ka_view[self.dispatch_offset:], self, ln.g, ln.l, ka_va)
+      fill_dispatch_packet(ka.view[off + self.dispatch_offset:], self, ln.g, ln.l, ka_va)
       for idx, sh in ln.dispatch: words[idx] = ((ka_va + self.dispatch_offset) >> sh) & 0xffffffff
     value = dev.next_timeline()
     tl = value - dev.timeline_base
@@ -162,7 +168,9 @@ class _Launch:
   words: object           # the template's finalized words (array of uint32), written in place at each launch
   g: tuple[int, int, int]
   l: tuple[int, int, int]
-  img: bytes
+  img: bytes             # the kernarg image with the hidden arguments (explicit ones zero)
+  whole: struct.Struct | None   # packs the explicit arguments and the image's tail in one call (None: checked path)
+  tail: bytes
   kernargs: tuple
   dispatch: tuple
   timeline: tuple

@@ -88,7 +88,8 @@ class AMDBoard:
       setattr(self, attr, blk)
       self.blocks.append(blk)
       if hasattr(blk, "step"): self.engines.append(blk)
-    self._doorbell_sinks = [blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")]   # blocks that watch the doorbell BAR
+    # blocks that watch the doorbell BAR; the NBIO routes each doorbell to one of them (the queue engines are asked first)
+    self._doorbell_sinks = sorted((blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")), key=lambda d: d.__self__ is self.ih)
 
   BLOCKS: list[tuple[str, str, str]] = [("gmc", "GMC", "gmc"), ("ih", "IH", "ih"), ("gfx", "GFX", "gfx"), ("sdma", "SDMA", "sdma"),
                                           ("psp", "PSP", "psp"), ("smu", "SMU", "smu")]
@@ -152,7 +153,8 @@ class AMDBoard:
     idx = off >> 2
     self.doorbells[idx] = value & 0xffffffff
     if width == 8: self.doorbells[idx + 1] = value >> 32
-    for sink in self._doorbell_sinks: sink(idx, value)
+    for sink in self._doorbell_sinks:
+      if sink(idx, value): break
     self.kick()
 
   # ---- DMA to host memory: only with bus mastering on, only to pages the bus backs

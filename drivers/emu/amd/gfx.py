@@ -374,13 +374,18 @@ class GFX:
             and bool(c & self.mec_active[pipe]))
 
   # ---- engine interface
-  def doorbell(self, idx: int, value: int) -> None:
-    lo, hi = self.b.regs.vals.get(self.a_db_lo, 0), self.b.regs.vals.get(self.a_db_hi, 0)
-    if not lo <= idx * 4 <= hi: return
+  def doorbell(self, idx: int, value: int) -> bool:
+    """A doorbell write in the MEC's range: the HQD it belongs to takes it as its write pointer (True if one did)."""
+    vals = self.b.regs.vals
+    if not vals.get(self.a_db_lo, 0) <= idx * 4 <= vals.get(self.a_db_hi, 0): return False
+    a_ctl, m_en, (s, m) = self.hqd_addr["regCP_HQD_PQ_DOORBELL_CONTROL"], self.db_en[1], self.db_off
     for q in tuple(self.queues.values()):   # a snapshot: the worker may map a queue meanwhile
-      if q.active and q.doorbell_index() == idx:
+      ctl = q.bank.get(a_ctl, 0)            # the HQD's doorbell control, as in doorbell_index()
+      if q.active and ctl & m_en and (ctl & m) >> s == idx:
         q.wptr = value
         q.bank[self.a_wptr_lo], q.bank[self.a_wptr_hi] = value & 0xffffffff, value >> 32
+        return True
+    return False
 
   def busy(self) -> bool: return any(q.busy() for q in self.queues.values())
 

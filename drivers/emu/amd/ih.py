@@ -59,10 +59,12 @@ class IHRing:
     if c["MC_SPACE"] == 2: self.b.host_dma(addr, len(data))[:] = data        # bus (system physical) addresses
     else: self.b.gmc.mm.write(c["MC_VMID"], addr, data)                      # through the MM hub
 
-  def doorbell(self, idx: int, value: int) -> None:
+  def doorbell(self, idx: int, value: int) -> bool:
     v = self.b.regs.vals.get(self.a_db, 0)
     (_, en), (sh, off) = self.db.fields["ENABLE"], self.db.fields["OFFSET"]
-    if v & en and (v & off) >> sh == idx: self.b.regs.vals[self.a_rptr] = value & 0xffffffff
+    if not (v & en and (v & off) >> sh == idx): return False
+    self.b.regs.vals[self.a_rptr] = value & 0xffffffff
+    return True
 
 
 class IH:
@@ -79,5 +81,5 @@ class IH:
       self.posted += 1
       self.rings[0].post(words)
 
-  def doorbell(self, idx: int, value: int) -> None:
-    for r in self.rings: r.doorbell(idx, value)
+  def doorbell(self, idx: int, value: int) -> bool:
+    return any(r.doorbell(idx, value) for r in self.rings)

@@ -61,12 +61,13 @@ class SDMAQueue:
     vals[a] = v
     if not vals.get(self.a_minor, 0): self.wptr = vals.get(self.a_wptr, 0) | (vals.get(self.a_wptr_hi, 0) << 32)
 
-  def doorbell(self, idx: int, value: int) -> None:
+  def doorbell(self, idx: int, value: int) -> bool:
     vals = self.b.regs.vals
     s, m = self.db_off
-    if self.enabled and vals.get(self.a_db, 0) & self.db_en and (vals.get(self.a_db_off, 0) & m) >> s == idx:
-      self.wptr = value
-      vals[self.a_wptr], vals[self.a_wptr_hi] = value & 0xffffffff, value >> 32
+    if not (self.enabled and vals.get(self.a_db, 0) & self.db_en and (vals.get(self.a_db_off, 0) & m) >> s == idx): return False
+    self.wptr = value
+    vals[self.a_wptr], vals[self.a_wptr_hi] = value & 0xffffffff, value >> 32
+    return True
 
   # ---- geometry
   def _c(self) -> dict[str, int]: return self.cntl.decode(self.b.regs.vals.get(self.a_cntl, 0))
@@ -243,9 +244,8 @@ class SDMA:
     self.b = board
     self.engines = [SDMAEngine(board, i) for i in range(board.asic.sdma_engines)]
 
-  def doorbell(self, idx: int, value: int) -> None:
-    for e in self.engines:
-      for q in e.queues: q.doorbell(idx, value)
+  def doorbell(self, idx: int, value: int) -> bool:
+    return any(q.doorbell(idx, value) for e in self.engines for q in e.queues)
 
   def soft_reset(self, v: int) -> None:
     for e in self.engines:
