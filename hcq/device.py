@@ -30,6 +30,8 @@ class Device:
     # Host-side tickets grow without bound; the GPU sees ticket - base, kept below the engines' 32-bit compare.
     self.timeline_value = 1   # the next ticket
     self.timeline_base = 0
+    self._ticket_engine: str | None = None   # the engine that signals the latest ticket (None: unknown)
+    self._order_queues: dict = {}            # engine -> its queue that waits for another engine's ticket
     if self.props.vendor != "AMD": raise RawGPUError(f"{self}: hcq has no queues for {self.props.vendor} yet")
     from rawgpu.hcq.amd.backend import AMDBackend
     self.backend = AMDBackend(self)
@@ -80,14 +82,30 @@ class Device:
       r = self._rings[engine] = Ring(hw, self.iface.sleep, self.iface.check_faults, f"{self} {engine} ring")
     return r
 
-  def next_timeline(self) -> int:
-    """Take the next ticket; the caller's queue signals the timeline with timeline_gpu(ticket) when its work is done.
+  def next_timeline(self, engine: str | None = None, last: str | None = None) -> int:
+    """Take the next ticket for work that starts on `engine` (and signals the timeline from `last`, by default the
+    same engine); the caller's queue signals the timeline with timeline_gpu(ticket) when its work is done.
+    One engine finishes its work in order, two engines do not: where the previous ticket is another engine's and may
+    still be pending, `engine` is first told to wait for it. So the device's work runs in submission order across its
+    engines and the timeline only moves forward. engine=None: the caller orders its work itself (any engine after it
+    then waits for it).
     Before the GPU value would reach the engines' 32-bit limit, everything is drained and the GPU value restarts."""
     if self.timeline_value - self.timeline_base >= TIMELINE_LIMIT - 1:
       self.synchronize()
       self.timeline.value, self.timeline_base = 0, self.timeline_value - 1
+    if engine is not None and self._ticket_engine != engine:
+      prev = self.timeline_value - 1 - self.timeline_base    # the GPU value of the latest ticket
+      if prev > 0 and self.timeline.value < prev: self._engine_waits(engine, prev)
+    self._ticket_engine = last or engine
     v, self.timeline_value = self.timeline_value, self.timeline_value + 1
     return v
+
+  def _engine_waits(self, engine: str, value: int) -> None:
+    """Queue on `engine` a wait until the timeline reaches value (one template per engine, patched)."""
+    if (q := self._order_queues.get(engine)) is None:
+      from rawgpu.hcq.patch import Var
+      q = self._order_queues[engine] = {"compute": self.compute_queue, "sdma": self.copy_queue}[engine]().wait(self.timeline, Var("value"))
+    q.submit(self, {"value": value})
 
   def timeline_gpu(self, ticket: int) -> int:
     """The value the GPU writes to (and compares with) the timeline signal for `ticket`."""

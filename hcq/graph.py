@@ -110,6 +110,8 @@ class Graph:
       if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
       q.exec(prg, ka_va, g, l)
     (cur or self.cq).signal(self.dev.timeline, Var("timeline"))
+    first = next((k for k, _ in self.nodes), "exec")
+    self.engines = (self.sq if first == "copy" else self.cq).engine, (cur or self.cq).engine   # where a replay starts and ends
     if self.cq._build: self.cq.bind(self.dev)   # the copy engine has no indirect buffers here: its words go to its ring
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
@@ -158,7 +160,7 @@ class Graph:
     for v in self.cur.values():
       if isinstance(v, Buffer): v.used_until(value)
     for b in self.static_buffers: b.used_until(value)
-    value = self.dev.next_timeline()
+    value = self.dev.next_timeline(*self.engines)
     vals = {"timeline": self.dev.timeline_gpu(value), **self.slot_vals}
     base, self.replays = self.replays * self.nsync, self.replays + 1
     vals.update({f"sync{k}": base + k for k in range(1, self.nsync + 1)})

@@ -335,3 +335,39 @@ def test_graph_copies_take_inputs(dev):
     dev.wait_timeline(g.replay(src=s_buf))
     assert np.all(out.numpy() == k)
   with pytest.raises(RawGPUError, match="at least"): g.replay(src=dev.alloc(16))
+
+
+def test_copies_and_kernels_share_the_timeline_in_submission_order(dev):
+  """A copy queued behind a kernel that is still running waits for it: it reads what the kernel wrote, and the
+  timeline (signalled by both engines) never runs ahead of the kernel nor falls back when the kernel ends."""
+  flag, done, out = dev.alloc(4, host=True), dev.alloc(4), dev.alloc(4)
+  flag.cpu()[:4] = bytes(4)
+  spin = prog(dev, "spin")
+  dev.synchronize()
+  before = dev.timeline.value
+  spin(flag, 7, done, global_size=1, local_size=32)   # runs until the host writes 7 to flag
+  dev.transfer(out, done)                                          # copy engine: must come after the kernel
+  copy_ticket = dev.timeline_value - 1
+  import time
+  time.sleep(0.1)
+  assert dev.timeline.value == before, "the copy finished (and signalled the timeline) while the kernel before it ran"
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  dev.synchronize()
+  assert dev.timeline.value == dev.timeline_gpu(copy_ticket)   # the copy's value, written last
+  assert out.numpy(np.uint32)[0] == 8
+  prog(dev, "fill")(done, 1, 1, local_size=32, wait=True)          # and back: a kernel after the copy engine's ticket
+  assert dev.timeline.value == dev.timeline_gpu(dev.timeline_value - 1)
+
+
+def test_small_copies_interleaved_with_kernels_without_waiting(dev):
+  """Kernel, copy, kernel, copy... with no host wait in between: every copy sees the kernel before it (read after
+  write) and no kernel overwrites what a copy before it has not read yet (write after read)."""
+  fill, n, rounds = prog(dev, "fill"), 64, 12
+  a = dev.alloc(4 * n)
+  outs = [dev.alloc(4 * n) for _ in range(rounds)]
+  for k, o in enumerate(outs):
+    fill(a, k + 1, n, local_size=64)
+    dev.transfer(o, a)
+  dev.synchronize()
+  assert [int(o.numpy(np.uint32)[:n].min()) for o in outs] == list(range(1, rounds + 1))
+  assert all(np.all(o.numpy(np.uint32)[:n] == k + 1) for k, o in enumerate(outs))

@@ -105,7 +105,7 @@ class AMDBackend:
     return self._staging
 
   def _sdma(self, dst_va: int, src_va: int, n: int) -> int:
-    v = self.dev.next_timeline()
+    v = self.dev.next_timeline("sdma")
     AMDCopyQueue(self).copy(dst_va, src_va, n).signal(self.dev.timeline, self.dev.timeline_gpu(v)).submit(self.dev)
     return v
 

@@ -144,7 +144,7 @@ class AMDProgram:
     if ln.dispatch:
       fill_dispatch_packet(ka.view[off + self.dispatch_offset:], self, ln.g, ln.l, ka_va)
       for idx, sh in ln.dispatch: words[idx] = ((ka_va + self.dispatch_offset) >> sh) & 0xffffffff
-    value = dev.next_timeline()
+    value = dev.next_timeline(q.engine)
     tl = value - dev.timeline_base
     for idx, sh in ln.timeline: words[idx] = (tl >> sh) & 0xffffffff
     if key[2] == "profile":

@@ -213,14 +213,14 @@ def bench_signal(ctx: Ctx) -> None:
     with ctx.needs("Device.new_signal"): sig = dev.new_signal("bench")
     sig.value = 1
     ctx.figure("cpu wait (satisfied)", "wait", "us", samples(lambda: sig.wait(1), ctx.warmup, ctx.repeats * 4), dev=dev)
-  for engine, make in (("compute", "compute_queue"), ("copy", "copy_queue")):
-    with ctx.case(f"{engine} queue", "signal round trip", "us", dev=dev):
+  for label, engine, make in (("compute", "compute", "compute_queue"), ("copy", "sdma", "copy_queue")):
+    with ctx.case(f"{label} queue", "signal round trip", "us", dev=dev):
       def roundtrip() -> None:
-        v = dev.next_timeline()
+        v = dev.next_timeline(engine)
         getattr(dev, make)().signal(dev.timeline, dev.timeline_gpu(v)).submit(dev)
         dev.wait_timeline(v)
       with ctx.needs(f"Device.{make}().signal().submit()"): roundtrip()
-      ctx.figure(f"{engine} queue", "signal round trip", "us", samples(roundtrip, ctx.warmup, ctx.repeats * 4), dev=dev)
+      ctx.figure(f"{label} queue", "signal round trip", "us", samples(roundtrip, ctx.warmup, ctx.repeats * 4), dev=dev)
 
 
 @benchmark("copy")
