@@ -43,17 +43,19 @@ class Buffer:
       if dev is not but and not dev.closed: dev.wait_timeline(v)
 
   def copyin(self, src) -> "Buffer":
-    """Copy bytes / a numpy array / a memoryview into the buffer (host buffers directly, VRAM through the copy engine)."""
-    data = memoryview(np.ascontiguousarray(src) if isinstance(src, np.ndarray) else src).cast("B")
+    """Copy bytes / a numpy array / a memoryview (any buffer) into the buffer (host buffers directly, VRAM through the
+    copy engine). Non-contiguous sources are gathered first."""
+    data = _bytes_of(src, "copyin source")
     if len(data) > self.size: raise RawGPUError(f"copyin of {len(data)} bytes into a {self.size}-byte buffer")
     self._check_alive()
     self.dev.copyin(self, data)
     return self
 
   def copyout(self, dst=None) -> memoryview:
-    """Copy the buffer out into `dst` (writable, at least self.size bytes) or a new bytearray; returns it as memoryview."""
+    """Copy the buffer out into `dst` (a writable C-contiguous numpy array, bytearray or memoryview of at least
+    self.size bytes) or a new bytearray; returns it as memoryview."""
     self._check_alive()
-    out = memoryview(bytearray(self.size) if dst is None else (dst if not isinstance(dst, np.ndarray) else dst.reshape(-1).view(np.uint8))).cast("B")
+    out = memoryview(bytearray(self.size)) if dst is None else _bytes_of(dst, "copyout destination", writable=True)
     if len(out) < self.size: raise RawGPUError(f"copyout of a {self.size}-byte buffer into {len(out)} bytes")
     self.dev.copyout(out[:self.size], self)
     return out
@@ -82,3 +84,20 @@ class Buffer:
     r.freed = True
 
   def __repr__(self) -> str: return f"<Buffer {self.size} bytes at {self.va:#x} on {self.dev}{' host' if self.host else ''}>"
+
+
+def _bytes_of(obj, what: str, writable: bool = False) -> memoryview:
+  """obj's bytes as a flat memoryview. A source that is not contiguous is gathered into a copy; a destination must
+  be the memory itself (writing into a gathered copy would lose the data), so it is refused instead."""
+  if isinstance(obj, np.ndarray):
+    if not obj.flags.c_contiguous:
+      if writable: raise RawGPUError(f"{what}: the array is not C-contiguous (strides {obj.strides}); pass np.ascontiguousarray(...) and copy back, or a contiguous slice")
+      obj = np.ascontiguousarray(obj)
+    obj = obj.reshape(-1).view(np.uint8)   # a view of contiguous memory, whatever the dtype
+  try: mv = memoryview(obj)
+  except TypeError: raise RawGPUError(f"{what}: {type(obj).__name__} is not a buffer (give bytes, a bytearray, a memoryview or a numpy array)") from None
+  if not mv.c_contiguous:
+    if writable: raise RawGPUError(f"{what}: the memoryview is not C-contiguous; pass a contiguous one")
+    mv = memoryview(mv.tobytes())
+  if writable and mv.readonly: raise RawGPUError(f"{what}: {type(obj).__name__} is read-only; pass a bytearray, a writable memoryview or a numpy array")
+  return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv

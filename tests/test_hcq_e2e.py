@@ -209,6 +209,8 @@ def test_wrong_arguments_are_clear_errors(dev):
   with pytest.raises(RawGPUError, match="takes 4 arguments"): vadd(buf, buf, 3)
   with pytest.raises(RawGPUError, match="pointer; pass a Buffer"): vadd(buf, 1, buf, 3)
   with pytest.raises(RawGPUError, match="does not fit"): vadd(buf, buf, buf, 1 << 40)
+  with pytest.raises(RawGPUError, match="argument #3 \\(uint\\) is an integer .*got the float 3.0"): vadd(buf, buf, buf, 3.0)
+  with pytest.raises(RawGPUError, match="does not fit argument #0 \\(float\\)"): prog(dev, "saxpy")(1e300, buf, buf, 1)
   with pytest.raises(RawGPUError, match="launch dimensions"): vadd(buf, buf, buf, 1, global_size=0)
   gone = dev.alloc(64)
   gone.free()
@@ -371,3 +373,31 @@ def test_small_copies_interleaved_with_kernels_without_waiting(dev):
   dev.synchronize()
   assert [int(o.numpy(np.uint32)[:n].min()) for o in outs] == list(range(1, rounds + 1))
   assert all(np.all(o.numpy(np.uint32)[:n] == k + 1) for k, o in enumerate(outs))
+
+
+def test_numpy_scalars_are_their_values(dev):
+  n = 64
+  X, Y = dev.alloc(4 * n).copyin(np.arange(n, dtype=np.float32)), dev.alloc(4 * n).copyin(np.ones(n, np.float32))
+  prog(dev, "saxpy")(np.float32(0.5), X, Y, np.uint32(n), local_size=64, wait=True)
+  assert np.array_equal(Y.numpy(np.float32), np.arange(n, dtype=np.float32) * 0.5 + 1)
+
+
+def test_copy_in_and_out_of_every_buffer_kind(dev):
+  data = np.arange(1000, dtype=np.uint16)
+  buf = dev.alloc(data.nbytes)
+  sources = (data, data.tobytes(), bytearray(data.tobytes()), memoryview(data.tobytes()), memoryview(data),
+             np.ascontiguousarray(data.reshape(20, 50).T).T,                  # Fortran order: gathered first
+             np.repeat(data, 2)[::2], memoryview(np.repeat(data, 2))[::2])    # strided: gathered first
+  for k, src in enumerate(sources):
+    buf.copyin(np.zeros(1000, np.uint16))
+    buf.copyin(src)
+    for dst in (np.zeros(1000, np.uint16), np.zeros((10, 50), np.uint32), bytearray(2000), memoryview(bytearray(2000))):
+      buf.copyout(dst)
+      assert bytes(memoryview(dst).cast("B") if not isinstance(dst, np.ndarray) else dst.tobytes()) == data.tobytes(), (k, type(dst))
+  strided = np.zeros(2000, np.uint16)
+  with pytest.raises(RawGPUError, match="not C-contiguous"): buf.copyout(strided[::2])   # would land in a copy: refused
+  assert not strided.any()
+  with pytest.raises(RawGPUError, match="read-only"): buf.copyout(bytes(2000))
+  with pytest.raises(RawGPUError, match="read-only"): buf.copyout(np.frombuffer(bytes(2000), np.uint8))
+  with pytest.raises(RawGPUError, match="not a buffer"): buf.copyin([1, 2, 3])
+  with pytest.raises(RawGPUError, match="into 1000 bytes"): buf.copyout(bytearray(1000))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 import struct
 from dataclasses import dataclass
+import numpy as np
 from typing import TYPE_CHECKING
 from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
@@ -72,21 +73,31 @@ class AMDProgram:
       fill = _HIDDEN.get(a.value_kind)
       if fill is not None and a.size in _INT: struct.pack_into("<" + _INT[a.size], view, a.offset, fill(g, l))
 
+  def _label(self, a: KernelArg) -> str:
+    """How errors name an argument: its source name, else its position (code objects built without arg names)."""
+    pos = next((i for i, b in enumerate(self.args) if b is a), None)
+    return repr(a.name) if a.name else f"#{pos} ({a.type_name or a.value_kind})"
+
   def _pack_one(self, view: memoryview, a: KernelArg, v, launch: int) -> None:
     if a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic"):
-      if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is a pointer; pass a Buffer, not {type(v).__name__}")
+      if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} is a pointer; pass a Buffer, not {type(v).__name__}")
       v._check_alive()
-      if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} lives on {v.dev}, not mapped to {self.dev}")
+      if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} lives on {v.dev}, not mapped to {self.dev}")
       v.used_by(self.dev, launch)  # recorded against the device whose ticket it is
       struct.pack_into("<Q", view, a.offset, v.va)
-    elif isinstance(v, float) or (isinstance(v, int) and _float_fmt(a)):  # an int given to a float argument is its value
-      if a.size not in (4, 8): raise RawGPUError(f"kernel {self.name}: argument {a.name!r} is {a.size} bytes, cannot take a float")
-      struct.pack_into("<f" if a.size == 4 else "<d", view, a.offset, float(v))
+      return
+    if isinstance(v, np.generic) and not isinstance(v, np.void): v = v.item()   # numpy scalars count as their value
+    fmt = _float_fmt(a)
+    if fmt is None and a.type_name is None and isinstance(v, float) and a.size in (4, 8): fmt = "fd"[a.size // 8]  # untyped metadata: trust the float
+    if fmt and isinstance(v, (float, int)):  # an int given to a float argument is its value
+      try: struct.pack_into("<" + fmt, view, a.offset, float(v))
+      except (OverflowError, struct.error): raise RawGPUError(f"kernel {self.name}: {v} does not fit argument {self._label(a)} ({a.type_name})") from None
+    elif isinstance(v, float): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} is an integer ({a.type_name or a.value_kind}, {a.size} bytes); got the float {v!r}")
     elif isinstance(v, int) and a.size in _INT:
-      if not -(1 << (8 * a.size - 1)) <= v < (1 << (8 * a.size)): raise RawGPUError(f"kernel {self.name}: {v} does not fit argument {a.name!r} ({a.size} bytes)")
+      if not -(1 << (8 * a.size - 1)) <= v < (1 << (8 * a.size)): raise RawGPUError(f"kernel {self.name}: {v} does not fit argument {self._label(a)} ({a.size} bytes)")
       struct.pack_into("<" + _INT[a.size], view, a.offset, v & ((1 << (8 * a.size)) - 1))
     elif isinstance(v, (bytes, bytearray)) and len(v) == a.size: view[a.offset:a.offset + a.size] = v
-    else: raise RawGPUError(f"kernel {self.name}: argument {a.name!r} ({a.value_kind}, {a.size} bytes) cannot take {type(v).__name__}")
+    else: raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} ({a.value_kind}, {a.size} bytes) cannot take {type(v).__name__}")
 
   def _launch_setup(self, global_size, local_size, timing: bool | str) -> "_Launch":
     """Once per launch shape: the queue template, its patch slots and the kernarg image with the hidden arguments."""
@@ -120,7 +131,7 @@ class AMDProgram:
     what it does not take (a buffer of another device, a negative int, raw bytes, a wrong type) goes the checked way."""
     if ln.whole is not None and (vals := self._fast_values(args, ticket)) is not None:
       try: return ln.whole.pack_into(view, off, *vals, ln.tail)
-      except struct.error: pass
+      except (struct.error, OverflowError): pass
     ka = view[off:off + len(ln.img)]
     ka[:] = ln.img
     for a, v in zip(self.args, args): self._pack_one(ka, a, v, ticket)
@@ -177,7 +188,7 @@ class _Launch:
 
 
 def _float_fmt(a: KernelArg) -> str | None:
-  return {("float", 4): "f", ("double", 8): "d"}.get((a.type_name, a.size))
+  return {("half", 2): "e", ("float", 4): "f", ("double", 8): "d"}.get((a.type_name, a.size))
 
 
 def _args_struct(args: list[KernelArg], ptr: list[bool]) -> struct.Struct | None:
