@@ -401,3 +401,69 @@ def test_copy_in_and_out_of_every_buffer_kind(dev):
   with pytest.raises(RawGPUError, match="read-only"): buf.copyout(np.frombuffer(bytes(2000), np.uint8))
   with pytest.raises(RawGPUError, match="not a buffer"): buf.copyin([1, 2, 3])
   with pytest.raises(RawGPUError, match="into 1000 bytes"): buf.copyout(bytearray(1000))
+
+
+def test_naive_matmul_matches_the_host_in_the_same_order(dev):
+  m, n, k = 19, 33, 27
+  rng = np.random.default_rng(8)
+  A, B = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+  bA, bB, bC = dev.alloc(A.nbytes).copyin(A), dev.alloc(B.nbytes).copyin(B), dev.alloc(4 * m * n)
+  prog(dev, "matmul", "matmul_naive_f32")(bA, bB, bC, m, n, k, global_size=((n + 15) // 16, (m + 15) // 16), local_size=(16, 16), wait=True)
+  ref = np.zeros((m, n), np.float32)
+  for i in range(k): ref += A[:, i:i + 1] * B[i:i + 1, :]   # k in order, multiply then add: the kernel's bits
+  assert np.array_equal(bC.numpy(np.float32).reshape(m, n), ref)
+
+
+def test_hand_written_assembly_kernel(dev):
+  """kernels/store_ids.gfx1x.s (no compiler in between): dst[wg * stride + tid] = value + tid."""
+  groups, local, stride = 3, 48, 64
+  dst = dev.alloc(4 * groups * stride).copyin(np.full(groups * stride, 0xdead, np.uint32))
+  prog(dev, "store_ids")(dst, stride, 100, global_size=groups, local_size=local, wait=True)
+  want = np.full((groups, stride), 0xdead, np.uint32)
+  want[:, :local] = 100 + np.arange(local)
+  assert np.array_equal(dst.numpy(np.uint32).reshape(groups, stride), want)
+
+
+def test_wait_timeout_counts_from_the_last_progress(dev):
+  """A signal that keeps moving never times out, however long the whole wait; one that stops does, naming it."""
+  import threading, time
+  from rawgpu.errors import DeviceTimeout
+  s = dev.new_signal("slow")
+  def step():
+    for v in range(1, 13): time.sleep(0.05); s.value = v
+  t = threading.Thread(target=step)
+  t0 = time.monotonic()
+  t.start()
+  s.wait(12, timeout_ms=250)                     # 12 steps of 50 ms: 0.6 s in all, never 250 ms without progress
+  t.join()
+  assert time.monotonic() - t0 > 0.5
+  with pytest.raises(DeviceTimeout, match="slow .* stuck at 12, waited for 13 \\(250 ms without progress\\)"): s.wait(13, timeout_ms=250)
+
+
+def test_graph_of_100_kernels_replays_with_one_submission(dev):
+  fill = prog(dev, "fill")
+  outs = [dev.alloc(4 * 32) for _ in range(2)]
+  g = Graph(dev)
+  dst = g.input("dst")
+  for k in range(100): g.exec(fill, dst, g.input("v") if k == 99 else k, 32, local_size=32)
+  dev.wait_timeline(g.replay(dst=outs[0], v=5))
+  ring = dev.ring("compute")
+  pushes = []
+  push = ring.push
+  ring.push = lambda words: (pushes.append(len(words)), push(words))[1]
+  try:
+    dev.synchronize()
+    dev.wait_timeline(g.replay(dst=outs[1], v=6))
+  finally: del ring.push
+  assert len(pushes) == 1 and pushes[0] <= 8          # one INDIRECT_BUFFER packet for the whole graph
+  assert np.all(outs[0].numpy(np.uint32)[:32] == 5) and np.all(outs[1].numpy(np.uint32)[:32] == 6)
+
+
+@pytest.mark.parametrize("kind", ["host uncached", "vram cpu_access"])
+def test_cpu_visible_buffers(dev, kind):
+  """Host (uncached) and CPU-visible VRAM buffers: a kernel writes, the CPU reads them directly once the work is done."""
+  buf = dev.alloc(4 * 64, host=True, uncached=True) if kind == "host uncached" else dev.alloc(4 * 64, cpu_access=True)
+  prog(dev, "fill")(buf, 0x5eed, 64, local_size=64, wait=True)
+  assert np.all(np.frombuffer(buf.cpu(), np.uint32)[:64] == 0x5eed)
+  buf.cpu()[:4] = (7).to_bytes(4, "little")
+  assert buf.numpy(np.uint32)[0] == 7
