@@ -79,9 +79,11 @@ class Graph:
     self.sq = self.dev.copy_queue() if any(k == "copy" for k, _ in self.nodes) else None
     self.sync = self.dev.new_signal("graph sync") if self.sq is not None else None
     self.nsync, cur = 0, None
+    self.stamps = self.dev.new_signal("graph stamps")   # where the clock goes when no Profiler asks for it
     self.value_sites: set[str] = set()          # inputs that are signal values (patch slots "value:<name>")
     for kind, what in self.nodes:
       q = self.sq if kind == "copy" else self.cq
+      if cur is None: q.timestamp(Var("ts_start"))  # the clock around the whole replay (for a Profiler)
       if cur is not None and q is not cur:  # the work switches engine: the next queue waits for the previous one
         self.nsync += 1
         cur.signal(self.sync, Var(f"sync{self.nsync}"))
@@ -109,7 +111,7 @@ class Graph:
       prg._pack_hidden(kv, g, l)
       if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
       q.exec(prg, ka_va, g, l)
-    (cur or self.cq).signal(self.dev.timeline, Var("timeline"))
+    (cur or self.cq).timestamp(Var("ts_end")).signal(self.dev.timeline, Var("timeline"))
     first = next((k for k, _ in self.nodes), "exec")
     self.engines = (self.sq if first == "copy" else self.cq).engine, (cur or self.cq).engine   # where a replay starts and ends
     if self.cq._build: self.cq.bind(self.dev)   # the copy engine has no indirect buffers here: its words go to its ring
@@ -162,6 +164,9 @@ class Graph:
     for b in self.static_buffers: b.used_until(value)
     value = self.dev.next_timeline(*self.engines)
     vals = {"timeline": self.dev.timeline_gpu(value), **self.slot_vals}
+    if (prof := self.dev._profiler) is not None:
+      vals["ts_start"], vals["ts_end"] = prof.timed(f"graph ({len(self.launches)} kernels, {len(self.nodes) - len(self.launches)} other nodes)", "graph", value)
+    else: vals["ts_start"] = vals["ts_end"] = self.stamps.timestamp_va
     base, self.replays = self.replays * self.nsync, self.replays + 1
     vals.update({f"sync{k}": base + k for k in range(1, self.nsync + 1)})
     for q in (self.cq, self.sq):

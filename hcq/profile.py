@@ -1,7 +1,9 @@
-"""Profiling: GPU timestamps around every kernel launch, exported as Chrome trace JSON (Perfetto opens it).
+"""Profiling: GPU timestamps around every kernel launch, copy and graph replay, exported as Chrome trace JSON
+(Perfetto opens it). Each engine is a track of its own: kernels and graphs on the compute queue, copies on the copy
+engine.
 
-    prof = Profiler(dev)          # from now on every launch on dev is timed by the GPU
-    ...launches...
+    prof = Profiler(dev)          # from now on every launch, copy and replay on dev is timed by the GPU
+    ...launches, copies, graph replays...
     prof.export("trace.json")     # waits for the work, then writes the trace
 """
 from __future__ import annotations
@@ -32,12 +34,18 @@ class Profiler:
   def record(self, name: str, kind: str, ticket: int, view: memoryview, idx: int) -> None:
     self.events.append((name, kind, ticket, view, idx))
 
+  def timed(self, name: str, kind: str, ticket: int) -> tuple[int, int]:
+    """A recorded event's (start, end) timestamp addresses, for a queue to write the clock to."""
+    start, end, view, idx = self.slot()
+    self.record(name, kind, ticket, view, idx)
+    return start, end
+
   def trace(self) -> dict:
-    """The Chrome trace (wait for the work first): one complete event per launch, on the device's timeline."""
+    """The Chrome trace (wait for the work first): one complete event per launch, copy and replay, in submission order."""
     self.dev.synchronize()
     hz = self.dev.backend.timestamp_hz
     t0 = min((v[i] for *_, v, i in self.events), default=0)
-    evs = [{"name": name, "cat": kind, "ph": "X", "pid": os.getpid(), "tid": str(self.dev),
+    evs = [{"name": name, "cat": kind, "ph": "X", "pid": os.getpid(), "tid": f"{self.dev} {'copy engine' if kind == 'copy' else 'compute'}",
             "ts": (v[i] - t0) * 1e6 / hz, "dur": (v[i + 1] - v[i]) * 1e6 / hz, "args": {"ticket": ticket}}
            for name, kind, ticket, v, i in self.events]
     return {"traceEvents": evs, "displayTimeUnit": "ns"}

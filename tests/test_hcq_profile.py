@@ -35,3 +35,26 @@ def test_chrome_trace_has_one_ordered_event_per_launch(dev, tmp_path):
   assert abs(evs[-1]["dur"] / 1e6 - gpu_s) < 1e-9
   fill(buf, 1, 1024, global_size=4, local_size=256, wait=True)  # after close: no profiling, still correct
   assert len(prof.events) == 4
+
+
+def test_copies_and_graph_replays_are_traced_on_their_engines(dev, tmp_path):
+  from rawgpu.hcq.graph import Graph
+  from rawgpu.hcq.profile import Profiler
+  fill = dev.program(kernels.path(dev.props.arch, "fill").read_bytes())
+  a, b = dev.alloc(4 * 256), dev.alloc(4 * 256)
+  g = Graph(dev)
+  for _ in range(3): g.exec(fill, a, g.input("v"), 256, local_size=256)
+  g.copy(b, a)
+  dev.wait_timeline(g.replay(v=1))                 # built before profiling: its clock slots are patched later
+  prof = Profiler(dev)
+  try:
+    a.copyin(np.zeros(256, np.uint32))             # one copy on the copy engine
+    dev.wait_timeline(g.replay(v=9))
+    evs = json.load(open(prof.export(str(tmp_path / "trace.json"))))["traceEvents"]
+  finally: prof.close()
+  assert [(e["name"], e["cat"]) for e in evs] == [("copy 1024 bytes", "copy"), ("graph (3 kernels, 1 other nodes)", "graph")]
+  assert evs[0]["tid"].endswith("copy engine") and evs[1]["tid"].endswith("compute")
+  assert all(e["dur"] > 0 for e in evs) and evs[0]["ts"] + evs[0]["dur"] <= evs[1]["ts"]   # the graph waited for the copy
+  assert np.all(b.numpy(np.uint32) == 9)
+  dev.wait_timeline(g.replay(v=4))                 # after close: the clock goes to the graph's own slot again
+  assert np.all(b.numpy(np.uint32) == 4) and len(prof.events) == 2

@@ -105,8 +105,12 @@ class AMDBackend:
     return self._staging
 
   def _sdma(self, dst_va: int, src_va: int, n: int) -> int:
-    v = self.dev.next_timeline("sdma")
-    AMDCopyQueue(self).copy(dst_va, src_va, n).signal(self.dev.timeline, self.dev.timeline_gpu(v)).submit(self.dev)
+    v, q, prof = self.dev.next_timeline("sdma"), AMDCopyQueue(self), self.dev._profiler
+    if prof is not None:   # timed on the GPU: the clock before and after the copy
+      start, end = prof.timed(f"copy {n} bytes", "copy", v)
+      q.timestamp(start).copy(dst_va, src_va, n).timestamp(end)
+    else: q.copy(dst_va, src_va, n)
+    q.signal(self.dev.timeline, self.dev.timeline_gpu(v)).submit(self.dev)
     return v
 
   def copyin(self, dst: Buffer, src: memoryview) -> None:

@@ -40,9 +40,9 @@ class AMDComputeQueue(HWQueue):
     _reachable(self.be, signal)
     return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
 
-  def timestamp(self, signal: Signal | Var) -> "AMDComputeQueue":
-    """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address Var)."""
-    addr = signal if isinstance(signal, Var) else signal.timestamp_va
+  def timestamp(self, signal: Signal | Var | int) -> "AMDComputeQueue":
+    """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address)."""
+    addr = signal.timestamp_va if isinstance(signal, Signal) else signal
     return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
 
   def memory_barrier(self) -> "AMDComputeQueue":
@@ -119,6 +119,7 @@ class AMDCopyQueue(HWQueue):
     from rawgpu.hcq.amd import sdma
     return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
-  def timestamp(self, signal: Signal) -> "AMDCopyQueue":
+  def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
+    """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address)."""
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.timestamp, signal.timestamp_va, version=self.be.sdma_version)
+    return self._add(sdma.timestamp, addr=signal.timestamp_va if isinstance(signal, Signal) else signal, version=self.be.sdma_version)
