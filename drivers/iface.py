@@ -58,3 +58,42 @@ class Iface(Protocol):
   def sleep(self, timeout_ms: float) -> None: ...    # wait for an interrupt (or up to timeout_ms); raises DeviceFault on a fault
   def check_faults(self) -> None: ...                # raise DeviceFault for a pending page fault / shader error
   def close(self) -> None: ...
+
+
+class PeerMaps:
+  """Memory of one device mapped into another's page tables at the same VA (hcq's Device.map), kept on both
+  sides so that neither keeps a mapping of memory that is going away. An interface subclasses it and provides
+  _map_peer (returns what _unmap_peer needs) and _unmap_peer; it calls _forget_peers when it frees memory or closes."""
+  closed: bool
+
+  def _init_peers(self) -> None:
+    self.peer_maps: dict[int, tuple[Mem, object, "PeerMaps"]] = {}   # va -> another device's memory mapped here
+    self.mapped_into: dict[int, list["PeerMaps"]] = {}              # va -> devices this one's memory is mapped into
+
+  def _map_peer(self, mem: Mem, owner) -> object: raise NotImplementedError
+  def _unmap_peer(self, mem: Mem, token: object) -> None: raise NotImplementedError
+
+  def map_peer(self, mem: Mem, owner) -> None:
+    """Map `mem` of `owner` (another device of the same interface) here, at its own VA. Idempotent."""
+    if owner is self or mem.va in self.peer_maps: return
+    self.peer_maps[mem.va] = (mem, self._map_peer(mem, owner), owner)
+    owner.mapped_into.setdefault(mem.va, []).append(self)
+
+  def unmap_peer(self, mem: Mem) -> None:
+    """Drop the mapping map_peer made (no-op when there is none)."""
+    if (ent := self.peer_maps.pop(mem.va, None)) is None: return
+    _mem, token, owner = ent
+    self._unmap_peer(mem, token)
+    if (lst := owner.mapped_into.get(mem.va)) and self in lst: lst.remove(self)
+
+  def maps_peer(self, mem: Mem) -> bool: return mem.va in self.peer_maps and self.peer_maps[mem.va][0] is mem
+
+  def _forget_peers(self, mem: Mem | None = None) -> None:
+    """Before `mem` is freed (None: before this device closes): every peer drops its mapping of it (of all this
+    device's memory), and on close this device drops its mappings of peers' memory."""
+    vas = [mem.va] if mem is not None else list(self.mapped_into)
+    for va in vas:
+      for peer in self.mapped_into.pop(va, []):
+        if not peer.closed and va in peer.peer_maps: peer.unmap_peer(peer.peer_maps[va][0])
+    if mem is None:
+      for m, _token, _owner in list(self.peer_maps.values()): self.unmap_peer(m)

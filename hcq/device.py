@@ -66,7 +66,7 @@ class Device:
     (peer VRAM over the PCI bus, host memory at its bus addresses). Idempotent; freeing the buffer unmaps it."""
     if obj.dev is self: return
     if not hasattr(self.iface, "map_peer") or type(obj.dev.iface) is not type(self.iface):
-      raise RawGPUError(f"{self}: cannot map memory of {obj.dev}: peer mappings need both devices on the AM driver (PCI/MOCKPCI)")
+      raise RawGPUError(f"{self}: cannot map memory of {obj.dev}: peer mappings need both devices on the same interface (PCI or KFD, or their MOCK twins)")
     self.iface.map_peer(self._mem_of(obj), obj.dev.iface)
 
   def maps(self, obj: Buffer | Signal) -> bool:

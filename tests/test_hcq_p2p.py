@@ -6,7 +6,9 @@ import pytest
 from rawgpu import kernels
 from rawgpu.errors import RawGPUError
 
-PAIRS = [("gfx1100", "gfx1100"), ("gfx1201", "gfx1201"), ("gfx1100", "gfx1201")]
+# MOCKKFD boards of one arch share a machine (one /dev/kfd); a mixed pair needs the PCI bus that MOCKPCI has
+PAIRS = [("MOCKPCI", "gfx1100", "gfx1100"), ("MOCKPCI", "gfx1201", "gfx1201"), ("MOCKPCI", "gfx1100", "gfx1201"),
+         ("MOCKKFD", "gfx1100", "gfx1100"), ("MOCKKFD", "gfx1201", "gfx1201")]
 
 
 def _firmware():
@@ -20,12 +22,25 @@ def _firmware():
 def pair(request):
   _firmware()
   from rawgpu.hcq.device import Device
-  a_arch, b_arch = request.param
+  iface, a_arch, b_arch = request.param
   # two distinct boards: indices 0 and 1 of one arch, or board 0 of each arch for the mixed pair
-  a = Device(f"MOCKPCI:0+AMD::{a_arch}")
-  b = Device(f"MOCKPCI:{1 if a_arch == b_arch else 0}+AMD::{b_arch}")
+  b = Device(f"{iface}:{1 if a_arch == b_arch else 0}+AMD::{b_arch}")   # the higher index first: MOCKKFD sizes its machine by it
+  a = Device(f"{iface}:0+AMD::{a_arch}")
   yield a, b
   b.close(); a.close()
+
+
+def translate(dev, va: int) -> int | None:
+  """Where dev's GPU page tables send va (None: unmapped): AM's own tables, or those the emulated amdkfd keeps."""
+  if dev.props.iface == "MOCKPCI": return dev.iface.dev.pt.translate(va)
+  from rawgpu.drivers.emu.mockkfd import machine
+  return machine(dev.props.arch).kernel.gpu_by_id(dev.iface.gpu_id).dev.pt.translate(va)
+
+
+def bar0(dev) -> int:
+  if dev.props.iface == "MOCKPCI": return dev.iface.dev.pci.resources()[0][0]
+  from rawgpu.drivers.emu.mockkfd import machine
+  return machine(dev.props.arch).kernel.gpu_by_id(dev.iface.gpu_id).dev.pci.resources()[0][0]
 
 
 def prog(dev, name, kernel=None):
@@ -59,9 +74,9 @@ def test_map_is_idempotent_and_same_va(pair):
   b.map(x); b.map(x)
   assert b.maps(x) and len(b.iface.peer_maps) >= 1
   # the peer's page tables point at A's BAR0 bus address + the VRAM offset, at the same VA
-  kind, paddr, _m = x.mem.meta
-  assert kind == "vram"
-  assert b.iface.dev.pt.translate(x.va + 0x1234) == a.iface.dev.pci.resources()[0][0] + paddr + 0x1234
+  own = translate(a, x.va + 0x1234) - translate(a, x.va)
+  assert own == 0x1234 and bar0(a) <= translate(b, x.va + 0x1234) < bar0(a) + a.props.bar_size
+  assert translate(b, x.va + 0x1234) - translate(b, x.va) == 0x1234
   x.free()
 
 
@@ -119,10 +134,11 @@ def test_unmapped_peer_buffer_is_refused(pair):
   x, y = a.alloc(4096), b.alloc(4096)
   with pytest.raises(RawGPUError, match="not mapped"):
     prog(b, "fill")(x, 1, 16, global_size=1, local_size=64)
-  assert b.iface.dev.pt.translate(x.va) is None                 # nothing maps it on B, so the GPU would fault
+  assert translate(b, x.va) is None                               # nothing maps it on B, so the GPU would fault
   x.free(); y.free()
 
 
+@pytest.mark.parametrize("pair", [p for p in PAIRS if p[0] == "MOCKPCI"], indirect=True, ids=lambda p: "-".join(p))   # MOCKKFD boards are large-BAR
 def test_peer_vram_beyond_bar_is_refused(pair):
   from rawgpu.drivers.iface import Mem
   a, b = pair
@@ -137,11 +153,11 @@ def test_free_unmaps_from_peer(pair):
   a, b = pair
   x = a.alloc(1 << 21)
   b.map(x)
-  assert b.iface.dev.pt.translate(x.va) is not None
+  assert translate(b, x.va) is not None
   y = b.alloc(1 << 21)
   b.transfer(y, x)
   x.free()                                                       # waits for B's copy, then unmaps it on B
-  assert b.iface.dev.pt.translate(x.va) is None and x.va not in b.iface.peer_maps and not b.maps(x)
+  assert translate(b, x.va) is None and x.va not in b.iface.peer_maps and not b.maps(x)
   with pytest.raises(RawGPUError, match="freed"): b.map(x)
   y.free()
 

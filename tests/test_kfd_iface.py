@@ -82,7 +82,7 @@ class FakeFile:
     elif name == "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU":
       k.handles += 1
       a.handle, a.mmap_offset = (a.gpu_id << 32) | k.handles, k.handles << 32
-    elif name == "AMDKFD_IOC_MAP_MEMORY_TO_GPU": a.n_success = a.n_devices
+    elif name in ("AMDKFD_IOC_MAP_MEMORY_TO_GPU", "AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU"): a.n_success = a.n_devices   # as amdkfd counts them
     elif name == "AMDKFD_IOC_CREATE_EVENT":
       k.events += 1
       a.event_id = k.events

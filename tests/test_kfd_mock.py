@@ -353,3 +353,38 @@ def test_two_boards_in_pci_order():
   finally:
     for it in its: it.close()
     for g in m.gpus: g.dev.fini()
+
+
+def test_peer_mappings_of_a_bo():
+  """MAP_MEMORY_TO_GPU with another GPU's id maps the BO there too (VRAM through the owner's BAR0, GTT at its bus
+  addresses); FREE is EBUSY while any GPU maps it; doorbell BOs stay on their own GPU; a KFDIface close drops both
+  directions."""
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  m = MockMachine("gfx1100", 2)
+  a, b = (KFDIface(i, m.system) for i in range(2))
+  ga, gb = (m.kernel.gpu_by_id(it.gpu_id) for it in (a, b))
+  try:
+    def ids_io(ioc, handle, gpu_id):
+      ids = (ctypes.c_uint32 * 1)(gpu_id)
+      return a._ioctl(ioc, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
+    vram, gtt = a.alloc(1 << 16), a.alloc(PAGE, host=True)
+    for mem in (vram, gtt): b.map_peer(mem, a)
+    bar0 = ga.dev.pci.resources()[0][0]
+    assert bar0 <= gb.dev.pt.translate(vram.va + 8) < bar0 + ga.dev.bar_size
+    assert gb.dev.pt.translate(gtt.va) == ga.dev.pt.translate(gtt.va)   # the same host page on both GPUs
+    with pytest.raises(IoctlError) as e: a._ioctl(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=vram.meta[0])
+    assert e.value.errno_ == errno.EBUSY                                  # still mapped on B
+    ids_io(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, vram.meta[0], b.gpu_id)
+    assert gb.dev.pt.translate(vram.va) is None and ga.dev.pt.translate(vram.va) is not None
+    ids_io(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, vram.meta[0], b.gpu_id)       # the bookkeeping in b still holds it: map again
+    db = a._alloc(2 * PAGE, K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, cpu=False, host=False, map_gpu=False, exact=True)
+    with pytest.raises(IoctlError) as e: ids_io(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, db.meta[0], b.gpu_id)
+    assert e.value.errno_ == errno.EINVAL
+    a.free(vram)                                                          # unmaps it on B first, then frees
+    assert gb.dev.pt.translate(vram.va) is None and vram.va not in b.peer_maps
+    a.close()                                                             # B loses the GTT page as well
+    assert gb.dev.pt.translate(gtt.va) is None and not b.peer_maps
+  finally:
+    for it in (b, a): it.close()
+    for g in m.gpus: g.dev.fini()

@@ -5,7 +5,7 @@ from typing import Literal
 from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.device import AMDevice
 from rawgpu.drivers.am.discovery import compute_units
-from rawgpu.drivers.iface import DeviceProps, HWRing, Mem
+from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
 from rawgpu.drivers.system import SYSTEM, System
 from rawgpu.errors import RawGPUError
 
@@ -21,13 +21,12 @@ def _coalesce(bus_addrs: list[int]) -> list[tuple[int, int]]:
   return chunks
 
 
-class AMIface:
+class AMIface(PeerMaps):
   def __init__(self, bus: str, system: System = SYSTEM, **opts):
     self.dev = d = AMDevice(bus, system, **opts)
     self.closed = False
     self.rings: list[tuple[HWRing, object]] = []
-    self.peer_maps: dict[int, tuple[Mem, mm.Mapping, "AMIface"]] = {}   # va -> another device's memory mapped here
-    self.mapped_into: dict[int, list["AMIface"]] = {}                  # va -> devices this one's memory is mapped into
+    self._init_peers()
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
                              name=d.board.name, pci_bus=bus, compute_units=compute_units(d.disc.gc_info),
                              wave_size=32, lds_size=64 << 10, vram_size=d.vram_size, bar_size=d.bar_size,
@@ -58,8 +57,7 @@ class AMIface:
 
   def free(self, mem: Mem) -> None:
     kind, backing, m = mem.meta  # type: ignore[misc]
-    for peer in self.mapped_into.pop(mem.va, []):   # no device keeps a mapping of memory that is going away
-      if not peer.closed: peer.unmap_peer(mem)
+    self._forget_peers(mem)   # no device keeps a mapping of memory that is going away
     self.dev.pt.unmap(m)
     self.dev.gmc.flush_tlb()
     if kind == "host": self.dev.system.free_host(backing.view)
@@ -71,10 +69,9 @@ class AMIface:
     """The bus address of VRAM offset 0 as other PCI functions reach it (BAR0's start)."""
     return self.dev.pci.resources()[0][0]
 
-  def map_peer(self, mem: Mem, owner: "AMIface") -> None:
-    """Map `mem` of `owner` here as system pages at its bus addresses: owner VRAM through owner's BAR0 (only the
-    CPU-visible part is reachable, like large-BAR P2P), host memory at its own bus addresses. Idempotent."""
-    if owner is self or mem.va in self.peer_maps: return
+  def _map_peer(self, mem: Mem, owner: "AMIface") -> mm.Mapping:
+    """`mem` of `owner` as system pages at its bus addresses: owner VRAM through owner's BAR0 (only the CPU-visible
+    part is reachable, like large-BAR P2P), host memory at its own bus addresses."""
     kind, backing, _m = mem.meta  # type: ignore[misc]
     where = f"{self.dev.bus}: cannot map {mem.size:#x} bytes at {mem.va:#x} of {owner.dev.bus}"
     if self.closed or owner.closed: raise RawGPUError(f"{where}: a device is closed")
@@ -87,18 +84,11 @@ class AMIface:
     else: raise RawGPUError(f"{where}: {kind} memory is not shareable")
     m = self.dev.pt.map(mem.va, chunks, system=True, snooped=snooped, uncached=True)
     self.dev.gmc.flush_tlb()
-    self.peer_maps[mem.va] = (mem, m, owner)
-    owner.mapped_into.setdefault(mem.va, []).append(self)
+    return m
 
-  def unmap_peer(self, mem: Mem) -> None:
-    """Drop the mapping map_peer made (no-op when there is none)."""
-    if (ent := self.peer_maps.pop(mem.va, None)) is None: return
-    _mem, m, owner = ent
+  def _unmap_peer(self, mem: Mem, m: mm.Mapping) -> None:
     self.dev.pt.unmap(m)
     self.dev.gmc.flush_tlb()
-    if (lst := owner.mapped_into.get(mem.va)) and self in lst: lst.remove(self)
-
-  def maps_peer(self, mem: Mem) -> bool: return mem.va in self.peer_maps and self.peer_maps[mem.va][0] is mem
 
   def _ring_mem(self, paddr: int, size: int) -> Mem:
     d = self.dev
@@ -156,10 +146,6 @@ class AMIface:
 
   def close(self) -> None:
     if self.closed: return
-    for mem, _m, _owner in list(self.peer_maps.values()): self.unmap_peer(mem)
-    for va, peers in list(self.mapped_into.items()):   # peers lose the mappings of this device's memory
-      for p in list(peers):
-        if not p.closed and va in p.peer_maps: p.unmap_peer(p.peer_maps[va][0])
-    self.mapped_into.clear()
+    self._forget_peers()   # peers lose the mappings of this device's memory, this one its mappings of theirs
     self.closed = True
     self.dev.fini()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import atexit, ctypes, errno, math, os, weakref
 from typing import Literal
 from rawgpu.autogen import kfd
-from rawgpu.drivers.iface import DeviceProps, HWRing, Mem
+from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
 from rawgpu.drivers.kfd import topology
 from rawgpu.drivers.kfd.sizes import PAGE, QueueSizes, align, queue_sizes
 from rawgpu.drivers.system import SYSTEM, System
@@ -58,7 +58,7 @@ class _Process:
 _PROCESSES: dict[int, _Process] = {}   # id(System) -> its process state
 
 
-class KFDIface:
+class KFDIface(PeerMaps):
   def __init__(self, index: int = 0, system: System = SYSTEM, *, iface_name: str | None = None):
     self.system, self.closed = system, False
     self.kfd_fd = self.drm_fd = -1
@@ -69,6 +69,7 @@ class KFDIface:
     self.queues: list[tuple[int, list[Mem]]] = []
     self.events: list[int] = []
     self.doorbells = None
+    self._init_peers()
     try: self._open(index, iface_name)
     except BaseException:
       self.close()
@@ -206,10 +207,7 @@ class KFDIface:
       if cpu:
         fd = self.kfd_fd if flags & (F.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | F.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) else self.drm_fd
         cpu_view = self.system.mmap(fd, size, a.mmap_offset)
-      if map_gpu:
-        ids = (ctypes.c_uint32 * 1)(self.gpu_id)
-        m = self._ioctl(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
-        if m.n_success != 1: raise RawGPUError(f"MAP_MEMORY_TO_GPU mapped {m.n_success} of 1 device(s)")
+      if map_gpu: self._gpu_map(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle)
     except BaseException:
       self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
       if va is None: self.va.release(gva, size)
@@ -240,12 +238,33 @@ class KFDIface:
     handle, mapped, own_va, size = mem.meta  # type: ignore[misc]
     if mem not in self.mems: return
     self.mems.remove(mem)
-    ids = (ctypes.c_uint32 * 1)(self.gpu_id)
     try:
-      if mapped: self._ioctl(F.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
+      self._forget_peers(mem)   # amdkfd refuses to free a BO still mapped on any GPU (EBUSY)
+      if mapped: self._gpu_map(F.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle)
       self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
     finally:
       if own_va: self.va.release(mem.va, size)
+
+  def _gpu_map(self, ioc, handle: int) -> None:
+    """MAP_MEMORY_TO_GPU / UNMAP_MEMORY_FROM_GPU of the BO `handle` on this GPU."""
+    ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+    m = self._ioctl(ioc, handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
+    if m.n_success != 1:
+      what = "MAP_MEMORY_TO_GPU" if ioc is F.AMDKFD_IOC_MAP_MEMORY_TO_GPU else "UNMAP_MEMORY_FROM_GPU"
+      raise RawGPUError(f"{what} of handle {handle:#x} on {self.node.pci_bus} did {m.n_success} of 1 device(s)")
+
+  # ---- peer-to-peer: the same process's BO of another GPU, mapped on this GPU at its VA (one VA space per process)
+  def _map_peer(self, mem: Mem, owner: "KFDIface") -> int:
+    where = f"{self.node.pci_bus}: cannot map {mem.size:#x} bytes at {mem.va:#x} of {owner.node.pci_bus}"
+    if self.closed or owner.closed: raise RawGPUError(f"{where}: a device is closed")
+    if owner.proc is not self.proc: raise RawGPUError(f"{where}: the devices are not on the same machine's /dev/kfd")
+    handle = mem.meta[0]  # type: ignore[index]
+    try: self._gpu_map(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle)
+    except IoctlError as e: raise IoctlError(e.name, e.errno_, f"{where}: the kernel refused the peer mapping (a small-BAR board's VRAM is not reachable by peers; allocate host memory)") from e
+    return handle
+
+  def _unmap_peer(self, mem: Mem, handle: int) -> None:
+    if not self.closed: self._gpu_map(F.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle)
 
   # ---- rings
   def create_ring(self, kind: Literal["compute", "sdma"], size: int) -> HWRing:
@@ -307,6 +326,8 @@ class KFDIface:
 
   def close(self) -> None:
     if self.closed: return
+    try: self._forget_peers()   # peers lose the mappings of this device's memory, this one its mappings of theirs
+    except RawGPUError: pass
     self.closed = True
     for qid, bufs in reversed(self.queues):
       try: self._ioctl(F.AMDKFD_IOC_DESTROY_QUEUE, queue_id=qid)

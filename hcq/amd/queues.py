@@ -42,7 +42,7 @@ class AMDComputeQueue(HWQueue):
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDComputeQueue":
     """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address)."""
-    addr = signal.timestamp_va if isinstance(signal, Signal) else signal
+    addr = signal if isinstance(signal, (int, Var)) else signal.timestamp_va
     return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
 
   def memory_barrier(self) -> "AMDComputeQueue":
@@ -122,4 +122,4 @@ class AMDCopyQueue(HWQueue):
   def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
     """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address)."""
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.timestamp, addr=signal.timestamp_va if isinstance(signal, Signal) else signal, version=self.be.sdma_version)
+    return self._add(sdma.timestamp, addr=signal if isinstance(signal, (int, Var)) else signal.timestamp_va, version=self.be.sdma_version)

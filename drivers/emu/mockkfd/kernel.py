@@ -38,6 +38,7 @@ class BO:
   backing: object = None      # VRAM paddr, HostMem, or a list of bus addresses (userptr)
   mmap_offset: int = 0
   mapping: object = None      # the page-table mapping while mapped
+  peers: dict = field(default_factory=dict)   # GPU -> its page-table mapping of this BO (another GPU's memory there)
   queue_refs: int = 0
 
   @property
@@ -272,12 +273,13 @@ class Process:
   def free_memory(self, a) -> None:
     if self.signal_handle and a.handle == self.signal_handle: raise fail(errno.EPERM, "the signal-event BO cannot be freed")
     bo = self._bo(a.handle)
-    if bo.mapping is not None: raise fail(errno.EBUSY, "BO is still mapped")
+    if bo.mapping is not None or bo.peers: raise fail(errno.EBUSY, "BO is still mapped")
     self._release(bo)
     del self.bos[a.handle]
 
   def _release(self, bo: BO) -> None:
     dev = bo.gpu.dev
+    for g in list(bo.peers): self._unmap(bo, g)
     if bo.mapping is not None: self._unmap(bo)
     if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM: dev.pfree(bo.backing)
     elif bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: dev.system.free_host(bo.backing.view)
@@ -295,36 +297,52 @@ class Process:
     for i in range(a.n_success, a.n_devices):
       g = self.k.gpu_by_id(ids[i])
       if g is None or ids[i] not in self.drm: raise fail(errno.EINVAL, f"device {ids[i]} is not usable by this process")
-      if g is not bo.gpu: raise fail(errno.EINVAL, "peer mappings are not emulated")
-      if bo.mapping is None: self._map(bo)
+      if g is bo.gpu:
+        if bo.mapping is None: bo.mapping = self._map(bo, g)
+      elif g not in bo.peers: bo.peers[g] = self._map(bo, g)
       a.n_success = i + 1
 
-  def _map(self, bo: BO) -> None:
-    d, dom = bo.gpu.dev, bo.domain
+  def _map(self, bo: BO, g: GPU):
+    """The BO in g's page tables at its VA. Another GPU (kfd_mem_attach on a peer-accessible device) reaches VRAM
+    through the owner's BAR0 as system pages, so only VRAM inside the BAR is peer accessible here (amdgpu would
+    fall back to a DMA-buf through system memory; not modelled), and host pages at their bus addresses."""
+    d, dom, own = g.dev, bo.domain, g is bo.gpu
     uncached = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED)
-    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM: bo.mapping = d.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
+    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and own: m = d.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
+    elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
+      owner = bo.gpu.dev
+      if bo.backing + bo.size > owner.bar_size: raise fail(errno.EINVAL, f"VRAM at {bo.backing:#x} lies beyond {owner.bus}'s BAR: not peer accessible")
+      m = d.pt.map(bo.va, [(owner.pci.resources()[0][0] + bo.backing, bo.size)], system=True, snooped=False, uncached=True)
     elif dom in (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR):
       addrs = bo.backing.bus_addrs if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT else bo.backing
       chunks: list[tuple[int, int]] = []
       for x in addrs:
         if chunks and chunks[-1][0] + chunks[-1][1] == x: chunks[-1] = (chunks[-1][0], chunks[-1][1] + PAGE)
         else: chunks.append((x, PAGE))
-      bo.mapping = d.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached)
-    else: bo.mapping = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
+      m = d.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached)
+    elif own: m = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
+    else: raise fail(errno.EINVAL, "doorbell and MMIO-remap BOs cannot be mapped on another GPU")
     d.gmc.flush_tlb()
+    return m
 
-  def _unmap(self, bo: BO) -> None:
-    if not isinstance(bo.mapping, tuple): bo.gpu.dev.pt.unmap(bo.mapping)
-    bo.mapping = None
-    bo.gpu.dev.gmc.flush_tlb()
+  def _unmap(self, bo: BO, g: GPU | None = None) -> None:
+    """Unmap the BO from g (its own GPU by default)."""
+    g = g or bo.gpu
+    m = bo.mapping if g is bo.gpu else bo.peers.pop(g)
+    if not isinstance(m, tuple): g.dev.pt.unmap(m)
+    if g is bo.gpu: bo.mapping = None
+    g.dev.gmc.flush_tlb()
 
   def unmap_memory(self, a) -> None:
     ids = self._device_ids(a)
     bo = self._bo(a.handle)
     for i in range(a.n_success, a.n_devices):
-      if self.k.gpu_by_id(ids[i]) is None: raise fail(errno.EINVAL, f"unknown device {ids[i]}")
-      if bo.queue_refs: raise fail(errno.EBUSY, "BO is in use by a queue")
-      if bo.mapping is not None: self._unmap(bo)
+      g = self.k.gpu_by_id(ids[i])
+      if g is None: raise fail(errno.EINVAL, f"unknown device {ids[i]}")
+      if g is bo.gpu:
+        if bo.queue_refs: raise fail(errno.EBUSY, "BO is in use by a queue")
+        if bo.mapping is not None: self._unmap(bo)
+      elif g in bo.peers: self._unmap(bo, g)
       a.n_success = i + 1
 
   def create_queue(self, a) -> None:
