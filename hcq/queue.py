@@ -59,7 +59,8 @@ class HWQueue:
       cur[name] = v
 
   def bind(self, dev: "Device") -> "HWQueue":
-    """Place the words in GPU memory: a submit is then one indirect-buffer packet, and patches go straight there."""
+    """Place the words in GPU memory: a submit is then one indirect-buffer packet, and patches go straight there
+    (so wait for a submission to finish before patching the queue for the next one, as Graph.replay does)."""
     words = self._finalize()
     mem = dev.iface.alloc(len(words) * 4, host=True, uncached=True)
     view = mem.cpu.view(0, len(words) * 4).cast("I")

@@ -467,3 +467,13 @@ def test_cpu_visible_buffers(dev, kind):
   assert np.all(np.frombuffer(buf.cpu(), np.uint32)[:64] == 0x5eed)
   buf.cpu()[:4] = (7).to_bytes(4, "little")
   assert buf.numpy(np.uint32)[0] == 7
+
+
+def test_resource_checks_use_what_the_device_reports(dev, monkeypatch):
+  """A kernel needing more LDS than the device reports is refused when loaded, naming the device."""
+  from rawgpu.errors import CodeObjectError
+  code = kernels.path(dev.props.arch, "reduce").read_bytes()
+  dev.program(code, "reduce_sum_u32")                            # 1 KiB of LDS: fits the 64 KiB the device reports
+  monkeypatch.setattr(dev.props, "lds_size", 512)
+  with pytest.raises(CodeObjectError, match=f"needs 1024 bytes of LDS per workgroup, {dev.props.iface}.* has 512"):
+    dev.program(code, "reduce_sum_u32")

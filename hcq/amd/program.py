@@ -1,6 +1,6 @@
 """AMD programs: a code object loaded once into GPU memory, launched with checked arguments."""
 from __future__ import annotations
-import struct
+import dataclasses, struct
 from dataclasses import dataclass
 import numpy as np
 from typing import TYPE_CHECKING
@@ -33,6 +33,8 @@ class AMDProgram:
     if name not in co.kernels: raise CodeObjectError(f"no kernel {name!r} in the code object; it has {', '.join(co.kernels)}")
     self.name, self.kernel = name, co.kernels[name]
     self.limits = limits_for(dev.props.arch)
+    if dev.props.lds_size:   # what the device reports (KFD topology, AM's IP facts) rules over the arch's table
+      self.limits = dataclasses.replace(self.limits, lds_per_workgroup=dev.props.lds_size, target=f"{dev} ({dev.props.arch})")
     check_resources(self.kernel, self.limits)
     self.image = dev.alloc(max(len(co.image), 256) + co.align)
     base = (self.image.va + co.align - 1) // co.align * co.align
