@@ -1,4 +1,5 @@
 """PM4 emitters word by word against the generated nvd.h macros, Mesa's packet field tables, and decoder round trips."""
+import functools
 import json
 import os
 import re
@@ -146,37 +147,37 @@ def test_write_data(addr, values, one_addr, engine):
 
 # ---- decoder
 
-def emitted(draw) -> tuple[list[int], str, dict]:
+def emitted(draw, em=pm4) -> tuple[list[int], str, dict]:
   """One packet from a random emitter call, its name and the fields the decoder must report."""
   kind = draw(st.sampled_from(["release", "wait", "ib", "sh", "uconfig", "dispatch", "acquire", "event", "write", "nop"]))
   if kind == "release":
     a, v, ds, isel, ev = draw(addr8), draw(u64), draw(st.sampled_from(list(DataSel))), draw(st.sampled_from(list(IntSel))), draw(st.sampled_from(list(Event)))
-    return pm4.release_mem(a, v, ds, isel, ev), "RELEASE_MEM", dict(addr=a, data=v, data_sel=ds, int_sel=isel, event_type=ev)
+    return em.release_mem(a, v, ds, isel, ev), "RELEASE_MEM", dict(addr=a, data=v, data_sel=ds, int_sel=isel, event_type=ev)
   if kind == "wait":
     a, r, m, f = draw(addr4), draw(u32), draw(u32), draw(st.sampled_from(list(WaitFunction)))
-    return pm4.wait_reg_mem(a, r, m, f), "WAIT_REG_MEM", dict(addr=a, reference=r, mask=m, function=f, mem_space=1)
+    return em.wait_reg_mem(a, r, m, f), "WAIT_REG_MEM", dict(addr=a, reference=r, mask=m, function=f, mem_space=1)
   if kind == "ib":
     a, n, vm = draw(addr4), draw(st.integers(1, (1 << 20) - 1)), draw(st.integers(0, 15))
-    return pm4.indirect_buffer(a, n, vmid=vm), "INDIRECT_BUFFER", dict(ib_base=a, ib_size=n, vmid=vm, valid=1)
+    return em.indirect_buffer(a, n, vmid=vm), "INDIRECT_BUFFER", dict(ib_base=a, ib_size=n, vmid=vm, valid=1)
   if kind in ("sh", "uconfig"):
     start = P.PACKET3_SET_SH_REG_START if kind == "sh" else P.PACKET3_SET_UCONFIG_REG_START
     reg, vals = start + draw(st.integers(0, 0x300)), draw(st.lists(u32, min_size=1, max_size=4))
-    fn = pm4.set_sh_reg if kind == "sh" else pm4.set_uconfig_reg
+    fn = em.set_sh_reg if kind == "sh" else em.set_uconfig_reg
     return fn(reg, *vals), "SET_SH_REG" if kind == "sh" else "SET_UCONFIG_REG", dict(reg=reg, _data=vals)
   if kind == "dispatch":
     x, y, z, i = draw(u32), draw(u32), draw(u32), draw(u32)
-    return pm4.dispatch_direct(x, y, z, i), "DISPATCH_DIRECT", dict(dim_x=x, dim_y=y, dim_z=z, dispatch_initiator=i)
+    return em.dispatch_direct(x, y, z, i), "DISPATCH_DIRECT", dict(dim_x=x, dim_y=y, dim_z=z, dispatch_initiator=i)
   if kind == "acquire":
     g = draw(u32)
-    return pm4.acquire_mem(gcr=g), "ACQUIRE_MEM", dict(gcr_cntl=g, coher_size=0xffffffff)
+    return em.acquire_mem(gcr=g), "ACQUIRE_MEM", dict(gcr_cntl=g, coher_size=0xffffffff)
   if kind == "event":
     e, idx = draw(st.sampled_from(list(Event))), draw(st.integers(0, 15))
-    return pm4.event_write(e, idx), "EVENT_WRITE", dict(event_type=e, event_index=idx)
+    return em.event_write(e, idx), "EVENT_WRITE", dict(event_type=e, event_index=idx)
   if kind == "write":
     a, vals = draw(addr4), draw(st.lists(u32, min_size=1, max_size=4))
-    return pm4.write_data(a, *vals), "WRITE_DATA", dict(dst_addr=a, dst_sel=5, _data=vals)
+    return em.write_data(a, *vals), "WRITE_DATA", dict(dst_addr=a, dst_sel=5, _data=vals)
   n = draw(st.integers(1, 6))
-  return pm4.nop(n), "NOP", {}
+  return em.nop(n), "NOP", {}
 
 
 def emitted9(draw) -> tuple[list[int], str, dict]:
@@ -216,7 +217,15 @@ def emitted9(draw) -> tuple[list[int], str, dict]:
   return pm4.nop(n, gen=9), "NOP", {}
 
 
-@pytest.mark.parametrize("gen,emit", [(11, emitted), (9, emitted9)])
+def _gen12():
+  from types import SimpleNamespace
+  names = ("release_mem", "wait_reg_mem", "indirect_buffer", "set_sh_reg", "set_uconfig_reg", "dispatch_direct", "acquire_mem",
+           "event_write", "write_data", "nop")
+  return SimpleNamespace(**{n: functools.partial(getattr(pm4, n), gen=12) for n in names})
+
+
+@pytest.mark.parametrize("gen,emit", [(11, emitted), (9, emitted9), (12, functools.partial(emitted, em=_gen12()))],
+                         ids=lambda x: f"gfx{x}" if isinstance(x, int) else "")
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_decoder_round_trips_emitted_streams(gen, emit, data):

@@ -1,4 +1,5 @@
 """SDMA emitters word by word against the generated sdma_v6 macros, Mesa's sid.h, and decoder round trips."""
+import functools
 import os
 import re
 from pathlib import Path
@@ -112,31 +113,31 @@ def test_trap_and_nop():
   with pytest.raises(ValueError, match="does not fit"): sdma.trap(1 << 28)
 
 
-def emitted(draw):
+def emitted(draw, em=sdma):
   kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "ts", "write", "trap", "nop"]))
   if kind == "copy":
     d, s, n = draw(addr4), draw(addr4), draw(st.integers(1, 1 << 20))
-    return sdma.copy_linear(d, s, n), "COPY_LINEAR", dict(dst_addr=d, src_addr=s, count=n - 1)
+    return em.copy_linear(d, s, n), "COPY_LINEAR", dict(dst_addr=d, src_addr=s, count=n - 1)
   if kind == "fill":
     d, v, n = draw(addr4), draw(u32), 4 * draw(st.integers(1, 1 << 18))
-    return sdma.const_fill(d, v, n), "CONSTANT_FILL", dict(dst_addr=d, src_data_31_0=v, count=n - 1, fillsize=2)
+    return em.const_fill(d, v, n), "CONSTANT_FILL", dict(dst_addr=d, src_data_31_0=v, count=n - 1, fillsize=2)
   if kind == "fence":
     a, v = draw(addr4), draw(u32)
-    return sdma.fence(a, v), "FENCE", dict(addr=a, data=v, mtype=3)
+    return em.fence(a, v), "FENCE", dict(addr=a, data=v, mtype=3)
   if kind == "poll":
     a, r, m, f = draw(addr4), draw(u32), draw(u32), draw(st.sampled_from(list(PollFunction)))
-    return sdma.poll_regmem(a, r, m, f), "POLL_REGMEM", dict(addr=a, value=r, mask=m, func=f, mem_poll=1)
+    return em.poll_regmem(a, r, m, f), "POLL_REGMEM", dict(addr=a, value=r, mask=m, func=f, mem_poll=1)
   if kind == "ts":
     a = draw(addr8)
-    return sdma.timestamp(a), "TIMESTAMP_GET_GLOBAL", dict(write_addr=a)
+    return em.timestamp(a), "TIMESTAMP_GET_GLOBAL", dict(write_addr=a)
   if kind == "write":
     a, vals = draw(addr4), draw(st.lists(u32, min_size=1, max_size=5))
-    return sdma.write_linear(a, *vals), "WRITE_UNTILED", dict(dst_addr=a, _data=vals)
+    return em.write_linear(a, *vals), "WRITE_UNTILED", dict(dst_addr=a, _data=vals)
   if kind == "trap":
     c = draw(st.integers(0, (1 << 28) - 1))
-    return sdma.trap(c), "TRAP", dict(int_context=c)
+    return em.trap(c), "TRAP", dict(int_context=c)
   n = draw(st.integers(1, 5))
-  return sdma.nop(n), "NOP", dict(count=n - 1)
+  return em.nop(n), "NOP", dict(count=n - 1)
 
 
 def emitted_v4(draw):
@@ -166,7 +167,18 @@ def emitted_v4(draw):
   return sdma.nop(n, version=(4, 4)), "NOP", dict(count=n - 1)
 
 
-@pytest.mark.parametrize("version,emit", [((6, 0), emitted), ((4, 4), emitted_v4)])
+def _at(module, names, **kw):
+  """The module's emitters with one keyword fixed (here the SDMA version)."""
+  from types import SimpleNamespace
+  return SimpleNamespace(**{n: functools.partial(getattr(module, n), **kw) for n in names})
+
+
+_SDMA_EMITTERS = ("copy_linear", "const_fill", "fence", "poll_regmem", "timestamp", "write_linear", "trap", "nop")
+
+
+@pytest.mark.parametrize("version,emit", [((6, 0), emitted), ((4, 4), emitted_v4)] + [
+  (v, functools.partial(emitted, em=_at(sdma, _SDMA_EMITTERS, version=v))) for v in ((5, 0), (5, 2), (7, 0))],
+  ids=lambda x: "sdma%d.%d" % x if isinstance(x, tuple) else "")
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
 def test_decoder_round_trips_emitted_streams(version, emit, data):
