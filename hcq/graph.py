@@ -120,6 +120,7 @@ class Graph:
     self.replays, self.slot_vals = 0, {}
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
     self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
+    self.submits = [(q, tuple(q.vars)) for q in (self.cq, self.sq) if q is not None and q._build]   # each queue's patch slots
 
   def _copy_var(self, b, off: int, n: int):
     if isinstance(b, Buffer): return b.va + off
@@ -129,18 +130,18 @@ class Graph:
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
     if self.ka is None: self._build()
-    names = self.names
-    missing = names - set(inputs) - set(self.cur)
-    if missing: raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
-    unknown = set(inputs) - names
-    if unknown: raise RawGPUError(f"the graph has no input(s) {', '.join(sorted(unknown))}; it has {', '.join(sorted(names)) or 'none'}")
+    names, dev = self.names, self.dev
+    if len(self.cur) < len(names) and (missing := names - inputs.keys() - self.cur.keys()):
+      raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
+    if not inputs.keys() <= names:
+      raise RawGPUError(f"the graph has no input(s) {', '.join(sorted(inputs.keys() - names))}; it has {', '.join(sorted(names)) or 'none'}")
     for name, v in inputs.items():  # checked before a ticket is taken: a refused replay leaves no hole in the timeline
       for _slot, _off, n in self.copy_sites.get(name, ()):
         if not isinstance(v, Buffer) or v.size < n: raise RawGPUError(f"graph input {name!r} is copied ({n} bytes): give a Buffer of at least that size")
       if name in self.value_sites and (not isinstance(v, int) or not 0 <= v < 1 << 64):
         raise RawGPUError(f"graph input {name!r} is a signal value: give an int in 0..2^64-1, not {v!r}")
-    self.dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
-    value = self.dev.timeline_value    # the ticket this replay will take, once its arguments are written
+    dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
+    value = dev.timeline_value    # the ticket this replay will take, once its arguments are written
     for name, v in inputs.items():
       if self.cur.get(name) is v: continue
       for slot, off, n in self.copy_sites.get(name, ()): self.slot_vals[slot] = v.va + off
@@ -159,18 +160,18 @@ class Graph:
           if (meta2.size, meta2.value_kind) == (meta.size, meta.value_kind): kv2[meta2.offset:meta2.offset + meta2.size] = raw
           else: prg2._pack_one(kv2, meta2, v, value)
       self.cur[name] = v
-    for v in self.cur.values():
-      if isinstance(v, Buffer): v.used_until(value)
-    for b in self.static_buffers: b.used_until(value)
-    value = self.dev.next_timeline(*self.engines)
-    vals = {"timeline": self.dev.timeline_gpu(value), **self.slot_vals}
-    if (prof := self.dev._profiler) is not None:
+    for v in self.cur.values():   # recorded against this device's ticket (a mapped peer's buffer too)
+      if isinstance(v, Buffer): v.used_by(dev, value)
+    for b in self.static_buffers: b.used_by(dev, value)
+    value = dev.next_timeline(*self.engines)
+    vals = self.slot_vals
+    vals["timeline"] = dev.timeline_gpu(value)
+    if (prof := dev._profiler) is not None:
       vals["ts_start"], vals["ts_end"] = prof.timed(f"graph ({len(self.launches)} kernels, {len(self.nodes) - len(self.launches)} other nodes)", "graph", value)
     else: vals["ts_start"] = vals["ts_end"] = self.stamps.timestamp_va
     base, self.replays = self.replays * self.nsync, self.replays + 1
-    vals.update({f"sync{k}": base + k for k in range(1, self.nsync + 1)})
-    for q in (self.cq, self.sq):
-      if q is not None and q._build: q.submit(self.dev, {k: v for k, v in vals.items() if k in q.vars})
+    for k in range(1, self.nsync + 1): vals[f"sync{k}"] = base + k
+    for q, qvars in self.submits: q.submit(dev, {k: vals[k] for k in qvars})
     self.last = value
     return value
 

@@ -66,12 +66,13 @@ class HWQueue:
     view = mem.cpu.view(0, len(words) * 4).cast("I")
     view[:] = words
     self._words, self._bound = view, mem
+    self._ib = array("I", self._indirect(mem.va, len(words)))   # what each submit puts on the ring
     return self
 
   def submit(self, dev: "Device", values: dict[str, int] | None = None) -> "HWQueue":
     self.patch(values or {})
     ring = dev.ring(self.engine)
-    ring.push(self._words if self._bound is None else self._indirect(self._bound.va, len(self._words)))
+    ring.push(self._words if self._bound is None else self._ib)
     return self
 
   def _indirect(self, va: int, ndw: int) -> list[int]:

@@ -267,3 +267,19 @@ def test_unmapped_peer_signal_is_refused_when_building_the_queue(pair):
   b.map(sig)
   b.compute_queue().signal(sig, 3).submit(b)
   sig.wait(3, timeout_ms=5000)
+
+
+def test_graph_replay_records_a_peer_buffer_against_its_own_ticket(pair):
+  """A graph of B that writes A's (mapped) buffer counts as B's use of it: freeing it waits for B's timeline."""
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  x, y = a.alloc(4 * 64), a.alloc(4 * 64)
+  b.map(x); b.map(y)
+  g = Graph(b)
+  g.exec(prog(b, "fill"), x, 5, 64, local_size=64).exec(prog(b, "fill"), g.input("out"), 6, 64, local_size=64)
+  t = g.replay(out=y)
+  assert x._root().peer_use.get(b, 0) >= t and y._root().peer_use.get(b, 0) >= t   # static and input buffers alike
+  assert x._root().last_use < t or a.timeline_value > t                              # not a ticket of A's timeline
+  b.wait_timeline(t)
+  assert np.all(x.numpy(np.uint32) == 5) and np.all(y.numpy(np.uint32) == 6)
+  x.free(); y.free()
