@@ -130,26 +130,31 @@ class PageTables:
       while off < size:
         # a 2 MiB huge page where VA, address and remaining size all line up, else 4 KiB pages
         lvl = LEVELS - 2 if (cur | (addr + off)) & ((1 << 21) - 1) == 0 and size - off >= (1 << 21) else LEVELS - 1
-        step = 1 << level_shift(lvl)
         table = self._walk(cur, lvl, create=True)
         assert table is not None
         idx = ((cur - VA_BASE) >> level_shift(lvl)) & 0x1ff
         ents = self._entries(table)
-        if ents[idx] & F.AMDGPU_PTE_VALID:
+        # 4 KiB pages: the run that stays in this page table (up to its 2 MiB end, where a huge page may start)
+        n = 1 if lvl != LEVELS - 1 else max(1, min((size - off) >> 12, 512 - idx))
+        if any(ents[idx + k] & F.AMDGPU_PTE_VALID for k in range(n)):
           # a page table left by 4 KiB mappings that were all unmapped gives way to a huge page
           sub = ents[idx] & ADDR_MASK
           if lvl == LEVELS - 1 or self.flags.is_huge(ents[idx]) or any(self._entries(sub)):
-            raise RawGPUError(f"GPU VA {cur:#x} is already mapped")
+            raise RawGPUError(f"GPU VA {cur + 4096 * next(k for k in range(n) if ents[idx + k] & F.AMDGPU_PTE_VALID):#x} is already mapped")
           self._free(sub)
-        frag = 9 if lvl == LEVELS - 2 else 0
-        ents[idx] = ((addr + off) & ADDR_MASK) | self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=frag)
-        m.ptes.append((table, idx))
+        leaf = self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=9 if lvl == LEVELS - 2 else 0)
+        step = 1 << level_shift(lvl)
+        for k in range(n): ents[idx + k] = ((addr + off + k * step) & ADDR_MASK) | leaf
+        m.ptes += [(table, idx + k) for k in range(n)]
         m.huge |= lvl != LEVELS - 1
-        cur, off = cur + step, off + step
+        cur, off = cur + n * step, off + n * step
     return m
 
   def unmap(self, m: Mapping) -> None:
-    for table, idx in m.ptes: self._entries(table)[idx] = 0
+    ents, cur = None, None
+    for table, idx in m.ptes:   # in mapping order: one view per page table
+      if table != cur: ents, cur = self._entries(table), table
+      ents[idx] = 0
     m.ptes.clear()
 
   def translate(self, va: int) -> int | None:
