@@ -5,7 +5,7 @@ Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines ru
 doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
 """
 from __future__ import annotations
-import mmap, threading
+import collections, mmap, threading
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
@@ -73,6 +73,9 @@ class AMDBoard:
     self._event = threading.Event()
     self._stop = False
     self._thread: threading.Thread | None = None
+    self._waiting = False                       # the worker is (about to be) asleep: a doorbell must wake it
+    self._posted: collections.deque = collections.deque()   # doorbell writes on their way to the engines
+    self._route_lock = threading.Lock()         # one router at a time keeps each queue's pointer updates in order
 
   # ---- construction of the blocks
   def _build(self) -> None:
@@ -107,7 +110,7 @@ class AMDBoard:
     self.stop_worker()
     self._closed = False
     with self.lock:
-      self.doorbells.clear(); self.engines.clear(); self.faults.clear(); self.fw_loaded.clear()
+      self.doorbells.clear(); self._posted.clear(); self.engines.clear(); self.faults.clear(); self.fw_loaded.clear()
       self.regs = RegFile(self.asic)
       self._build()
 
@@ -118,6 +121,7 @@ class AMDBoard:
   # ---- register BAR
   def _reg_read(self, off: int, width: int) -> int:
     if self.removed or not self.cfg.b[4] & 0x2: return ALL_ONES[width]      # removed, or memory decode off
+    if self._posted: self._route_doorbells()   # PCIe ordering: a read does not pass the posted writes before it
     r = self.regs
     if width == 4:
       a = off >> 2
@@ -148,14 +152,22 @@ class AMDBoard:
 
   def _db_write(self, off: int, width: int, value: int) -> None:
     if self.removed or not self.cfg.mem_enabled or not self.nbio.doorbells_enabled: return   # aperture off: dropped
-    # A posted write: it lands in the watching block's write pointer without waiting for the engines (no board lock;
-    # each store is atomic and the pointers only move forward, so an engine mid-step sees the old or the new value).
+    # A posted write: the CPU goes on at once; the NBIO routes it to the block that watches this doorbell on the
+    # board's side (the worker, or a register read that must not pass it), without the board lock.
     idx = off >> 2
     self.doorbells[idx] = value & 0xffffffff
     if width == 8: self.doorbells[idx + 1] = value >> 32
-    for sink in self._doorbell_sinks:
-      if sink(idx, value): break
-    self.kick()
+    self._posted.append((idx, value))
+    if self._waiting or self._thread is None or self.deterministic: self.kick()
+
+  def _route_doorbells(self) -> None:
+    """Deliver the posted doorbell writes, in order, to the block each belongs to (a queue's write pointer, the IH's
+    read pointer); each store is atomic and pointers only move forward, so an engine mid-step sees old or new."""
+    with self._route_lock:
+      while self._posted:
+        idx, value = self._posted.popleft()
+        for sink in self._doorbell_sinks:
+          if sink(idx, value): break
 
   # ---- DMA to host memory: only with bus mastering on, only to pages the bus backs
   def host_dma(self, addr: int, size: int) -> memoryview:
@@ -177,11 +189,14 @@ class AMDBoard:
   def _worker(self) -> None:
     while not self._stop:
       busy = self._mode1_pending or any(e.busy() for e in self.engines)
-      self._event.wait(0.0005 if busy else 0.05)
+      self._waiting = True                # set before looking at the posted doorbells: one that comes later kicks
+      if not self._posted: self._event.wait(0.0005 if busy else 0.05)
+      self._waiting = False
       self._event.clear()
       while not self._stop and self._pass(): pass
 
   def _pass(self) -> bool:
+    if self._posted: self._route_doorbells()
     progressed = False
     for e in list(self.engines):
       if self.removed: return False
@@ -206,7 +221,7 @@ class AMDBoard:
     self._drain_shaders()
     with self.lock:
       cfg = self.cfg
-      self.doorbells.clear(); self.engines.clear(); self.fw_loaded.clear()
+      self.doorbells.clear(); self._posted.clear(); self.engines.clear(); self.fw_loaded.clear()
       self.regs = RegFile(self.asic)
       self._build()
       self.cfg = cfg
