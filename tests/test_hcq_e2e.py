@@ -477,3 +477,24 @@ def test_resource_checks_use_what_the_device_reports(dev, monkeypatch):
   monkeypatch.setattr(dev.props, "lds_size", 512)
   with pytest.raises(CodeObjectError, match=f"needs 1024 bytes of LDS per workgroup, {dev.props.iface}.* has 512"):
     dev.program(code, "reduce_sum_u32")
+
+
+def test_kernarg_ring_reuse_waits_only_for_the_lap_before(dev):
+  """Arguments wrap round the kernarg ring while the GPU is held at a wait: reusing a region waits for the launches
+  of the lap before (done), not for everything queued (which would wait for the held GPU forever)."""
+  from rawgpu.hcq.amd.backend import KernargRing
+  fill, old = prog(dev, "fill"), dev.backend.kernargs
+  dev.backend.kernargs = ring = KernargRing(dev, 16 * 512)        # 16 launches of fill's 512-byte block per lap
+  try:
+    outs = [dev.alloc(4 * 32) for _ in range(22)]
+    for k, o in enumerate(outs[:10]): fill(o, k, 32, local_size=32)
+    dev.synchronize()
+    gate = dev.new_signal("gate")
+    dev.compute_queue().wait(gate, 1).submit(dev)
+    for k, o in enumerate(outs[10:], 10): fill(o, k, 32, local_size=32)   # slots 10..21: wraps past slot 15
+    assert ring.total > ring.size and dev.timeline.value < dev.timeline_gpu(dev.timeline_value - 1)   # still held
+    gate.value = 1
+    dev.synchronize()
+    assert [int(o.numpy(np.uint32)[:32].max()) for o in outs] == list(range(22))
+    assert all(np.all(o.numpy(np.uint32)[:32] == k) for k, o in enumerate(outs))
+  finally: dev.backend.kernargs = old

@@ -1,5 +1,6 @@
 """The AMD side of a Device: compute (PM4) and copy (SDMA) queues, programs, kernargs, copies."""
 from __future__ import annotations
+from collections import deque
 from typing import TYPE_CHECKING
 from rawgpu.autogen.regs import ip_regs
 from rawgpu.errors import RawGPUError
@@ -10,29 +11,35 @@ from rawgpu.hcq.buffer import Buffer
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 KERNARG_RING = 8 << 20
-STAGING = 2 << 20
-SCRATCH_WAVES = 256  # waves that may hold scratch at once (the dispatcher stalls waves beyond it)  # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
+STAGING = 2 << 20    # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
+SCRATCH_WAVES = 256  # waves that may hold scratch at once (the dispatcher stalls waves beyond it)
 
 
 class KernargRing:
-  """Kernel arguments in GPU-visible host memory, bump-allocated; on wrap, waits for the work queued before."""
+  """Kernel arguments in GPU-visible host memory, bump-allocated round the ring. Reusing a region waits only for the
+  launches that read it a lap before (long done, as a rule), never for everything queued since."""
   def __init__(self, dev: "Device", size: int):
     self.dev, self.mem = dev, dev.iface.alloc(size, host=True, uncached=True)
-    self.view, self.off, self.size = self.mem.cpu.cast("B"), 0, size
-
-  def alloc(self, n: int) -> tuple[int, memoryview]:
-    off = self.take(n)
-    return self.mem.va + off, self.view[off:off + ((n + 255) & ~255)]
+    self.view, self.size = self.mem.cpu.cast("B"), size
+    self.total = 0                        # bytes handed out ever (tail gaps skipped at a wrap included)
+    self.inflight: deque[tuple[int, int]] = deque()   # (absolute start, ticket of the launch reading it), oldest first
+    self.done = 0                         # a ticket known complete
 
   def take(self, n: int) -> int:
-    """Offset into self.view of n bytes (256-byte aligned) for the next launch."""
-    n = (n + 255) & ~255
-    if self.off + n > self.size:  # wrap: everything queued so far may still read its arguments
-      self.dev.synchronize()
-      self.off = 0
-    off, self.off = self.off, self.off + n
-    return off
-
+    """Offset into self.view of n bytes (256-byte aligned) for the launch that takes the device's next ticket."""
+    n, size = (n + 255) & ~255, self.size
+    pos = self.total
+    if pos % size + n > size: pos += size - pos % size   # does not fit before the end: start again at offset 0
+    end, q = pos + n, self.inflight
+    while q and q[0][0] + size < end:     # that region of the previous lap is about to be written again
+      _, ticket = q.popleft()
+      if ticket > self.done:
+        dev = self.dev
+        self.done = max(self.done, dev.timeline.value + dev.timeline_base)
+        if ticket > self.done: dev.wait_timeline(ticket); self.done = ticket
+    q.append((pos, self.dev.timeline_value))
+    self.total = end
+    return pos % size
 
 class AMDBackend:
   def __init__(self, dev: "Device"):
