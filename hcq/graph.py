@@ -1,5 +1,6 @@
 """Graph: kernel launches and copies recorded once, replayed with new inputs by patching only (one submission per
-queue per replay; the compute and copy queues order themselves with a graph-private signal where the work switches).
+queue per replay). The work runs as one chain in recorded order: where it switches queue (compute/copy engine, or
+another device) the next queue waits on a graph-private signal the previous one writes.
 
     g = Graph(dev)
     x = g.input("x")                       # a placeholder: a Buffer or a scalar given at replay
@@ -9,6 +10,11 @@ queue per replay; the compute and copy queues order themselves with a graph-priv
 
     g.wait(peer_signal, g.input("go"))     # waits and signals (on this or a mapped peer's signal) run on the compute
     g.signal(done_signal, g.input("n"))    # queue in recorded order; their values may be inputs (ints at replay)
+
+Several devices: a launch runs on its program's device, a copy or wait/signal on `on=` (default: the graph's
+device); buffers a device touches must be mapped there (Device.map). The graph's kernel arguments and its signal live
+on the graph's device and are mapped into the others. replay() returns the graph device's ticket, which marks the
+end of all of it; every other device also takes a ticket for its share.
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -29,6 +35,7 @@ class Graph:
   def __init__(self, dev: "Device"):
     self.dev = dev
     self.cq = dev.compute_queue()
+    self.queues: dict[tuple, object] = {(dev, "compute"): self.cq}   # (device, engine) -> its queue in this graph
     self.launches: list[tuple] = []              # (program, args, g, l)
     self.nodes: list[tuple] = []                 # ("exec", launch index) or ("copy", (dst, src, size)), in order
     self.copy_sites: dict[str, list[tuple]] = {} # input name -> [(patch slot, offset, copy size)] of copies
@@ -46,59 +53,71 @@ class Graph:
     self.launches.append((prg, args, _dims(global_size), _dims(local_size)))
     return self
 
-  def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None) -> "Graph":
-    """A copy on the copy engine, ordered after everything recorded before it; dst/src may be inputs (then give size)."""
+  def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None, *, on: "Device | None" = None) -> "Graph":
+    """A copy on the copy engine of `on` (default: the graph's device), ordered after everything recorded before it;
+    dst/src may be inputs (then give size)."""
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
     if not all(isinstance(b, (Buffer, Input)) for b in (dst, src)): raise RawGPUError("graph copies take Buffers or graph inputs")
     sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]
     if size is None and len(sizes) < 2: raise RawGPUError("a graph copy with an input needs its size")
     n = min(sizes) if size is None else size
     if sizes and n > min(sizes): raise RawGPUError(f"graph copy of {n} bytes does not fit a {min(sizes)}-byte buffer")
-    self.nodes.append(("copy", (dst, src, n)))
+    self.nodes.append(("copy", (dst, src, n, on or self.dev)))
     return self
 
-  def wait(self, signal, value: int | Input) -> "Graph":
-    """The compute queue waits here until signal >= value (the signal may be a peer device's, mapped here)."""
-    return self._sync_node("wait", signal, value)
+  def wait(self, signal, value: int | Input, *, on: "Device | None" = None) -> "Graph":
+    """The compute queue (of `on`, default the graph's device) waits here until signal >= value (the signal may be a
+    peer device's, mapped there)."""
+    return self._sync_node("wait", signal, value, on)
 
-  def signal(self, signal, value: int | Input) -> "Graph":
-    """The compute queue writes value to signal once everything recorded before it is done."""
-    return self._sync_node("signal", signal, value)
+  def signal(self, signal, value: int | Input, *, on: "Device | None" = None) -> "Graph":
+    """The compute queue (of `on`) writes value to signal once everything recorded before it is done."""
+    return self._sync_node("signal", signal, value, on)
 
-  def _sync_node(self, kind: str, signal, value) -> "Graph":
+  def _sync_node(self, kind: str, signal, value, on) -> "Graph":
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
     if not isinstance(value, (int, Input)): raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
-    self.nodes.append((kind, (signal, value)))
+    self.nodes.append((kind, (signal, value, on or self.dev)))
     return self
+
+  def _node_queue(self, kind: str, what):
+    """The queue a node runs on: its device's compute queue, or copy queue for a copy."""
+    dev = self.launches[what][0].dev if kind == "exec" else what[-1]
+    key = (dev, "sdma" if kind == "copy" else "compute")
+    if key not in self.queues: self.queues[key] = dev.copy_queue() if kind == "copy" else dev.compute_queue()
+    return self.queues[key]
 
   def _build(self) -> None:
     from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
     self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
     view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
-    self.sq = self.dev.copy_queue() if any(k == "copy" for k, _ in self.nodes) else None
-    self.sync = self.dev.new_signal("graph sync") if self.sq is not None else None
-    self.nsync, cur = 0, None
+    self.sync = self.dev.new_signal("graph sync")
     self.stamps = self.dev.new_signal("graph stamps")   # where the clock goes when no Profiler asks for it
-    self.value_sites: set[str] = set()          # inputs that are signal values (patch slots "value:<name>")
-    for kind, what in self.nodes:
-      q = self.sq if kind == "copy" else self.cq
-      if cur is None: q.timestamp(Var("ts_start"))  # the clock around the whole replay (for a Profiler)
-      if cur is not None and q is not cur:  # the work switches engine: the next queue waits for the previous one
-        self.nsync += 1
-        cur.signal(self.sync, Var(f"sync{self.nsync}"))
-        q.wait(self.sync, Var(f"sync{self.nsync}"))
-      cur = q
+    queues = [self._node_queue(k, w) for k, w in self.nodes]
+    self.devices = list({id(q.be.dev): q.be.dev for q in [self.cq] + queues}.values())   # the graph's device first
+    for d in self.devices[1:]:   # the other devices read the arguments and take part in the chain's signal
+      d.map(self.ka); d.map(self.sync)
+    self.nsync, self.value_sites = 0, set()   # value_sites: inputs that are signal values (patch slots "value:<name>")
+    # the chain starts and ends on the graph's device (its clock and ticket mark the whole replay)
+    cur = queues[0] if queues and queues[0].be.dev is self.dev else self.cq
+    cur.timestamp(Var("ts_start"))
+    self.first_engine, last_q = cur.engine, {}
+    for (kind, what), q in zip(self.nodes, queues):
+      cur = self._switch(cur, q)
+      last_q[q.be.dev] = q
       if kind == "copy":
         from rawgpu.hcq.amd import sdma
-        dst, src, n = what
-        step = sdma.copy_max_bytes(self.dev.backend.sdma_version)
+        dst, src, n, dev = what
+        for b in (dst, src):
+          if isinstance(b, Buffer) and not dev.maps(b): raise RawGPUError(f"graph copy on {dev}: {b} is not mapped there; call {dev}.map(buffer) first")
+        step = sdma.copy_max_bytes(dev.backend.sdma_version)
         for off in range(0, n, step):  # one packet per chunk, so an input's address is a whole patch slot in each
-          d, sr = (self._copy_var(b, off, n) for b in (dst, src))
+          d, sr = (self._copy_var(b, off, n, dev) for b in (dst, src))
           q.copy(d, sr, min(step, n - off))
         continue
       if kind in ("wait", "signal"):
-        sig, v = what
+        sig, v, _dev = what
         if isinstance(v, Input): self.value_sites.add(v.name); v = Var(f"value:{v.name}")
         (q.wait if kind == "wait" else q.signal)(sig, v)
         continue
@@ -111,20 +130,36 @@ class Graph:
       prg._pack_hidden(kv, g, l)
       if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
       q.exec(prg, ka_va, g, l)
-    (cur or self.cq).timestamp(Var("ts_end")).signal(self.dev.timeline, Var("timeline"))
-    first = next((k for k, _ in self.nodes), "exec")
-    self.engines = (self.sq if first == "copy" else self.cq).engine, (cur or self.cq).engine   # where a replay starts and ends
-    if self.cq._build: self.cq.bind(self.dev)   # the copy engine has no indirect buffers here: its words go to its ring
+    cur = self._switch(cur, cur if cur.be.dev is self.dev else self.cq)
+    cur.timestamp(Var("ts_end")).signal(self.dev.timeline, Var("timeline"))
+    self.tickets = {self.dev: (self.first_engine, cur.engine)}   # device -> (engine its share starts on, engine that signals its ticket)
+    if len(self.devices) > 1:   # every other device signals its ticket once the graph's device says the chain is done
+      self.nsync += 1
+      cur.signal(self.sync, Var(f"sync{self.nsync}"))
+      for d in self.devices[1:]:
+        q = last_q[d]
+        q.wait(self.sync, Var(f"sync{self.nsync}")).signal(d.timeline, Var(f"timeline@{id(d)}"))
+        self.tickets[d] = (next(x for x in queues if x.be.dev is d).engine, q.engine)
+    for q in self.queues.values():
+      if q.engine == "compute" and q._build: q.bind(q.be.dev)   # the copy engine has no indirect buffers here: its words go to its ring
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
     self.replays, self.slot_vals = 0, {}
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
     self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
-    self.submits = [(q, tuple(q.vars)) for q in (self.cq, self.sq) if q is not None and q._build]   # each queue's patch slots
+    self.submits = [(q, tuple(q.vars)) for q in self.queues.values() if q._build]   # each queue's patch slots
 
-  def _copy_var(self, b, off: int, n: int):
+  def _switch(self, cur, q):
+    """Where the chain moves from queue cur to q: q waits for the value cur writes to the graph's signal."""
+    if q is not cur:
+      self.nsync += 1
+      cur.signal(self.sync, Var(f"sync{self.nsync}"))
+      q.wait(self.sync, Var(f"sync{self.nsync}"))
+    return q
+
+  def _copy_var(self, b, off: int, n: int, dev: "Device"):
     if isinstance(b, Buffer): return b.va + off
-    self.copy_sites.setdefault(b.name, []).append((f"copy:{b.name}@{off}", off, n))
+    self.copy_sites.setdefault(b.name, []).append((f"copy:{b.name}@{off}", off, n, dev))
     return Var(f"copy:{b.name}@{off}")
 
   def replay(self, **inputs) -> int:
@@ -136,15 +171,16 @@ class Graph:
     if not inputs.keys() <= names:
       raise RawGPUError(f"the graph has no input(s) {', '.join(sorted(inputs.keys() - names))}; it has {', '.join(sorted(names)) or 'none'}")
     for name, v in inputs.items():  # checked before a ticket is taken: a refused replay leaves no hole in the timeline
-      for _slot, _off, n in self.copy_sites.get(name, ()):
+      for _slot, _off, n, on in self.copy_sites.get(name, ()):
         if not isinstance(v, Buffer) or v.size < n: raise RawGPUError(f"graph input {name!r} is copied ({n} bytes): give a Buffer of at least that size")
+        if not on.maps(v): raise RawGPUError(f"graph input {name!r} is copied on {on}, where {v} is not mapped; call {on}.map(buffer) first")
       if name in self.value_sites and (not isinstance(v, int) or not 0 <= v < 1 << 64):
         raise RawGPUError(f"graph input {name!r} is a signal value: give an int in 0..2^64-1, not {v!r}")
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     value = dev.timeline_value    # the ticket this replay will take, once its arguments are written
     for name, v in inputs.items():
       if self.cur.get(name) is v: continue
-      for slot, off, n in self.copy_sites.get(name, ()): self.slot_vals[slot] = v.va + off
+      for slot, off, _n, _on in self.copy_sites.get(name, ()): self.slot_vals[slot] = v.va + off
       if name in self.value_sites: self.slot_vals[f"value:{name}"] = v
       if name not in self.sites: self.cur[name] = v; continue
       sites = self.sites[name]
@@ -160,18 +196,25 @@ class Graph:
           if (meta2.size, meta2.value_kind) == (meta.size, meta.value_kind): kv2[meta2.offset:meta2.offset + meta2.size] = raw
           else: prg2._pack_one(kv2, meta2, v, value)
       self.cur[name] = v
+    vals, devices = self.slot_vals, self.devices
+    if len(devices) > 1:   # the other devices' tickets, each behind its own earlier work
+      for d in devices[1:]:
+        t = d.next_timeline(*self.tickets[d])
+        vals[f"timeline@{id(d)}"] = d.timeline_gpu(t)
+        for b in self.static_buffers: b.used_by(d, t)   # any device of the graph may touch them: counted on each
+        for v in self.cur.values():
+          if isinstance(v, Buffer): v.used_by(d, t)
     for v in self.cur.values():   # recorded against this device's ticket (a mapped peer's buffer too)
       if isinstance(v, Buffer): v.used_by(dev, value)
     for b in self.static_buffers: b.used_by(dev, value)
-    value = dev.next_timeline(*self.engines)
-    vals = self.slot_vals
+    value = dev.next_timeline(*self.tickets[dev])
     vals["timeline"] = dev.timeline_gpu(value)
     if (prof := dev._profiler) is not None:
       vals["ts_start"], vals["ts_end"] = prof.timed(f"graph ({len(self.launches)} kernels, {len(self.nodes) - len(self.launches)} other nodes)", "graph", value)
     else: vals["ts_start"] = vals["ts_end"] = self.stamps.timestamp_va
     base, self.replays = self.replays * self.nsync, self.replays + 1
     for k in range(1, self.nsync + 1): vals[f"sync{k}"] = base + k
-    for q, qvars in self.submits: q.submit(dev, {k: vals[k] for k in qvars})
+    for q, qvars in self.submits: q.submit(q.be.dev, {k: vals[k] for k in qvars})
     self.last = value
     return value
 

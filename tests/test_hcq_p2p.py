@@ -283,3 +283,29 @@ def test_graph_replay_records_a_peer_buffer_against_its_own_ticket(pair):
   b.wait_timeline(t)
   assert np.all(x.numpy(np.uint32) == 5) and np.all(y.numpy(np.uint32) == 6)
   x.free(); y.free()
+
+
+def test_one_graph_across_two_devices(pair):
+  """A graph recorded once over both boards: A fills, B's copy engine pulls it over the bus, B adds, A's copy engine
+  brings the sum back. Replays with new inputs run the chain in order; A's ticket marks the end of all of it."""
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  n = 256
+  x, w = a.alloc(4 * n), a.alloc(4 * n)
+  y, z = b.alloc(4 * n), b.alloc(4 * n)
+  b.map(x); a.map(z)
+  fill, vadd = prog(a, "fill"), prog(b, "vadd", "vadd_f32")
+  g = Graph(a)
+  g.exec(fill, x, g.input("v"), n, local_size=256)                  # on A (the program's device)
+  g.copy(y, x, on=b)                                                 # B's copy engine reads A's VRAM
+  g.exec(vadd, y, y, z, n, local_size=256)                           # on B
+  g.copy(g.input("out"), z, 4 * n)                                   # A's copy engine reads B's VRAM
+  for f in (1.5, -4.0, 0.25):
+    t = g.replay(v=int(np.float32(f).view(np.uint32)), out=w)
+    a.wait_timeline(t)
+    assert np.all(w.numpy(np.float32) == np.float32(2 * f)), f       # every step saw the one before it
+    assert b.timeline.value >= b.timeline_gpu(b.timeline_value - 1)   # B's share signalled its own ticket
+  with pytest.raises(RawGPUError, match="not mapped"): g.replay(v=0, out=b.alloc(4 * n))   # A cannot reach it
+  g2 = Graph(a).copy(y, b.alloc(4 * n), on=a)                        # A's engine, B's buffers: A maps neither
+  with pytest.raises(RawGPUError, match="not mapped there"): g2.replay()
+  for buf in (x, w, y, z): buf.free()
