@@ -232,3 +232,27 @@ def test_abs64_relocations_against_symbols(tmp_path):
 def test_undefined_symbols_are_rejected(tmp_path):
   path = assemble(tmp_path, "  .data\n  .p2align 3\n  .quad missing\n")
   with pytest.raises(CodeObjectError, match="undefined symbol 'missing'"): load_code_object(path.read_bytes())
+
+
+@need_asm
+@need_readelf
+def test_pc_relative_relocations_never_reach_the_loader(tmp_path):
+  """R_AMDGPU_REL64/REL32 (an object's `sym - .`) are resolved by ld.lld when the symbol is hidden, and refused when
+  it is preemptible: a linked code object carries none, and its image holds the link-time differences at any base."""
+  src = ('  .section .rodata.t,"a"\n  .p2align 3\n  .globl target\n{vis}target:\n  .quad 0\n'
+         '  .data\n  .p2align 3\n  .globl table\ntable:\n  .quad target - . + 16\n  .long target - .\n')
+  obj = tmp_path / "o"
+  obj.mkdir()
+  (obj / "r.s").write_text(src.format(vis="") + META)
+  subprocess.run(["llvm-mc-19", "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-filetype=obj", "r.s", "-o", "r.o"], cwd=obj, check=True)
+  assert re.findall(r"R_AMDGPU_REL(?:64|32)", tool(READELF, "-r", str(obj / "r.o"))) == ["R_AMDGPU_REL64", "R_AMDGPU_REL32"]
+  refused = subprocess.run([LLD, "-shared", "r.o", "-o", "r.hsaco"], cwd=obj, capture_output=True, text=True)
+  assert refused.returncode != 0 and "R_AMDGPU_REL64 cannot be used against symbol 'target'" in refused.stderr
+  path = assemble(tmp_path, src.format(vis="  .hidden target\n"))
+  co = load_code_object(path.read_bytes(), target="gfx1100")
+  syms = {name: v for v, name in re.findall(r"^\s*\d+: ([0-9a-f]{16})\s+\d+ NOTYPE\s+\w+\s+\w+\s+\d+ (\w+)$", tool(READELF, "-s", "-W", str(path)), re.M)}
+  target, table = int(syms["target"], 16), int(syms["table"], 16)
+  assert not co.relocations
+  for base in (0, 0x7f12_3400_0000):
+    img = co.image_at(base)
+    assert struct.unpack_from("<q", img, table)[0] == target - table + 16 and struct.unpack_from("<i", img, table + 8)[0] == target - table - 8
