@@ -112,7 +112,7 @@ class AMDProgram:
     if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
       whole = struct.Struct(st.format + f"{len(img) - st.size}s")   # the explicit arguments, then the image's rest
     return _Launch(q, q.words_array(), g, l, bytes(img), whole, bytes(img[st.size:]) if whole else b"",
-                   q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"))
+                   q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"), self.dev.ring(q.engine))
 
   def _fast_values(self, args: tuple, ticket: int) -> tuple | list | None:
     """The explicit arguments as the struct packs them (buffers as addresses, their use recorded), or None where a
@@ -166,7 +166,7 @@ class AMDProgram:
       values = {"kernargs": ka_va, "timeline": tl, "ts_start": start, "ts_end": end}   # profiled launches patch every slot
       if ln.dispatch: values["dispatch"] = ka_va + self.dispatch_offset
       q.submit(dev, values)
-    else: dev.ring(q.engine).push(words)
+    else: ln.ring.push(words)
     if not (wait or timing): return None
     dev.wait_timeline(value)
     if not timing: return None
@@ -187,6 +187,7 @@ class _Launch:
   kernargs: tuple
   dispatch: tuple
   timeline: tuple
+  ring: object            # the device's ring for the template's engine (the same object for the device's life)
 
 
 def _float_fmt(a: KernelArg) -> str | None:
