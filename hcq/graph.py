@@ -88,7 +88,7 @@ class Graph:
     return self.queues[key]
 
   def _build(self) -> None:
-    from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
+    from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
     self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
     view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
@@ -103,33 +103,17 @@ class Graph:
     cur = queues[0] if queues and queues[0].be.dev is self.dev else self.cq
     cur.timestamp(Var("ts_start"))
     self.first_engine, last_q = cur.engine, {}
-    for (kind, what), q in zip(self.nodes, queues):
+    self.timed: list[tuple[str, str, str]] = []   # (name, kind, slot prefix) of nodes clocked one by one (built while profiling)
+    profiling = self.dev._profiler is not None
+    for i, ((kind, what), q) in enumerate(zip(self.nodes, queues)):
       cur = self._switch(cur, q)
       last_q[q.be.dev] = q
-      if kind == "copy":
-        from rawgpu.hcq.amd import sdma
-        dst, src, n, dev = what
-        for b in (dst, src):
-          if isinstance(b, Buffer) and not dev.maps(b): raise RawGPUError(f"graph copy on {dev}: {b} is not mapped there; call {dev}.map(buffer) first")
-        step = sdma.copy_max_bytes(dev.backend.sdma_version)
-        for off in range(0, n, step):  # one packet per chunk, so an input's address is a whole patch slot in each
-          d, sr = (self._copy_var(b, off, n, dev) for b in (dst, src))
-          q.copy(d, sr, min(step, n - off))
-        continue
-      if kind in ("wait", "signal"):
-        sig, v, _dev = what
-        if isinstance(v, Input): self.value_sites.add(v.name); v = Var(f"value:{v.name}")
-        (q.wait if kind == "wait" else q.signal)(sig, v)
-        continue
-      (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
-      kv, ka_va = view[off:off + size], self.ka.va + off
-      prg.check_arg_count(args)
-      for a, meta in zip(args, prg.args):
-        if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg, off + meta.offset))  # written at replay
-        else: prg._pack_one(kv, meta, a, 0)
-      prg._pack_hidden(kv, g, l)
-      if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
-      q.exec(prg, ka_va, g, l)
+      timed = profiling and kind in ("exec", "copy") and q.be.dev is self.dev
+      if timed:
+        self.timed.append((self.launches[what][0].name if kind == "exec" else f"copy {what[2]} bytes", "kernel" if kind == "exec" else "copy", f"ts{i}"))
+        q.timestamp(Var(f"ts{i}:start"))
+      self._emit(kind, what, q, view, sizes[what] if kind == "exec" else 0, offs[what] if kind == "exec" else 0)
+      if timed: q.timestamp(Var(f"ts{i}:end"))
     cur = self._switch(cur, cur if cur.be.dev is self.dev else self.cq)
     cur.timestamp(Var("ts_end")).signal(self.dev.timeline, Var("timeline"))
     self.tickets = {self.dev: (self.first_engine, cur.engine)}   # device -> (engine its share starts on, engine that signals its ticket)
@@ -148,6 +132,33 @@ class Graph:
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
     self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
     self.submits = [(q, tuple(q.vars)) for q in self.queues.values() if q._build]   # each queue's patch slots
+
+  def _emit(self, kind: str, what, q, view, size: int, off: int) -> None:
+    """One recorded node's packets on its queue (a launch's arguments go into the graph's kernarg block at off)."""
+    if kind == "copy":
+      from rawgpu.hcq.amd import sdma
+      dst, src, n, dev = what
+      for b in (dst, src):
+        if isinstance(b, Buffer) and not dev.maps(b): raise RawGPUError(f"graph copy on {dev}: {b} is not mapped there; call {dev}.map(buffer) first")
+      step = sdma.copy_max_bytes(dev.backend.sdma_version)
+      for o in range(0, n, step):  # one packet per chunk, so an input's address is a whole patch slot in each
+        d, sr = (self._copy_var(b, o, n, dev) for b in (dst, src))
+        q.copy(d, sr, min(step, n - o))
+    elif kind in ("wait", "signal"):
+      sig, v, _dev = what
+      if isinstance(v, Input): self.value_sites.add(v.name); v = Var(f"value:{v.name}")
+      (q.wait if kind == "wait" else q.signal)(sig, v)
+    else:
+      from rawgpu.hcq.amd.queues import fill_dispatch_packet
+      prg, args, g, l = self.launches[what]
+      kv, ka_va = view[off:off + size], self.ka.va + off
+      prg.check_arg_count(args)
+      for a, meta in zip(args, prg.args):
+        if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg, off + meta.offset))  # written at replay
+        else: prg._pack_one(kv, meta, a, 0)
+      prg._pack_hidden(kv, g, l)
+      if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
+      q.exec(prg, ka_va, g, l)
 
   def _switch(self, cur, q):
     """Where the chain moves from queue cur to q: q waits for the value cur writes to the graph's signal."""
@@ -211,7 +222,10 @@ class Graph:
     vals["timeline"] = dev.timeline_gpu(value)
     if (prof := dev._profiler) is not None:
       vals["ts_start"], vals["ts_end"] = prof.timed(f"graph ({len(self.launches)} kernels, {len(self.nodes) - len(self.launches)} other nodes)", "graph", value)
-    else: vals["ts_start"] = vals["ts_end"] = self.stamps.timestamp_va
+      for name, kind, at in self.timed: vals[f"{at}:start"], vals[f"{at}:end"] = prof.timed(name, kind, value)
+    else:
+      vals["ts_start"] = vals["ts_end"] = self.stamps.timestamp_va
+      for _name, _kind, at in self.timed: vals[f"{at}:start"] = vals[f"{at}:end"] = self.stamps.timestamp_va
     base, self.replays = self.replays * self.nsync, self.replays + 1
     for k in range(1, self.nsync + 1): vals[f"sync{k}"] = base + k
     for q, qvars in self.submits: q.submit(q.be.dev, {k: vals[k] for k in qvars})

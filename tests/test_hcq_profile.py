@@ -58,3 +58,26 @@ def test_copies_and_graph_replays_are_traced_on_their_engines(dev, tmp_path):
   assert np.all(b.numpy(np.uint32) == 9)
   dev.wait_timeline(g.replay(v=4))                 # after close: the clock goes to the graph's own slot again
   assert np.all(b.numpy(np.uint32) == 4) and len(prof.events) == 2
+
+
+def test_a_graph_built_while_profiling_times_every_launch_and_copy(dev, tmp_path):
+  from rawgpu.hcq.graph import Graph
+  from rawgpu.hcq.profile import Profiler
+  fill = dev.program(kernels.path(dev.props.arch, "fill").read_bytes())
+  a, b = dev.alloc(4 * 256), dev.alloc(4 * 256)
+  prof = Profiler(dev)
+  try:
+    g = Graph(dev)
+    g.exec(fill, a, 3, 256, local_size=256).copy(b, a).exec(fill, a, g.input("v"), 256, local_size=256)
+    dev.wait_timeline(g.replay(v=4))
+    evs = json.load(open(prof.export(str(tmp_path / "trace.json"))))["traceEvents"]
+  finally: prof.close()
+  assert [(e["name"], e["cat"]) for e in evs] == [("graph (2 kernels, 1 other nodes)", "graph"), ("fill_u32", "kernel"),
+                                                   ("copy 1024 bytes", "copy"), ("fill_u32", "kernel")]
+  graph, *nodes = evs
+  assert all(e["dur"] > 0 for e in evs)
+  assert all(x["ts"] + x["dur"] <= y["ts"] for x, y in zip(nodes, nodes[1:]))          # in recorded order
+  assert graph["ts"] <= nodes[0]["ts"] and nodes[-1]["ts"] + nodes[-1]["dur"] <= graph["ts"] + graph["dur"]
+  assert np.all(b.numpy(np.uint32) == 3) and np.all(a.numpy(np.uint32) == 4)
+  dev.wait_timeline(g.replay(v=5))                                                     # not profiled any more: still runs
+  assert np.all(a.numpy(np.uint32) == 5) and len(prof.events) == 4
