@@ -31,6 +31,7 @@ class Signal:
       if cur != last: last, deadline = cur, time.monotonic() + timeout_ms / 1000
       spins += 1
       if spins > 64: self.dev.iface.sleep(0.2)
+      else: time.sleep(0)   # a short spin that lets the process's other threads (an emulated board too) run
       self.dev.iface.check_faults()
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so

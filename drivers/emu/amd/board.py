@@ -195,13 +195,18 @@ class AMDBoard:
       self._event.clear()
       while not self._stop and self._pass(): pass
 
+  STEPS_PER_PASS = 16   # concurrent mode: an engine that makes progress takes up to this many steps in a row
+
   def _pass(self) -> bool:
     if self._posted: self._route_doorbells()
-    progressed = False
+    progressed, burst = False, 1 if self.deterministic else self.STEPS_PER_PASS
     for e in list(self.engines):
       if self.removed: return False
       with self.lock:
-        try: progressed |= bool(e.step())
+        try:
+          for _ in range(burst):   # a CP reads packets back to back; a pass over every block per packet costs more than the packet
+            if not e.step(): break
+            progressed = True
         except Exception as ex:                   # a model bug must not silently stop the whole GPU
           self.errors.append(f"{type(e).__name__}: {type(ex).__name__}: {ex}")
           if self.deterministic: raise
