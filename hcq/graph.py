@@ -26,6 +26,9 @@ from rawgpu.hcq.patch import Var
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 
+SYNC_LIMIT = 1 << 31   # graph-private signal values stay below this (the engines compare 32 bits)
+
+
 @dataclass(frozen=True)
 class Input:
   name: str
@@ -128,7 +131,7 @@ class Graph:
       if q.engine == "compute" and q._build: q.bind(q.be.dev)   # the copy engine has no indirect buffers here: its words go to its ring
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
-    self.replays, self.slot_vals = 0, {}
+    self.replays, self.slot_vals, self.others_last = 0, {}, {}
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
     self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
     self.submits = [(q, tuple(q.vars)) for q in self.queues.values() if q._build]   # each queue's patch slots
@@ -188,6 +191,9 @@ class Graph:
       if name in self.value_sites and (not isinstance(v, int) or not 0 <= v < 1 << 64):
         raise RawGPUError(f"graph input {name!r} is a signal value: give an int in 0..2^64-1, not {v!r}")
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
+    if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
+      for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signal
+      self.sync.value, self.replays = 0, 0
     value = dev.timeline_value    # the ticket this replay will take, once its arguments are written
     for name, v in inputs.items():
       if self.cur.get(name) is v: continue
@@ -210,7 +216,7 @@ class Graph:
     vals, devices = self.slot_vals, self.devices
     if len(devices) > 1:   # the other devices' tickets, each behind its own earlier work
       for d in devices[1:]:
-        t = d.next_timeline(*self.tickets[d])
+        t = self.others_last[d] = d.next_timeline(*self.tickets[d])
         vals[f"timeline@{id(d)}"] = d.timeline_gpu(t)
         for b in self.static_buffers: b.used_by(d, t)   # any device of the graph may touch them: counted on each
         for v in self.cur.values():

@@ -498,3 +498,19 @@ def test_kernarg_ring_reuse_waits_only_for_the_lap_before(dev):
     assert [int(o.numpy(np.uint32)[:32].max()) for o in outs] == list(range(22))
     assert all(np.all(o.numpy(np.uint32)[:32] == k) for k, o in enumerate(outs))
   finally: dev.backend.kernargs = old
+
+
+def test_graph_signal_values_restart_before_the_engines_32_bit_compare_wraps(dev):
+  """The graph's private signal counts up with every replay; near 2^31 it restarts at 0 (after the last replay is done)
+  so the engines' 32-bit compare never sees a wrapped value as already reached."""
+  from rawgpu.hcq import graph
+  fill = prog(dev, "fill")
+  a, b = dev.alloc(4 * 64), dev.alloc(4 * 64)
+  g = Graph(dev)
+  g.exec(fill, a, g.input("v"), 64, local_size=64).copy(b, a).exec(fill, a, 0, 64, local_size=64)
+  dev.wait_timeline(g.replay(v=1))
+  g.replays = (1 << 32) // g.nsync - 2                      # as if ~2^32 sync values had been used: the next ones wrap
+  for v in range(2, 7):
+    dev.wait_timeline(g.replay(v=v))
+    assert np.all(b.numpy(np.uint32) == v) and np.all(a.numpy(np.uint32) == 0), v
+  assert g.replays < 10 and g.sync.value < 100                # restarted
