@@ -4,7 +4,7 @@ import functools
 from array import array
 from typing import TYPE_CHECKING, Callable
 from rawgpu.errors import RawGPUError
-from rawgpu.hcq.patch import Var, locate
+from rawgpu.hcq.patch import locate
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import sys, time
 import numpy as np
-from rawgpu.errors import DeviceNotFound, RawGPUError
+from rawgpu.errors import DeviceNotFound
 
 
 def _say(msg: str, end: str = "\n") -> None:

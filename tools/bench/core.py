@@ -1,6 +1,6 @@
 """How every benchmark is measured: warm-up, repeats, median with min and max, and the environment with each figure."""
 from __future__ import annotations
-import contextlib, os, platform, statistics, subprocess, sys, time
+import contextlib, os, platform, statistics, subprocess, time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
 

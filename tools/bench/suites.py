@@ -6,7 +6,7 @@ hcq documents it: `prg = dev.program(code, name)`, `prg(*args, global_size=(x, y
 with global_size counting workgroups (tinygrad's convention), `dev.compute_queue().signal(signal, value).submit(dev)`.
 """
 from __future__ import annotations
-import os, subprocess, sys, time
+import subprocess, sys, time
 import numpy as np
 from rawgpu.tools.bench.core import Ctx, Skip, benchmark, samples
 

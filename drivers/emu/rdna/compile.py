@@ -3,7 +3,6 @@
 Control flow instructions return the next PC per wave (an array for the selected waves, or an int); everything else
 returns None and falls through. Blocks of closures are built once per code object and PC (see program.py)."""
 from __future__ import annotations
-import struct
 from typing import Callable
 
 import numpy as np

@@ -4,7 +4,7 @@ Scheduling: the runnable waves with the lowest PC run the basic block at that PC
 that branched elsewhere wait their turn, so divergent waves reconverge where their PCs meet. s_barrier parks a
 wave until every live wave of its workgroup has arrived."""
 from __future__ import annotations
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import hashlib, re
 
 import numpy as np
