@@ -156,14 +156,15 @@ class Device:
   def copy_queue(self): return self.backend.copy_queue()
 
   def recover(self) -> None:
-    """After a fault: restart the compute queue in place (the work queued on it is dropped) and fast-forward the
+    """After a fault: restart the queues in place (the work queued on them is dropped) and fast-forward the
     timeline, so the process can go on without reopening the device."""
     if not self.faulted: return
     reset = getattr(self.iface, "reset_ring", None)
     if reset is None: raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")
-    if (ring := self._rings.get("compute")) is not None:
+    for ring in self._rings.values():   # the fault may have stopped either engine; both restart empty
       reset(ring.hw)
       ring.restart()
+    self._ticket_engine = None
     self.timeline.value = self.timeline_gpu(self.timeline_value - 1)   # abandoned tickets count as done
     self.faulted = ""
 

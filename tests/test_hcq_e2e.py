@@ -255,6 +255,23 @@ def test_page_fault_then_in_place_recovery(spare_dev):
     assert list(buf.numpy(np.uint32)) == [v] * 16
 
 
+def test_copy_engine_fault_then_in_place_recovery(spare_dev):
+  """A copy from an unmapped address faults the copy engine; recover() soft-resets it (sdma_v6_0_soft_reset's
+  sequence) with the compute queue, and both engines work again."""
+  from rawgpu.errors import DeviceFault
+  d = spare_dev
+  if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  y = d.alloc(1 << 16)
+  v = d.next_timeline("sdma")
+  d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
+  with pytest.raises(DeviceFault, match="page fault at VA 0x7f3000000000"): d.wait_timeline(v, timeout_ms=5000)
+  d.recover()
+  data = np.arange(4096, dtype=np.uint32)
+  assert np.array_equal(y.copyin(data).numpy(np.uint32)[:4096], data)   # through the copy engine, both ways
+  prog(d, "fill")(y, 3, 16, local_size=16, wait=True)
+  assert list(y.numpy(np.uint32)[:17]) == [3] * 16 + [16]
+
+
 def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   from rawgpu.errors import DeviceTimeout
   flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)

@@ -106,12 +106,13 @@ class AMIface(PeerMaps):
 
   # ---- rings
   def reset_ring(self, hw: HWRing) -> None:
-    """Restart a compute ring after a fault: dequeue its HQD, empty the ring and pointers, program it afresh.
-    What was queued on it is dropped (the caller fast-forwards its timeline)."""
+    """Restart a ring after a fault: a compute ring's HQD is dequeued, an SDMA ring's engine soft-reset; the ring and
+    its pointers are emptied and programmed afresh. What was queued on it is dropped (the caller fast-forwards its
+    timeline)."""
     q = next((q for h, q in self.rings if h is hw), None)
     if q is None: raise RawGPUError(f"{self.dev.bus}: ring {hw.name or hw.kind} is not one of this device's")
-    if hw.kind != "compute": raise RawGPUError(f"{self.dev.bus}: only compute rings can be reset in place; reopen the device")
     d = self.dev
+    if hw.kind == "sdma": return d.sdma.reset_queue(q)
     d.gfx.stop_hqd(q)   # the CP must be off the queue before its ring and pointers change under it
     for paddr, sz in ((q.ring, q.size), (q.ptrs, mm.PAGE)): d.vram(paddr, sz)[:] = bytes(sz)
     d.gfx.program_hqd(q)

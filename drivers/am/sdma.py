@@ -33,9 +33,10 @@ class SDMA(Block):
     for e in range(self.engines): self.halt(e, False)
     for q in list(self.queues.values()): self.program(q)
 
-  def halt(self, e: int, on: bool) -> None:
+  def halt(self, e: int, on: bool, reset: bool = False) -> None:
     if self.dev.regs.has("gc", "regSDMA0_F32_CNTL"): self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), TH1_RESET=int(on))
-    else: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=int(on))   # SDMA 7 renamed the microcontroller control
+    elif on: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=1, **({"RESET": 1} if reset else {}))   # SDMA 7 renamed it
+    else: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=0, RESET=0)   # as sdma_v7_0_gfx_resume starts the engine
 
   def new_queue(self, size: int) -> SDMAQueue:
     free = [e for e in range(self.engines) if e not in self.queues]
@@ -76,6 +77,25 @@ class SDMA(Block):
     self.halt(e, False)
     cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)
+
+  def reset_queue(self, q: SDMAQueue) -> None:
+    """Restart a ring's engine after a fault the way sdma_v6_0/v7_0_soft_reset do: stop the ring, freeze (SDMA 6) and
+    halt the engine, pulse its GRBM soft reset, then empty the ring and pointers and program it afresh (the queued
+    work is dropped)."""
+    e, r, has = q.engine, lambda n: self.r(q.engine, n), self.dev.regs.has
+    r("regSDMA0_QUEUE0_RB_CNTL").update(RB_ENABLE=0)
+    r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
+    if "FREEZE" in r("regSDMA0_FREEZE").reg.fields: r("regSDMA0_FREEZE").update(FREEZE=1)   # SDMA 6 only (7 leaves it)
+    self.halt(e, True, reset=True)
+    if has("gc", "regSDMA0_QUEUE0_PREEMPT"): r("regSDMA0_QUEUE0_PREEMPT").write(0)
+    grbm = self.reg("gc", "regGRBM_SOFT_RESET")
+    grbm.write(grbm.reg.encode(**{f"SOFT_RESET_SDMA{e}": 1}))
+    grbm.read()                      # the read back lets the write land before the reset is released
+    grbm.write(0)
+    grbm.read()
+    self.dev.vram(q.ring, q.size)[:] = bytes(q.size)
+    self.dev.vram(q.ptrs, 0x1000)[:] = bytes(0x1000)
+    self.program(q)
 
   def free_queue(self, q: SDMAQueue) -> None:
     cntl = self.r(q.engine, "regSDMA0_QUEUE0_RB_CNTL")
