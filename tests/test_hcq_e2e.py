@@ -246,7 +246,8 @@ def test_page_fault_then_in_place_recovery(spare_dev):
   from rawgpu.errors import DeviceFault
   d = spare_dev
   if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
-  with pytest.raises(DeviceFault): prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
+  with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000 \\(write, client TCP, .*client id 8"):   # a wave's store
+    prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   with pytest.raises(DeviceFault, match="faulted earlier"): d.synchronize()
   d.recover()
   buf = d.alloc(64)
@@ -264,7 +265,7 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   y = d.alloc(1 << 16)
   v = d.next_timeline("sdma")
   d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
-  with pytest.raises(DeviceFault, match="page fault at VA 0x7f3000000000"): d.wait_timeline(v, timeout_ms=5000)
+  with pytest.raises(DeviceFault, match="page fault at VA 0x7f3000000000 \\(read, client SDMA0, .*client id 13"): d.wait_timeline(v, timeout_ms=5000)
   d.recover()
   data = np.arange(4096, dtype=np.uint32)
   assert np.array_equal(y.copyin(data).numpy(np.uint32)[:4096], data)   # through the copy engine, both ways

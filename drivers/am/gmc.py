@@ -10,6 +10,11 @@ from rawgpu.drivers.am.block import Block
 from rawgpu.errors import DeviceFault
 
 HUBS = {"GC": "gc", "MM": "mmhub"}     # register prefix -> register table
+# GC-hub UTCL2 clients by GCVM_L2_PROTECTION_FAULT_STATUS.CID, as amdgpu names them (gfxhub_v3_0.c, gfxhub_v12_0.c)
+GC_CLIENTS = {11: ("CB/DB", "Reserved", "GE1", "GE2", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)", "SQC (data)", "SQG",
+                   "Reserved", "SDMA0", "SDMA1", "GCR", "SDMA2", "SDMA3"),
+              12: ("CB", "DB", "GE1", "GE2", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)", "SQC (data)", "SQG/PC/SC",
+                   "Reserved", "SDMA0", "SDMA1", "GCR", "Reserved", "Reserved", "WGS", "DSM", "PA")}
 INV_ENG = 17                           # the invalidation engine the driver keeps for itself (as amdgpu's KIQ path)
 
 
@@ -96,6 +101,8 @@ class GMC(Block):
     st = self.fault_status(hub)
     kind = "write" if st.get("RW") else "read"
     what = [k for k in ("MORE_FAULTS", "WALKER_ERROR", "PERMISSION_FAULTS", "MAPPING_ERROR") if st.get(k)]
-    raise DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, hub {hub}, client id {st.get('CID', 0)}, "
+    names, cid = GC_CLIENTS.get(self.dev.ips["gc"][0], ()), st.get("CID", 0)
+    if hub == "GC" and cid < len(names): client = f"client {names[cid]}, {client}"
+    raise DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, hub {hub}, client id {cid}, "
                       f"VMID {st.get('VMID', 0)}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
                       "check the buffer's lifetime and the kernel's indexing")

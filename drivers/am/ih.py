@@ -85,6 +85,5 @@ class IH(Block):
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
         hub = "MM" if iv["client_id"] == F.SOC21_IH_CLIENTID_VMC else "GC"
-        self.dev.gmc.raise_fault(hub, addr, f"{'an MM-hub client (SDMA)' if hub == 'MM' else 'a GFX-hub client (compute)'}, "
-                                 f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}")
+        self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}")
     return bool(ivs)

@@ -10,7 +10,7 @@ import struct, threading
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
-from rawgpu.drivers.emu.amd.gmc import Fault, VMMemory
+from rawgpu.drivers.emu.amd.gmc import CID_CPC, CID_TCP, Fault, VMMemory, acting_as
 from rawgpu.drivers.emu.amd.psp import FW_RS64_MEC
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
@@ -106,8 +106,12 @@ class ComputeQueue:
                         start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
                         tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8)
     mem = VMMemory(self.hub(), self.vmid)
-    if self.board.deterministic: return self._finish(run_dispatch(mem, regs))
+    if self.board.deterministic:
+      acting_as(CID_TCP)
+      try: return self._finish(run_dispatch(mem, regs))
+      finally: acting_as(CID_CPC)
     def run() -> None:
+      acting_as(CID_TCP)   # the waves' loads and stores reach memory through the TCP
       try: self.result = run_dispatch(mem, regs)
       finally: self.board.kick()
     self.inflight = threading.Thread(target=run, name="amdboard-shader", daemon=True)
@@ -154,6 +158,7 @@ class ComputeQueue:
 
   def step(self) -> bool:
     if not self.active or self.hung is not None or "hung_queue" in self.board.faults and self._fault_engine() == "compute": return False
+    acting_as(CID_CPC)
     addr, avail, vmid, ib = self._stream()
     if avail <= 0: return False
     try:

@@ -200,7 +200,7 @@ class Hub:
     self.faults += 1
     vals = self.b.regs.vals
     if vals.get(self.a_st, 0) == 0:
-      vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=0x1 if self.name == "gc" else 0x2,
+      vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=getattr(_client, "cid", CID_CPC) if self.name == "gc" else 0x2,
                                        PERMISSION_FAULTS=int(kind in ("READ", "WRITE")), MAPPING_ERROR=int(kind in ("VALID", "PDE0")))
       vals[self.a_fa_lo], vals[self.a_fa_hi] = (va >> 12) & 0xffffffff, va >> 44
     else: vals[self.a_st] |= self.st.encode(MORE_FAULTS=1)
@@ -264,6 +264,16 @@ _DT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 _probing = threading.local()
+
+# UTCL2 client ids of the GC hub (GCVM_L2_PROTECTION_FAULT_STATUS.CID; amdgpu names them in gfxhub_v3_0.c and
+# gfxhub_v12_0.c): the engine a thread is stepping says which client its memory accesses come from.
+CID_CPC, CID_TCP, CID_SDMA0 = 5, 8, 13
+_client = threading.local()
+
+
+def acting_as(cid: int) -> None:
+  """From now on this thread's GC-hub accesses are client `cid`'s (a CP, a shader's TCP, an SDMA engine)."""
+  _client.cid = cid
 
 
 class BusMemory:

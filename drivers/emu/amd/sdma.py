@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
-from rawgpu.drivers.emu.amd.gmc import Fault
+from rawgpu.drivers.emu.amd.gmc import CID_SDMA0, Fault, acting_as
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 from rawgpu.autogen.amd import sdma_v6 as S
@@ -115,6 +115,7 @@ class SDMAQueue:
 
   def step(self) -> bool:
     if not self.enabled or self.hung is not None: return False
+    acting_as(CID_SDMA0 + self.e.i)
     if self.ib and self.ib[-1][0] >= self.ib[-1][1]: self.ib.pop()
     try:
       h = self._read(1)
