@@ -40,9 +40,10 @@ class Graph:
     self.cq = dev.compute_queue()
     self.queues: dict[tuple, object] = {(dev, "compute"): self.cq}   # (device, engine) -> its queue in this graph
     self.launches: list[tuple] = []              # (program, args, g, l)
-    self.nodes: list[tuple] = []                 # ("exec", launch index) or ("copy", (dst, src, size)), in order
-    self.copy_sites: dict[str, list[tuple]] = {} # input name -> [(patch slot, offset, copy size)] of copies
-    self.sites: dict[str, list[tuple]] = {}      # input name -> [(kernarg view, KernelArg, program)]
+    self.nodes: list[tuple] = []                 # in order: ("exec", launch index), ("copy", (dst, src, size, device)),
+                                                 # ("wait" | "signal", (signal, value, device))
+    self.copy_sites: dict[str, list[tuple]] = {} # input name -> [(patch slot, offset, copy size, device)] of copies
+    self.sites: dict[str, list[tuple]] = {}      # input name -> [(kernarg view, KernelArg, program, offset in the block)]
     self.cur: dict[str, object] = {}
     self.ka = None
     self.last = 0                                # timeline value of the last replay
