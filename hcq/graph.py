@@ -116,7 +116,7 @@ class Graph:
       if timed:
         self.timed.append((self.launches[what][0].name if kind == "exec" else f"copy {what[2]} bytes", "kernel" if kind == "exec" else "copy", f"ts{i}"))
         q.timestamp(Var(f"ts{i}:start"))
-      self._emit(kind, what, q, view, sizes[what] if kind == "exec" else 0, offs[what] if kind == "exec" else 0)
+      self._emit(kind, what, q, view, sizes, offs)
       if timed: q.timestamp(Var(f"ts{i}:end"))
     cur = self._switch(cur, cur if cur.be.dev is self.dev else self.cq)
     cur.timestamp(Var("ts_end")).signal(self.dev.timeline, Var("timeline"))
@@ -137,8 +137,8 @@ class Graph:
     self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
     self.submits = [(q, tuple(q.vars)) for q in self.queues.values() if q._build]   # each queue's patch slots
 
-  def _emit(self, kind: str, what, q, view, size: int, off: int) -> None:
-    """One recorded node's packets on its queue (a launch's arguments go into the graph's kernarg block at off)."""
+  def _emit(self, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
+    """One recorded node's packets on its queue (a launch's arguments go into its slot of the graph's kernarg block)."""
     if kind == "copy":
       from rawgpu.hcq.amd import sdma
       dst, src, n, dev = what
@@ -154,7 +154,7 @@ class Graph:
       (q.wait if kind == "wait" else q.signal)(sig, v)
     else:
       from rawgpu.hcq.amd.queues import fill_dispatch_packet
-      prg, args, g, l = self.launches[what]
+      (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
       kv, ka_va = view[off:off + size], self.ka.va + off
       prg.check_arg_count(args)
       for a, meta in zip(args, prg.args):

@@ -2,8 +2,8 @@
 from __future__ import annotations
 import dataclasses, struct
 from dataclasses import dataclass
-import numpy as np
 from typing import TYPE_CHECKING
+import numpy as np
 from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
 from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet

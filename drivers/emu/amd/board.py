@@ -158,7 +158,7 @@ class AMDBoard:
     self.doorbells[idx] = value & 0xffffffff
     if width == 8: self.doorbells[idx + 1] = value >> 32
     self._posted.append((idx, value))
-    if self._waiting or self._thread is None or self.deterministic: self.kick()
+    if self._waiting or self._thread is None: self.kick()
 
   def _route_doorbells(self) -> None:
     """Deliver the posted doorbell writes, in order, to the block each belongs to (a queue's write pointer, the IH's

@@ -383,10 +383,8 @@ class GFX:
     """A doorbell write in the MEC's range: the HQD it belongs to takes it as its write pointer (True if one did)."""
     vals = self.b.regs.vals
     if not vals.get(self.a_db_lo, 0) <= idx * 4 <= vals.get(self.a_db_hi, 0): return False
-    a_ctl, m_en, (s, m) = self.hqd_addr["regCP_HQD_PQ_DOORBELL_CONTROL"], self.db_en[1], self.db_off
     for q in tuple(self.queues.values()):   # a snapshot: the worker may map a queue meanwhile
-      ctl = q.bank.get(a_ctl, 0)            # the HQD's doorbell control, as in doorbell_index()
-      if q.active and ctl & m_en and (ctl & m) >> s == idx:
+      if q.active and q.doorbell_index() == idx:
         q.wptr = value
         q.bank[self.a_wptr_lo], q.bank[self.a_wptr_hi] = value & 0xffffffff, value >> 32
         return True
