@@ -222,7 +222,11 @@ def test_dispatch_indirect_reads_dims_from_memory(d, P, monkeypatch):
   """What the CP hands the compute units: the programmed SH registers and the dimensions read from memory."""
   import rawgpu.drivers.emu.rdna as rdna
   seen = []
-  monkeypatch.setattr(rdna, "run_dispatch", lambda mem, regs, **kw: seen.append(regs) or rdna.DispatchResult(True, None, None, 0))
+  def waves(mem, regs, **kw):
+    seen.append(regs)
+    return rdna.DispatchResult(True, None, None, 0)
+    yield
+  monkeypatch.setattr(rdna, "dispatch_slices", waves)
   q = ComputeRing(d)
   dims = 0x560000
   for i, v in enumerate((7, 3, 2)): d.vram.write32(dims + 4 * i, v)

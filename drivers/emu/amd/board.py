@@ -5,7 +5,7 @@ Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines ru
 doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
 """
 from __future__ import annotations
-import collections, mmap, threading
+import collections, mmap, threading, time
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
@@ -193,9 +193,15 @@ class AMDBoard:
       if not self._posted: self._event.wait(0.0005 if busy else 0.05)
       self._waiting = False
       self._event.clear()
-      while not self._stop and self._pass(): pass
+      held = time.perf_counter()
+      while not self._stop and self._pass():
+        if time.perf_counter() - held > self.HOLD_S:   # the host's threads share this interpreter: let them run
+          time.sleep(self.YIELD_S)
+          held = time.perf_counter()
 
   STEPS_PER_PASS = 16   # concurrent mode: an engine that makes progress takes up to this many steps in a row
+  PASS_S = 0.002        # ... or steps for up to this long (the board lock is held meanwhile)
+  HOLD_S, YIELD_S = 0.001, 0.00002   # after this long busy, the worker sleeps a moment (a GPU takes no host CPU time)
 
   def _pass(self) -> bool:
     if self._posted: self._route_doorbells()
@@ -204,9 +210,11 @@ class AMDBoard:
       if self.removed: return False
       with self.lock:
         try:
+          until = time.perf_counter() + self.PASS_S
           for _ in range(burst):   # a CP reads packets back to back; a pass over every block per packet costs more than the packet
             if not e.step(): break
             progressed = True
+            if time.perf_counter() > until: break   # a dispatch's waves took their time: the other engines go next
         except Exception as ex:                   # a model bug must not silently stop the whole GPU
           self.errors.append(f"{type(e).__name__}: {type(ex).__name__}: {ex}")
           if self.deterministic: raise
@@ -263,13 +271,10 @@ class AMDBoard:
     self._drain_shaders()
 
   def _drain_shaders(self) -> None:
-    """Kill in-flight dispatches (they fault at their next memory access) and wait for their threads."""
-    q_all = list(getattr(getattr(self, "gfx", None), "queues", {}).values())
-    if not any(q.inflight is not None for q in q_all): return
-    self.halt_shaders = True
-    for q in q_all:
-      if q.inflight is not None: q.inflight.join(timeout=5)
-    self.halt_shaders = False
+    """Drop in-flight dispatches where their waves are (the worker, which runs them a slice at a time, is stopped
+    or is the caller)."""
+    for q in list(getattr(getattr(self, "gfx", None), "queues", {}).values()):
+      if q.inflight is not None: q.inflight.kill()
 
   def close(self) -> None:
     self._closed = True

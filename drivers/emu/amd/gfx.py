@@ -6,7 +6,7 @@ is unhalted with the pipe active. On a doorbell in the MEC doorbell range the qu
 write pointer; the read pointer is reported to CP_HQD_PQ_RPTR and to the report address in memory.
 """
 from __future__ import annotations
-import struct, threading
+import struct
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
@@ -17,6 +17,33 @@ if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 IH_CLIENT_GRBM_CP, SRC_CP_EOP, SRC_CP_BAD_OPCODE = 0x14, 181, 183
 SRC_SQ_INTERRUPT = 0xef  # GFX_11_0_0__SRCID__SQ_INTERRUPT_ID: the shader array reports wave errors (illegal instruction, trap)
 MAX_IB_DEPTH = 2
+
+
+WAVE_SLICE_S = 0.002   # concurrent mode: a dispatch's waves run this long per step, then the other engines get a turn
+
+
+class WaveRun:
+  """A dispatch's waves in flight, run a slice at a time as the CP's TCP client; `result` once they ended."""
+  def __init__(self, slices):
+    self.slices, self.result = slices, None
+
+  def advance(self) -> bool:
+    """Run the next slice; True when every wave has ended."""
+    if self.slices is None: return False   # killed: never ends
+    acting_as(CID_TCP)   # the waves' loads and stores reach memory through the TCP
+    try: next(self.slices)
+    except StopIteration as done:
+      self.result = done.value
+      return True
+    finally: acting_as(CID_CPC)
+    return False
+
+  def is_alive(self) -> bool: return self.result is None and self.slices is not None
+
+  def kill(self) -> None:
+    """The board closes or resets: the waves stop where they are and never finish."""
+    if self.slices is not None: self.slices.close()
+    self.slices = None
 
 
 class ComputeQueue:
@@ -33,8 +60,8 @@ class ComputeQueue:
     self.hung: str | None = None
     self.waiting = False
     self.dispatches = 0
-    self.inflight: threading.Thread | None = None
-    self.result = None
+    self.inflight: WaveRun | None = None    # the dispatch whose waves are running
+    self.ran_waves = False                    # this step ran the waves of the dispatch in flight (progress, not a wait)
 
   # ---- HQD state
   def g(self, name: str) -> int: return self.bank.get(self.gfx.hqd_addr[name], 0)
@@ -43,7 +70,7 @@ class ComputeQueue:
   def activate(self) -> None:
     # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
-    self.inflight, self.result = None, None
+    self.inflight = None
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
 
@@ -83,15 +110,15 @@ class ComputeQueue:
       self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_EOP, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), data=(ctx, 0, 0, 0))
 
   def dispatch(self, x: int, y: int, z: int, initiator: int) -> bool:
-    """Start (or check on) a dispatch. In concurrent mode the shader array runs on its own thread, so the other
-    engines and queues keep going meanwhile (a kernel may spin on memory another engine writes); the packet
-    completes when the waves do. Deterministic mode runs it inline."""
-    if self.inflight is not None:
-      if self.inflight.is_alive(): return False
-      self.inflight, res = None, self.result
-      return self._finish(res)
+    """Start (or go on with) a dispatch. In concurrent mode its waves run a slice of time per step, between the
+    other engines' and queues' steps (a kernel may spin on memory another engine writes); the packet completes
+    when the waves do. Deterministic mode runs them to the end at once."""
+    if (run := self.inflight) is not None:
+      if not run.advance(): self.ran_waves = True; return False
+      self.inflight = None
+      return self._finish(run.result)
     try:
-      from rawgpu.drivers.emu.rdna import DispatchRegs, run_dispatch
+      from rawgpu.drivers.emu.rdna import DispatchRegs, dispatch_slices
     except ImportError as e:
       raise pm4.BadPacket(f"dispatch: compute units unavailable ({e})") from None
     g = self.gfx
@@ -105,18 +132,9 @@ class ComputeQueue:
                         user_data=[sh(a, 0) for a in g.user_data], num_thread=wg, grid=grid,
                         start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
                         tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8)
-    mem = VMMemory(self.hub(), self.vmid)
-    if self.board.deterministic:
-      acting_as(CID_TCP)
-      try: return self._finish(run_dispatch(mem, regs))
-      finally: acting_as(CID_CPC)
-    def run() -> None:
-      acting_as(CID_TCP)   # the waves' loads and stores reach memory through the TCP
-      try: self.result = run_dispatch(mem, regs)
-      finally: self.board.kick()
-    self.inflight = threading.Thread(target=run, name="amdboard-shader", daemon=True)
-    self.inflight.start()
-    return False
+    slice_s = None if self.board.deterministic else WAVE_SLICE_S
+    self.inflight = WaveRun(dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s))
+    return self.dispatch(x, y, z, initiator)
 
   def _finish(self, res) -> bool:
     if not res.ok:
@@ -161,6 +179,7 @@ class ComputeQueue:
     acting_as(CID_CPC)
     addr, avail, vmid, ib = self._stream()
     if avail <= 0: return False
+    self.ran_waves = False
     try:
       hdr = self._read_dw(addr, 1, vmid, ib)[0]
       typ = hdr >> 30
@@ -178,7 +197,7 @@ class ComputeQueue:
       done = h(self, body)
       if not done:
         self.waiting = True
-        return False
+        return self.ran_waves
       self.waiting = False
       if op != pm4.INDIRECT_BUFFER: self._advance(ib, ndw)
     except pm4.BadPacket as e:

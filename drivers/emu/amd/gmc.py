@@ -79,7 +79,7 @@ class Hub:
     self.b.regs.vals[a] = v
     d = self.req.decode(v)
     vmids = d["PER_VMID_INVALIDATE_REQ"]
-    # copies are atomic under the GIL; the shader thread may be filling the TLB meanwhile
+    # copies are atomic under the GIL; the worker may be filling the TLB meanwhile
     for key in [k for k in self.tlb.copy() if vmids >> k[0] & 1]: self.tlb.pop(key, None)
     for key in [k for k in self.ext.copy() if vmids >> k[0] & 1]: self.ext.pop(key, None)
     if d["CLEAR_PROTECTION_FAULT_STATUS_ADDR"]: self._clear_fault()

@@ -72,7 +72,7 @@ class IH:
     self.b = board
     self.rings = [IHRing(board, ""), IHRing(board, "_RING1")]
     self.posted = 0
-    self.lock = threading.Lock()          # the worker and a shader thread (page faults) may post at once
+    self.lock = threading.Lock()          # the worker and a direct post (a test's) may come at once
 
   def post(self, client: int, src: int, ring_id: int = 0, vmid: int = 0, pasid: int = 0, data: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
     ts = self.b.clock.now()

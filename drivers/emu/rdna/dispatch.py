@@ -5,7 +5,8 @@ that branched elsewhere wait their turn, so divergent waves reconverge where the
 wave until every live wave of its workgroup has arrived."""
 from __future__ import annotations
 from dataclasses import dataclass
-import hashlib, re
+from typing import Generator, Iterator
+import hashlib, re, time
 
 import numpy as np
 
@@ -175,10 +176,20 @@ def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
     st.scratch = np.zeros(W * L * st.scratch_lane_bytes, np.uint8)
   return st
 
-def run_waves(st: State, prog: Program, max_instructions: int | None) -> None:
+def run_waves(st: State, prog: Program, max_instructions: int | None, slice_s: float | None = None) -> Iterator[None]:
+  """Run the waves to the end; with slice_s, a generator that yields after about that much time, so whoever drives
+  it (the board's worker) can let the other engines run meanwhile."""
+  while True:
+    with np.errstate(all="ignore"):
+      if _run_for(st, prog, max_instructions, None if slice_s is None else time.perf_counter() + slice_s): return
+    yield
+
+def _run_for(st: State, prog: Program, max_instructions: int | None, until: float | None) -> bool:
+  """Run block after block until every wave ended (True) or the clock passes `until` (False)."""
   while True:
     live = ~st.done
-    if not live.any(): return
+    if not live.any(): return True
+    if until is not None and time.perf_counter() > until: return False
     runnable = live & ~st.waiting
     if not runnable.any():
       st.waiting[:] = False  # every live wave is parked at a barrier: all groups may go
@@ -225,6 +236,14 @@ def _release(st: State) -> None:
 
 def run_dispatch(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | None = None) -> DispatchResult:
   """Run one dispatch to completion. Never raises for what the program does: faults come back in the result."""
+  gen = dispatch_slices(mem, regs, max_instructions=max_instructions)
+  while True:
+    try: next(gen)
+    except StopIteration as done: return done.value
+
+def dispatch_slices(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | None = None,
+                    slice_s: float | None = None) -> Generator[None, None, DispatchResult]:
+  """run_dispatch as a generator that yields after every `slice_s` seconds of wave time and returns the result."""
   st = None
   try:
     fl = decode_regs(regs)
@@ -232,8 +251,7 @@ def run_dispatch(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | 
     if st.W == 0: return DispatchResult(True, None, None, 0)
     prog = program_for(mem, regs.arch, regs.pgm_addr, st.L)
     st.pc_base = regs.pgm_addr
-    with np.errstate(all="ignore"):
-      run_waves(st, prog, max_instructions)
+    yield from run_waves(st, prog, max_instructions, slice_s)
     return DispatchResult(True, None, None, st.count)
   except EmuFault as e:
     if e.msg == "page fault": return DispatchResult(False, "page fault", e.addr, st.count if st is not None else 0)
