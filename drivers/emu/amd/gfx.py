@@ -19,6 +19,7 @@ SRC_SQ_INTERRUPT = 0xef  # GFX_11_0_0__SRCID__SQ_INTERRUPT_ID: the shader array 
 MAX_IB_DEPTH = 2
 
 
+PREFETCH_DW = 32       # dwords the CP reads at once from its ring or IB (a packet longer than that is read again whole)
 WAVE_SLICE_S = 0.002   # concurrent mode: a dispatch's waves run this long per step, then the other engines get a turn
 
 
@@ -62,6 +63,7 @@ class ComputeQueue:
     self.dispatches = 0
     self.inflight: WaveRun | None = None    # the dispatch whose waves are running
     self.ran_waves = False                    # this step ran the waves of the dispatch in flight (progress, not a wait)
+    self._geometry: tuple[int, int, int, int] | None = None
 
   # ---- HQD state
   def g(self, name: str) -> int: return self.bank.get(self.gfx.hqd_addr[name], 0)
@@ -70,16 +72,26 @@ class ComputeQueue:
   def activate(self) -> None:
     # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
-    self.inflight = None
+    self.inflight, self._geometry = None, None
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
 
+  def geometry(self) -> tuple[int, int, int, int]:
+    """(ring base, ring size in dwords, vmid, read-pointer report address) from the HQD registers, looked up again
+    after any of this queue's HQD registers is written (GFX._hqd_wr clears it)."""
+    geo = self._geometry
+    if geo is None:
+      g = self.g
+      geo = self._geometry = (((g("regCP_HQD_PQ_BASE_HI") << 32) | g("regCP_HQD_PQ_BASE")) << 8, 2 << (g("regCP_HQD_PQ_CONTROL") & 0x3f),
+                              g("regCP_HQD_VMID") & 0xf, ((g("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI") << 32) | g("regCP_HQD_PQ_RPTR_REPORT_ADDR")) & ~3)
+    return geo
+
   @property
-  def vmid(self) -> int: return self.g("regCP_HQD_VMID") & 0xf
+  def vmid(self) -> int: return self.geometry()[2]
   @property
-  def ring_dw(self) -> int: return 2 << (self.g("regCP_HQD_PQ_CONTROL") & 0x3f)
+  def ring_dw(self) -> int: return self.geometry()[1]
   @property
-  def ring_base(self) -> int: return ((self.g("regCP_HQD_PQ_BASE_HI") << 32) | self.g("regCP_HQD_PQ_BASE")) << 8
+  def ring_base(self) -> int: return self.geometry()[0]
 
   def doorbell_index(self) -> int | None:
     v = self.g("regCP_HQD_PQ_DOORBELL_CONTROL")
@@ -158,12 +170,13 @@ class ComputeQueue:
       a, end, vmid = self.ib[-1]
       if a < end: return a, (end - a) // 4, vmid, True
       self.ib.pop()
-    n = self.ring_dw
-    return self.ring_base + 4 * (self.rptr % n), self.wptr - self.rptr, self.vmid, False
+    base, n, vmid, _ = self.geometry()
+    return base + 4 * (self.rptr % n), self.wptr - self.rptr, vmid, False
 
   def _read_dw(self, addr: int, count: int, vmid: int, ib: bool) -> list[int]:
     if ib: return list(struct.unpack(f"<{count}I", self.hub().read(vmid, addr, 4 * count)))
-    n, base, out = self.ring_dw, self.ring_base, []
+    base, n, _, _ = self.geometry()
+    out = []
     first = self.rptr % n
     while count:
       take = min(count, n - first)
@@ -181,7 +194,8 @@ class ComputeQueue:
     if avail <= 0: return False
     self.ran_waves = False
     try:
-      hdr = self._read_dw(addr, 1, vmid, ib)[0]
+      words = self._read_dw(addr, min(avail, PREFETCH_DW), vmid, ib)   # the CP fetches ahead of the packet it parses
+      hdr = words[0]
       typ = hdr >> 30
       if typ == 2: body, ndw, op = [], 1, pm4.NOP           # type-2 filler
       elif typ == 3:
@@ -189,7 +203,7 @@ class ComputeQueue:
         if ndw > avail:
           if ib: raise pm4.BadPacket("packet runs past the end of the indirect buffer")
           return False                                       # rest of the packet not written yet
-        body = self._read_dw(addr, ndw, vmid, ib)[1:]
+        body = words[1:ndw] if ndw <= len(words) else self._read_dw(addr, ndw, vmid, ib)[1:]
       else: raise pm4.BadPacket(f"type-{typ} packet header {hdr:#010x}")
       h = pm4.HANDLERS.get(op)
       if h is None: raise pm4.BadPacket(f"unknown opcode {op:#x} (header {hdr:#010x})")
@@ -220,9 +234,9 @@ class ComputeQueue:
     self.rptr += ndw
     off = self.rptr % self.ring_dw
     self.s("regCP_HQD_PQ_RPTR", off)
-    rep = (self.g("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI") << 32) | self.g("regCP_HQD_PQ_RPTR_REPORT_ADDR")
+    rep = self.geometry()[3]
     if rep:
-      try: self.mem_write32(rep & ~3, off)
+      try: self.mem_write32(rep, off)
       except (Fault, BusError): pass
 
   def _fault_engine(self) -> str:
@@ -331,6 +345,7 @@ class GFX:
     bank[a] = v
     if me != 1: return                            # only MEC1 compute queues are modelled
     q = self.queues.get(key)
+    if q is not None: q._geometry = None
     if a == self.a_active:
       if v & 1:
         if q is None: q = self.queues[key] = ComputeQueue(self, *key)
