@@ -88,5 +88,9 @@ class HookArray:
   def _at(self, i: int) -> int:
     if not 0 <= i < self.n: raise IndexError(f"index {i} is outside this {self.n}-element view")
     return self._base + i * self.width
-  def __getitem__(self, i: int) -> int: return self._read(self._at(i), self.width)
-  def __setitem__(self, i: int, v: int) -> None: self._write(self._at(i), self.width, v & self.mask)
+  def __getitem__(self, i: int) -> int:
+    if not 0 <= i < self.n: self._at(i)   # raises
+    return self._read(self._base + i * self.width, self.width)
+  def __setitem__(self, i: int, v: int) -> None:
+    if not 0 <= i < self.n: self._at(i)   # raises
+    self._write(self._base + i * self.width, self.width, v & self.mask)

@@ -191,6 +191,19 @@ def test_hdp_flush_paths(dev):
   assert dev.board.nbio.hdp_flushes == n + 2
 
 
+def test_hdp_flush_remap_follows_its_register(dev):
+  """The driver places the remapped flush page (soc21 writes REMAP_HDP_MEM_FLUSH_CNTL): a write at the new offset
+  flushes, and the old offset is an ordinary register again."""
+  old = dev.rd("nbio", "regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL")
+  new = old - 0x1000
+  dev.wr("nbio", "regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", new)
+  n = dev.board.nbio.hdp_flushes
+  dev.mmio.write32(new, 0)
+  assert dev.board.nbio.hdp_flushes == n + 1
+  dev.mmio.write32(old, 0x1234)
+  assert dev.board.nbio.hdp_flushes == n + 1 and dev.mmio.read32(old) == 0x1234
+
+
 def test_doorbell_aperture_enable(dev):
   dev.wr("osssys", "regIH_DOORBELL_RPTR", OFFSET=0x18, ENABLE=1)
   dev.db.write32(0x18 * 4, 0x40)

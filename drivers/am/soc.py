@@ -17,9 +17,10 @@ class SOC(Block):
 
   def flush_hdp(self) -> None:
     """Make CPU writes to VRAM through the BAR visible to the GPU engines (hdp_v6_0_flush_hdp)."""
+    if (store := self._hdp_flush) is not None and not self.dev.regs.trace: store[0] = 0; return   # before every doorbell: one store
     off, regs = F.MMIO_REG_HOLE_OFFSET + F.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL, self.dev.regs
     if regs.trace or off + 4 > regs.mmio.size: return regs.wreg(off // 4, 0)
-    if self._hdp_flush is None: self._hdp_flush = regs.mmio.view(off, 4).cast("I")   # before every doorbell: one store
+    self._hdp_flush = regs.mmio.view(off, 4).cast("I")
     self._hdp_flush[0] = 0
 
   def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int) -> None:

@@ -132,7 +132,7 @@ class AMDBoard:
 
   def _reg_write(self, off: int, width: int, value: int) -> None:
     if self.removed or not self.cfg.b[4] & 0x2: return
-    if self.nbio.remap_write(off): return
+    if off in self.nbio.remap: return self.nbio.hdp_flush()   # the remapped HDP flush page (a write, whatever the value)
     with self.lock:
       r = self.regs
       if width == 4: r.write(off >> 2, value)
@@ -151,7 +151,7 @@ class AMDBoard:
     return v & ALL_ONES[width]
 
   def _db_write(self, off: int, width: int, value: int) -> None:
-    if self.removed or not self.cfg.mem_enabled or not self.nbio.doorbells_enabled: return   # aperture off: dropped
+    if self.removed or not self.cfg.b[4] & 0x2 or not self.regs.vals.get(self.nbio.a_db_en, 0) & 1: return   # memory decode or aperture off: dropped
     # A posted write: the CPU goes on at once; the NBIO routes it to the block that watches this doorbell on the
     # board's side (the worker, or a register read that must not pass it), without the board lock.
     idx = off >> 2

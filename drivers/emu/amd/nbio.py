@@ -20,6 +20,8 @@ class NBIO:
     r.set(ip, "regRCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE", board.vram_size >> 20)
     r.set(ip, "regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", REMAP_PAGE)
     r.set(ip, "regBIF_BX0_REMAP_HDP_REG_FLUSH_CNTL", REMAP_PAGE + 4)
+    self.a_remap = (r.hook(ip, "regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", wr=self._remap_wr), r.hook(ip, "regBIF_BX0_REMAP_HDP_REG_FLUSH_CNTL", wr=self._remap_wr))
+    self.remap = frozenset((REMAP_PAGE, REMAP_PAGE + 4))   # register-BAR offsets that flush the HDP (checked on every write)
     self.a_index, self.a_index_hi = r.addr(ip, "regBIF_BX_PF0_MM_INDEX"), r.addr(ip, "regBIF_BX_PF0_MM_INDEX_HI")
     r.hook(ip, "regBIF_BX_PF0_MM_DATA", rd=self._mm_data_rd, wr=self._mm_data_wr)
     self.a_rsmu = r.addr(ip, "regBIF_BX_PF0_RSMU_INDEX")
@@ -31,11 +33,7 @@ class NBIO:
     self.a_done = r.addr(ip, "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE")
     r.hook(ip, "regBIF_BX_PF0_GPU_HDP_FLUSH_REQ", wr=self._flush_req)
     r.hook(ip, "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE", wr=lambda a, v: None)   # read-only status
-    self.a_remap_mem, self.a_remap_reg = r.addr(ip, "regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL"), r.addr(ip, "regBIF_BX0_REMAP_HDP_REG_FLUSH_CNTL")
     self.a_db_en = r.addr(ip, "regRCC_DEV0_EPF0_RCC_DOORBELL_APER_EN")
-
-  @property
-  def doorbells_enabled(self) -> bool: return bool(self.b.regs.vals.get(self.a_db_en, 0) & 1)
 
   def _mm_addr(self) -> tuple[bool, int]:
     idx = self.b.regs.vals.get(self.a_index, 0)
@@ -61,8 +59,7 @@ class NBIO:
     self.hdp_flush()
     self.b.regs.vals[self.a_done] = v        # each requesting client's bit reads back done
 
-  def remap_write(self, off: int) -> bool:
-    """A register-BAR write at byte offset `off`: True if it hit the remapped HDP flush page."""
+  def _remap_wr(self, a: int, v: int) -> None:
     r = self.b.regs.vals
-    if off == r.get(self.a_remap_mem) or off == r.get(self.a_remap_reg): self.hdp_flush(); return True
-    return False
+    r[a] = v
+    self.remap = frozenset(r.get(x) for x in self.a_remap)
