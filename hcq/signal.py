@@ -7,6 +7,7 @@ from rawgpu.errors import DeviceTimeout
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 SIGNAL_SIZE = 16  # value at +0, timestamp at +8
+SPIN_S = 0.002    # a wait spins this long before it sleeps between looks (short work is seen done at once)
 
 
 class Signal:
@@ -26,12 +27,14 @@ class Signal:
   def wait(self, value: int, timeout_ms: float = 10_000) -> None:
     """Wait until value >= `value` (as the GPU compares: 32-bit wrap-safe is the timeline's job). The timeout counts
     from the last change of the signal, so long work that keeps progressing never times out."""
-    last, deadline, spins = self._q[0], time.monotonic() + timeout_ms / 1000, 0
+    if self._q[0] >= value: return
+    now = time.monotonic()
+    last, deadline, spin_until = self._q[0], now + timeout_ms / 1000, now + SPIN_S
     while (cur := self._q[0]) < value:
-      if cur != last: last, deadline = cur, time.monotonic() + timeout_ms / 1000
-      spins += 1
-      if spins > 64: self.dev.iface.sleep(0.2)
-      else: time.sleep(0)   # a short spin that lets the process's other threads (an emulated board too) run
+      now = time.monotonic()
+      if cur != last: last, deadline = cur, now + timeout_ms / 1000
+      if now > spin_until: self.dev.iface.sleep(0.2)
+      else: time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
       self.dev.iface.check_faults()
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
