@@ -255,20 +255,6 @@ def test_hcq_signal_wait(dev):
   assert done.value == 7
 
 
-@pytest.fixture
-def no_fetch_faults(dev):
-  """The emulated shader core fetches up to 64 KiB of code ahead and reports a page fault at the first unmapped page
-  after the program (drivers/emu/rdna/dispatch.py _fetch); real hardware prefetches a few lines, which the code
-  object's s_code_end padding covers. Until the model fetches without reporting, launches run with fault
-  interrupts off."""
-  from rawgpu.drivers.emu.mockkfd import machine
-  g = machine(dev.props.arch).gpus[0]
-  g.fault_interrupts(False)
-  yield
-  g.dev.ih.poll()   # drop what was latched meanwhile
-  g.fault_interrupts(True)
-
-
 def test_gpu_wakes_a_sleeping_wait(dev):
   # RELEASE_MEM into the signal event's slot with the event id as interrupt context: the emulated amdkfd's interrupt
   # handler signals the event, and a WAIT_EVENTS on it completes instead of timing out
@@ -287,7 +273,7 @@ def test_gpu_wakes_a_sleeping_wait(dev):
   assert w.wait_result == K.KFD_IOC_WAIT_RESULT_TIMEOUT   # auto-reset: consumed by the first wait
 
 
-def test_hcq_vadd_and_copies_match_numpy(dev, no_fetch_faults):
+def test_hcq_vadd_and_copies_match_numpy(dev):
   n = 3000
   rng = np.random.default_rng(7)
   a, b = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
@@ -327,11 +313,6 @@ def test_gpu_page_fault_is_device_fault(arch):
     n = 1024
     A, B, C = (dev.alloc(4 * n) for _ in range(3))
     prg = dev.program(kernels.path(arch, "vadd").read_bytes(), "vadd_f32")
-    # map the 64 KiB the emulated code fetch reads ahead (see no_fetch_faults), so the one fault is the injected one
-    end, pt = prg.image.va + prg.image.mem.meta[3], m.gpus[0].dev.pt
-    for va in range(end, end + (64 << 10), 4096):
-      if pt.translate(va) is None: dev.iface._alloc(4096, K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, cpu=False, host=False, va=va, exact=True)
-    assert all(pt.translate(va) is not None for va in range(end, end + (64 << 10), 4096))
     board.inject("page_fault", va=C.va)
     with pytest.raises(DeviceFault, match=r"page fault at 0x[0-9a-f]+") as e:
       prg(A, B, C, n, global_size=n // 128, local_size=128)

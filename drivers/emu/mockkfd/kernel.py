@@ -91,8 +91,7 @@ class GPU:
     self.fault_interrupts(True)
 
   def fault_interrupts(self, on: bool) -> None:
-    """What gfxhub/mmhub setup_vmid_config does for user VMIDs: every protection fault interrupts (VMID 0 here).
-    Tests may turn it off where the emulated shader's code fetch reads past a program into an unmapped page."""
+    """What gfxhub/mmhub setup_vmid_config does for user VMIDs: every protection fault interrupts (VMID 0 here)."""
     for ip, name in (("gc", "regGCVM_CONTEXT0_CNTL"), ("mmhub", "regMMVM_CONTEXT0_CNTL")):
       r = self.dev.regs.reg(ip, name)
       r.update(**{f: int(on) for k in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
