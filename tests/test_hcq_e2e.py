@@ -256,6 +256,29 @@ def test_page_fault_then_in_place_recovery(spare_dev):
     assert list(buf.numpy(np.uint32)) == [v] * 16
 
 
+def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare_dev):
+  """A wave reaches memory through three clients (gfxhub_v3_0/v12_0's table): vector memory through the TCP, scalar
+  loads through the SQC's data path, instruction fetch through its instruction path. A launch whose kernel-argument
+  address is unmapped faults in the kernel's first s_load; one whose program address is unmapped, in its fetch."""
+  import copy
+  from rawgpu.errors import DeviceFault
+  d = spare_dev
+  if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  fill, buf = prog(d, "fill"), d.alloc(64)
+  fill(buf, 1, 16, local_size=16, wait=True)
+  bad_code = copy.copy(fill)
+  bad_code.code_va = 0x7f60_0000_0000
+  cases = ((fill, 0x7f50_0000_0000, r"0x7f5000000000 \(read, client SQC \(data\), .*client id 10"),
+           (bad_code, fill.backend.kernargs.mem.va, r"0x7f6000000000 \(read, client SQC \(inst\), .*client id 9"))
+  for p, kernargs, where in cases:
+    v = d.next_timeline("compute")
+    d.compute_queue().exec(p, kernargs, (1, 1, 1), (16, 1, 1)).signal(d.timeline, d.timeline_gpu(v)).submit(d)
+    with pytest.raises(DeviceFault, match="page fault at VA " + where): d.wait_timeline(v, timeout_ms=5000)
+    d.recover()
+  fill(buf, 6, 16, local_size=16, wait=True)
+  assert list(buf.numpy(np.uint32)) == [6] * 16
+
+
 def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   """A copy from an unmapped address faults the copy engine; recover() soft-resets it (sdma_v6_0_soft_reset's
   sequence) with the compute queue, and both engines work again."""

@@ -267,8 +267,16 @@ _probing = threading.local()
 
 # UTCL2 client ids of the GC hub (GCVM_L2_PROTECTION_FAULT_STATUS.CID; amdgpu names them in gfxhub_v3_0.c and
 # gfxhub_v12_0.c): the engine a thread is stepping says which client its memory accesses come from.
-CID_CPC, CID_TCP, CID_SDMA0 = 5, 8, 13
+CID_CPC, CID_TCP, CID_SQC_INST, CID_SQC_DATA, CID_SDMA0 = 5, 8, 9, 10, 13
 _client = threading.local()
+
+
+def _as_client(cid: int, access, *args):
+  """access(*args) as client cid (then back to the thread's own client)."""
+  prev = getattr(_client, "cid", CID_CPC)
+  _client.cid = cid
+  try: return access(*args)
+  finally: _client.cid = prev
 
 
 def acting_as(cid: int) -> None:
@@ -387,6 +395,14 @@ class VMMemory:
     if p is None: raise self.MemoryFault(int(a[0]) if len(a) else 0, True)
     if u < 0 or u == PEER: raise self.MemoryFault(int(a[0]), True)   # atomics spanning backings / across the bus: not modelled
     return self.flat[u].atomic(op, p, values, size, cmp)
+
+  def scalar_load(self, addrs: np.ndarray, size: int) -> np.ndarray:
+    """A scalar load (s_load, s_buffer_load): it reaches memory through the SQC's data cache, not the TCP."""
+    return _as_client(CID_SQC_DATA, self.load, addrs, size)
+
+  def fetch(self, addr: int, n: int) -> bytes:
+    """An instruction fetch: through the SQC's instruction cache."""
+    return _as_client(CID_SQC_INST, self.read, addr, n)
 
   def prefetch(self, addr: int, n: int) -> bytes | None:
     """Instruction prefetch: the bytes if mapped, None otherwise, without raising or reporting a fault."""

@@ -105,7 +105,7 @@ SUBSET_MIN = 16  # waves in a dispatch before diverged groups run on a compact c
 def _fetch(mem: GPUMemory, addr: int, limit: int = 1 << 16) -> bytes:
   """The program's first page, then as far as memory is mapped: prefetching past the program faults nobody
   (memories with a `prefetch` method read without reporting); running into an unmapped page does, when executed."""
-  try: out = mem.read(addr, 4096 - addr % 4096)
+  try: out = getattr(mem, "fetch", mem.read)(addr, 4096 - addr % 4096)
   except MemoryFault: return b""
   peek = getattr(mem, "prefetch", None)
   while len(out) < limit:

@@ -95,13 +95,14 @@ def _smem(i: Inst, fam: str):
     a = base + u64(off & 0xffffffffffffffff)
     if so != 124: a = a + st.s[so][ws].astype(u64)
     if kind == "b": a = a & ~u64(3)
+    load = getattr(st.mem, "scalar_load", st.mem.load)
     try:
       if kind != "b":
-        v = st.mem.load(a, bits // 8)
+        v = load(a, bits // 8)
         v = v.astype(np.int64 if False else u32) if kind == "u" else (v.view(np.int8 if bits == 8 else np.int16).astype(np.int32).view(u32))
         st.s[d][ws] = v
         return
-      for k in range(ndw): st.s[d + k][ws] = st.mem.load(a + u64(4 * k), 4)
+      for k in range(ndw): st.s[d + k][ws] = load(a + u64(4 * k), 4)
     except MemoryFault as e: raise EmuFault("page fault", e.addr)
   return run
 

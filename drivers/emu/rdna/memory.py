@@ -19,6 +19,9 @@ class GPUMemory(Protocol):
   def store(self, addrs: np.ndarray, values: np.ndarray, size: int) -> None: ...
   def atomic(self, op: str, addrs: np.ndarray, values: np.ndarray, size: int, cmp: np.ndarray | None = None) -> np.ndarray: ...
   def read(self, addr: int, n: int) -> bytes: ...
+  # Optional: a memory that tells the shader's clients apart (the GMC names the one that faulted) also has
+  # scalar_load(addrs, size) for scalar loads (the SQC's data path) and fetch(addr, n) for instruction fetch (the
+  # SQC's instruction path); without them those are load() and read().
 
 # Atomic operations, as (op name) -> f(old, value, cmp) -> new. Names are the protocol's vocabulary.
 def _f32(x): return x.view(np.float32)
