@@ -37,6 +37,9 @@ class Inst:
 class DecodeError(Exception):
   pass
 
+class CodeEnds(DecodeError):
+  """The instruction needs bytes past the end of the code given (more code may be fetched; it is not illegal)."""
+
 def _bits(w: int, lo: int, n: int) -> int: return (w >> lo) & ((1 << n) - 1)
 
 def _sext(v: int, n: int) -> int: return v - (1 << n) if v >> (n - 1) & 1 else v
@@ -45,9 +48,10 @@ def decode_at(arch: str, code: bytes, pc: int) -> Inst:
   """Decode the instruction at byte offset pc of code. Raises DecodeError for an encoding LLVM does not know."""
   fam = family(arch)
   tabs = tables(fam)
-  if pc + 4 > len(code) or pc % 4: raise DecodeError("fetch outside code")
+  if pc % 4: raise DecodeError("misaligned program counter")
+  if pc + 4 > len(code): raise CodeEnds("fetch outside code")
   def dw(i: int) -> int:
-    if pc + 4 * i + 4 > len(code): raise DecodeError("instruction runs past the end of the code")
+    if pc + 4 * i + 4 > len(code): raise CodeEnds("instruction runs past the end of the code")
     return struct.unpack_from("<I", code, pc + 4 * i)[0]
   w0 = dw(0)
   f: dict[str, int] = {}

@@ -10,7 +10,7 @@ import re, time
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.decode import decode_at, DecodeError, family
+from rawgpu.drivers.emu.rdna.decode import decode_at, CodeEnds, DecodeError, family
 from rawgpu.drivers.emu.rdna.state import State, EmuFault
 from rawgpu.drivers.emu.rdna.memory import GPUMemory, MemoryFault
 from rawgpu.drivers.emu.rdna.compile import compile_inst
@@ -71,63 +71,91 @@ def decode_regs(r: DispatchRegs) -> Fields:
     wave32=wave32, thread_dims=bool(di["USE_THREAD_DIMENSIONS"]),
     scratch_wave_bytes=tmp["WAVESIZE"] * 256)                  # 64-dword units
 
+MAX_INST_BYTES = 32   # more than the longest RDNA encoding with its literal: what a decode needs in hand
+
 class Program:
-  """Decoded and compiled basic blocks of one code image, built lazily per start PC."""
-  def __init__(self, arch: str, code: bytes, lanes: int):
-    self.arch, self.code, self.L, self.fam = arch, code, lanes, family(arch)
+  """Decoded and compiled basic blocks of one code image at `addr`, built lazily per start PC. Its code is what the
+  instruction fetch has read so far: a block that runs past it reads further (an instruction-cache miss)."""
+  def __init__(self, arch: str, addr: int, code: bytes, lanes: int):
+    self.arch, self.addr, self.code, self.L, self.fam = arch, addr, code, lanes, family(arch)
     self.blocks: dict[int, tuple[list, bool]] = {}
 
-  def block(self, pc: int) -> tuple[list, bool]:
+  def block(self, pc: int, mem: GPUMemory | None = None) -> tuple[list, bool]:
     b = self.blocks.get(pc)
-    if b is None: b = self.blocks[pc] = self._build(pc)
+    if b is None:
+      b, keep = self._build(pc, mem)
+      if keep: self.blocks[pc] = b
     return b
 
-  def _build(self, pc: int) -> tuple[list, bool]:
+  def _build(self, pc: int, mem: GPUMemory | None) -> tuple[tuple[list, bool], bool]:
+    """(the block at pc, whether to keep it: a block that ends at unmapped code is built again next time)."""
     fns = []
     while True:
+      if mem is not None and pc + MAX_INST_BYTES > len(self.code):
+        self.code += _prefetch(mem, self.addr + len(self.code), pc + MAX_INST_BYTES - len(self.code))
       try:
         i = decode_at(self.arch, self.code, pc)
         fn = compile_inst(i, self.L, self.fam)
       except (DecodeError, EmuFault) as e:
+        if mem is not None and isinstance(e, CodeEnds):   # past the fetched code, and the prefetch found no more
+          fns.append((self._fetch_fault(pc), pc, pc + 4))
+          return (fns, True), False
         msg = e.msg if isinstance(e, EmuFault) else f"illegal instruction at {pc:#x}: {e}"
         def fault(st, msg=msg, pc=pc): raise EmuFault(msg, pc)
         fault.terminator = True
         fns.append((fault, pc, pc + 4))
-        return fns, True
+        return (fns, True), True
       fns.append((fn, pc, pc + i.size))
       pc += i.size
-      if getattr(fn, "terminator", False): return fns, True
-      if len(fns) >= 256: return fns, False
+      if getattr(fn, "terminator", False): return (fns, True), True
+      if len(fns) >= 256: return (fns, False), True
+
+  def _fetch_fault(self, pc: int):
+    """The wave reaches code on an unmapped page: the fetch of it faults (reported, as the SQC's instruction path)."""
+    def fetch_fault(st, addr=self.addr + len(self.code)):
+      _first_fetch(st.mem, addr, 4)   # raises MemoryFault: the page is still unmapped
+      raise EmuFault(f"illegal instruction at {pc:#x}: the code at {addr:#x} was not there when it was decoded", pc)
+    fetch_fault.terminator = True
+    return fetch_fault
 
 _CACHE: dict[tuple, Program] = {}
 SUBSET_MIN = 16  # waves in a dispatch before diverged groups run on a compact copy
 
-def _fetch(mem: GPUMemory, addr: int, limit: int = 1 << 16) -> bytes:
-  """The program's first page, then as far as memory is mapped: prefetching past the program faults nobody
-  (memories with a `prefetch` method read without reporting); running into an unmapped page does, when executed."""
-  try: out = getattr(mem, "fetch", mem.read)(addr, 4096 - addr % 4096)
-  except MemoryFault: return b""
-  peek = getattr(mem, "prefetch", None)
-  while len(out) < limit:
-    if peek is not None:
-      chunk = peek(addr + len(out), 4096)
-      if chunk is None: break
-      out += chunk
+def _first_fetch(mem: GPUMemory, addr: int, n: int) -> bytes:
+  """An instruction fetch that reports a fault (raises MemoryFault) where the code is not mapped."""
+  return getattr(mem, "fetch", mem.read)(addr, n)
+
+def _prefetch(mem: GPUMemory, addr: int, n: int) -> bytes:
+  """Up to n bytes (whole pages) of code from addr, stopping at the first unmapped page without reporting it
+  (memories with a `prefetch` method read without reporting; others fault quietly here)."""
+  out, peek = b"", getattr(mem, "prefetch", None)
+  while len(out) < n:
+    at = addr + len(out)
+    if peek is not None: chunk = peek(at, 4096 - at % 4096)
     else:
-      try: out += mem.read(addr + len(out), 4096)
-      except MemoryFault: break
+      try: chunk = mem.read(at, 4096 - at % 4096)
+      except MemoryFault: chunk = None
+    if not chunk: break
+    out += chunk
   return out
 
+def _code(mem: GPUMemory, addr: int, n: int) -> bytes:
+  """The program's first page (its fetch faults, reported, where it is unmapped: b""), then up to n bytes as far
+  as memory is mapped."""
+  try: out = _first_fetch(mem, addr, 4096 - addr % 4096)
+  except MemoryFault: return b""
+  return out + _prefetch(mem, addr + len(out), n - len(out)) if n > len(out) else out
+
 def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int) -> Program:
-  """The decoded program at addr: the one decoded before if memory still holds the same bytes there (a compare
-  costs less than hashing them), else decoded afresh."""
-  code = _fetch(mem, addr)
-  if not code: raise EmuFault("page fault", addr)
+  """The decoded program at addr: the one decoded before if memory still holds the bytes it was decoded from,
+  else one decoded afresh from the first page on (the rest is fetched as the waves reach it)."""
   key = (arch, lanes, addr)
   p = _CACHE.get(key)
+  code = _code(mem, addr, len(p.code) if p is not None else 0)
+  if not code: raise EmuFault("page fault", addr)
   if p is None or p.code != code:
     if len(_CACHE) > 64: _CACHE.clear()
-    p = _CACHE[key] = Program(arch, code, lanes)
+    p = _CACHE[key] = Program(arch, addr, code, lanes)
   return p
 
 def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
@@ -200,7 +228,7 @@ def _run_for(st: State, prog: Program, max_instructions: int | None, until: floa
     p = int(pcs.min())
     sel = pcs == p
     nsel = int(sel.sum())
-    fns, _ = prog.block(p)
+    fns, _ = prog.block(p, st.mem)
     res = None
     nxt = p
     if nsel * 4 <= st.W and st.W >= SUBSET_MIN:
