@@ -6,7 +6,7 @@ wave until every live wave of its workgroup has arrived."""
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generator, Iterator
-import re, time
+import functools, re, time
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class DispatchResult:
   fault_addr: int | None
   wave_instructions: int
 
-@dataclass
+@dataclass(frozen=True)
 class Fields:
   """The register fields the emulator acts on (positions from the gc_11/12 sh_mask headers and AMDGPUUsage)."""
   vgprs: int; user_sgprs: int; tgid_en: tuple[bool, bool, bool]; tg_size_en: bool; tidig_cnt: int
@@ -58,9 +58,13 @@ def _gc(arch: str):
 def decode_regs(r: DispatchRegs) -> Fields:
   """All bit-field decoding of rsrc1/2/3, DISPATCH_INITIATOR and TMPRING_SIZE in one place, with the field layout
   from rawgpu.autogen.regs (the gc_11/gc_12 sh_mask headers)."""
-  gc = _gc(r.arch)
-  r1, r2 = gc["COMPUTE_PGM_RSRC1"].decode(r.rsrc1), gc["COMPUTE_PGM_RSRC2"].decode(r.rsrc2)
-  di, tmp = gc["COMPUTE_DISPATCH_INITIATOR"].decode(r.dispatch_initiator), gc["COMPUTE_TMPRING_SIZE"].decode(r.tmpring_size)
+  return _decode_regs(r.arch, r.rsrc1, r.rsrc2, r.dispatch_initiator, r.tmpring_size)
+
+@functools.lru_cache(maxsize=256)   # a program launches with the same values again and again
+def _decode_regs(arch: str, rsrc1: int, rsrc2: int, initiator: int, tmpring_size: int) -> Fields:
+  gc = _gc(arch)
+  r1, r2 = gc["COMPUTE_PGM_RSRC1"].decode(rsrc1), gc["COMPUTE_PGM_RSRC2"].decode(rsrc2)
+  di, tmp = gc["COMPUTE_DISPATCH_INITIATOR"].decode(initiator), gc["COMPUTE_TMPRING_SIZE"].decode(tmpring_size)
   wave32 = bool(di["CS_W32_EN"])
   granule = 8 if wave32 else 4                                 # VGPR allocation granule, gfx10+ (AMDGPUUsage)
   return Fields(
