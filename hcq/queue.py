@@ -1,12 +1,14 @@
 """HWQueue: command words built once, patch slots rewritten on submit, optional binding into GPU memory."""
 from __future__ import annotations
-import functools
+import functools, struct
 from array import array
 from typing import TYPE_CHECKING, Callable
 from rawgpu.errors import RawGPUError
 from rawgpu.hcq.patch import locate
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
+
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
 
 class HWQueue:
@@ -36,6 +38,17 @@ class HWQueue:
     """(word index, shift) of each dword that carries patch slot `name` (empty if the queue has none): for a caller
     that writes its slots itself into words_array() on a hot path and pushes it. It owns the queue from then on."""
     return tuple(self._slots.get(name, ()))
+
+  def slot_stores(self, name: str) -> tuple[tuple[struct.Struct, int, int, int], ...]:
+    """slots(name) as stores into words_array(): (struct, byte offset, shift, mask), where a 64-bit value's low and
+    high dwords side by side become one 8-byte store. A hot path writes the value v with
+    `for st, at, sh, mask in stores: st.pack_into(words, at, (v >> sh) & mask)`."""
+    out, sl = [], sorted(self.slots(name))
+    while sl:
+      (i, sh), sl = sl[0], sl[1:]
+      if sh == 0 and sl and sl[0] == (i + 1, 32): out.append((_U64, 4 * i, 0, (1 << 64) - 1)); sl = sl[1:]
+      else: out.append((_U32, 4 * i, sh, 0xffffffff))
+    return tuple(out)
 
   def words_array(self) -> array | memoryview:
     """The finalized words themselves (not a copy), for a caller that writes its slots in place (see slots())."""

@@ -38,9 +38,10 @@ class Ring:
     self.put += n
     self.room -= n
     wptr = self.put * self.per_dw
-    self.hw.write_ptr[0] = wptr
-    if self.hw.before_doorbell is not None: self.hw.before_doorbell()
-    self.hw.doorbell[0] = wptr
+    hw = self.hw
+    hw.write_ptr[0] = wptr
+    if hw.before_doorbell is not None: hw.before_doorbell()
+    hw.doorbell[0] = wptr
     self.history.append(words)
 
   def _wait_room(self, n: int) -> None:

@@ -51,6 +51,24 @@ def make_ring(size_dw: int, unit: int = 4):
   return Ring(hw, lambda ms: None, lambda: None, "test ring"), ring, ptrs, doorbell
 
 
+def test_slot_stores_write_what_patch_writes():
+  """The launch path's stores: a 64-bit slot whose lo/hi dwords sit side by side becomes one 8-byte store, a 32-bit
+  slot a 4-byte one; written through them the words equal what patch() writes."""
+  q = Q().signal(Var("a"), Var("v"))
+  stores = q.slot_stores("v")
+  assert [(st.format, at, sh) for st, at, sh, _ in stores] == [("<Q", 16, 0)]
+  assert [(st.format, at, sh) for st, at, sh, _ in q.slot_stores("a")] == [("<Q", 8, 0)]
+  assert q.slot_stores("none") == ()
+  q32 = Q().signal(0x1000, Var("n", 32))
+  assert [(st.format, at, sh) for st, at, sh, _ in q32.slot_stores("n")] == [("<I", 16, 0)]
+  ref = Q().signal(Var("a"), Var("v"))
+  ref.patch({"a": 0x12_3456_7000, "v": 0xfedc_ba98_7654_3210})
+  words = q.words_array()
+  for name, v in (("a", 0x12_3456_7000), ("v", 0xfedc_ba98_7654_3210)):
+    for st, at, sh, mask in q.slot_stores(name): st.pack_into(words, at, (v >> sh) & mask)
+  assert q.words() == ref.words()
+
+
 @pytest.mark.parametrize("unit", [4, 1])
 def test_ring_wraps_and_publishes(unit):
   r, ring, ptrs, db = make_ring(16, unit)

@@ -20,7 +20,7 @@ class KernargRing:
   launches that read it a lap before (long done, as a rule), never for everything queued since."""
   def __init__(self, dev: "Device", size: int):
     self.dev, self.mem = dev, dev.iface.alloc(size, host=True, uncached=True)
-    self.view, self.size = self.mem.cpu.cast("B"), size
+    self.view, self.size, self.va = self.mem.cpu.cast("B"), size, self.mem.va
     self.total = 0                        # bytes handed out ever (tail gaps skipped at a wrap included)
     self.inflight: deque[tuple[int, int]] = deque()   # (absolute start, ticket of the launch reading it), oldest first
     self.done = 0                         # a ticket known complete

@@ -111,8 +111,8 @@ class AMDProgram:
     st, whole = self._args_struct, None
     if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
       whole = struct.Struct(st.format + f"{len(img) - st.size}s")   # the explicit arguments, then the image's rest
-    return _Launch(q, q.words_array(), g, l, bytes(img), whole, bytes(img[st.size:]) if whole else b"",
-                   q.slots("kernargs"), q.slots("dispatch"), q.slots("timeline"), self.dev.ring(q.engine))
+    return _Launch(q, q.words_array(), g, l, bytes(img), (len(img) + 255) & ~255, whole, bytes(img[st.size:]) if whole else b"",
+                   q.slot_stores("kernargs"), q.slot_stores("dispatch"), q.slot_stores("timeline"), self.dev.ring(q.engine))
 
   def _fast_values(self, args: tuple, ticket: int) -> tuple | list | None:
     """The explicit arguments as the struct packs them (buffers as addresses, their use recorded), or None where a
@@ -149,17 +149,17 @@ class AMDProgram:
       if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ln
     if len(args) != len(self.args): self.check_arg_count(args)
     ka = self.backend.kernargs
-    off = ka.take(len(ln.img))
+    off = ka.take(ln.ka_size)
     self._write_kernargs(ln, ka.view, off, args, dev.timeline_value)   # may raise: the ticket is taken after
-    ka_va = ka.mem.va + off
+    ka_va = ka.va + off
     q, words = ln.q, ln.words
-    for idx, sh in ln.kernargs: words[idx] = (ka_va >> sh) & 0xffffffff
+    for st, at, sh, mask in ln.kernargs: st.pack_into(words, at, (ka_va >> sh) & mask)
     if ln.dispatch:
       fill_dispatch_packet(ka.view[off + self.dispatch_offset:], self, ln.g, ln.l, ka_va)
-      for idx, sh in ln.dispatch: words[idx] = ((ka_va + self.dispatch_offset) >> sh) & 0xffffffff
+      for st, at, sh, mask in ln.dispatch: st.pack_into(words, at, ((ka_va + self.dispatch_offset) >> sh) & mask)
     value = dev.next_timeline(q.engine)
     tl = value - dev.timeline_base
-    for idx, sh in ln.timeline: words[idx] = (tl >> sh) & 0xffffffff
+    for st, at, sh, mask in ln.timeline: st.pack_into(words, at, (tl >> sh) & mask)
     if key[2] == "profile":
       start, end, view, idx = prof.slot()
       prof.record(self.name, "kernel", value, view, idx)
@@ -182,9 +182,10 @@ class _Launch:
   g: tuple[int, int, int]
   l: tuple[int, int, int]
   img: bytes             # the kernarg image with the hidden arguments (explicit ones zero)
+  ka_size: int           # what a launch takes of the kernarg ring (the image, rounded up)
   whole: struct.Struct | None   # packs the explicit arguments and the image's tail in one call (None: checked path)
   tail: bytes
-  kernargs: tuple
+  kernargs: tuple         # HWQueue.slot_stores of each patch slot
   dispatch: tuple
   timeline: tuple
   ring: object            # the device's ring for the template's engine (the same object for the device's life)
