@@ -195,12 +195,12 @@ class AMDBoard:
       self._event.clear()
       held = time.perf_counter()
       while not self._stop and self._pass():
-        if time.perf_counter() - held > self.HOLD_S:   # the host's threads share this interpreter: let them run
+        if self._posted or time.perf_counter() - held > self.HOLD_S:   # the host is submitting, or waited long enough: let it run
           time.sleep(self.YIELD_S)
           held = time.perf_counter()
 
   STEPS_PER_PASS = 16   # concurrent mode: an engine that makes progress takes up to this many steps in a row
-  PASS_S = 0.002        # ... or steps for up to this long (the board lock is held meanwhile)
+  PASS_S = 0.001        # ... or steps for up to this long (the board lock is held meanwhile)
   HOLD_S, YIELD_S = 0.001, 0.00002   # after this long busy, the worker sleeps a moment (a GPU takes no host CPU time)
 
   def _pass(self) -> bool:

@@ -20,7 +20,7 @@ MAX_IB_DEPTH = 2
 
 
 PREFETCH_DW = 32       # dwords the CP reads at once from its ring or IB (a packet longer than that is read again whole)
-WAVE_SLICE_S = 0.002   # concurrent mode: a dispatch's waves run this long per step, then the other engines get a turn
+WAVE_SLICE_S = 0.001   # concurrent mode: a dispatch's waves run this long per step, then the other engines get a turn
 
 
 class WaveRun:
