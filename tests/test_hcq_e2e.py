@@ -256,6 +256,21 @@ def test_page_fault_then_in_place_recovery(spare_dev):
     assert list(buf.numpy(np.uint32)) == [v] * 16
 
 
+def test_one_faulting_store_is_one_fault_interrupt(spare_dev):
+  """A wave's store to an unmapped page faults once: one fault reported, one IH entry. (The emulated GC hub used to
+  report it twice, from its contiguous-span guess and again from the per-page walk; MOCKKFD then handed the second
+  one to the next device opened in the process.)"""
+  from rawgpu.drivers.emu import mockpci
+  from rawgpu.errors import DeviceFault
+  d = spare_dev
+  if d.props.iface != "MOCKPCI": pytest.skip("counts on the board through the virtual PCI bus (MOCKKFD's kernel owns its boards)")
+  hub, ih = mockpci._vbus.boards[d.props.pci_bus].gmc.gc, mockpci._vbus.boards[d.props.pci_bus].ih
+  faults, posted = hub.faults, ih.posted
+  with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000"): prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
+  assert (hub.faults - faults, ih.posted - posted) == (1, 1)
+  d.recover()
+
+
 def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare_dev):
   """A wave reaches memory through three clients (gfxhub_v3_0/v12_0's table): vector memory through the TCP, scalar
   loads through the SQC's data path, instruction fetch through its instruction path. A launch whose kernel-argument

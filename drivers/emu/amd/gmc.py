@@ -325,12 +325,14 @@ class VMMemory:
     if self.hub.b.halt_shaders: raise self.MemoryFault(int(a[0]) if len(a) else 0, write)   # board closing/removed: waves die
     lo, hi = int(a.min()), int(a.max())
     base = lo & ~0xfff
-    try:
+    probing, _probing.on = getattr(_probing, "on", False), True   # a guess at the whole span: a fault is reported below,
+    try:                                                       # once, for the exact lane (one access, one interrupt)
       k, ph, n = self.hub.extent(self.vmid, base, write, hi + 1 - base)
       if n >= hi + 1 - base:                                   # the whole span is one contiguous run
         self._host_ok(k, lo, write)
         return self._kind(k, ph), None, a - np.uint64(base) + np.uint64(ph)
     except Fault: pass                                         # find the exact faulting lane below
+    finally: _probing.on = probing
     pg = a >> np.uint64(12)
     pmin = int(pg.min())
     span = (hi >> 12) - pmin + 1
