@@ -54,6 +54,21 @@ def test_wait_reg_mem_blocks_until_memory_matches(d, P):
   assert d.rd("gc", "regCP_STAT") == 0
 
 
+def test_rptr_report_shows_where_a_waiting_queue_stopped(d, P):
+  """The CP reports its read pointer when it stops (a wait here), so a driver waiting for ring room sees the packets
+  consumed before the wait."""
+  q = ComputeRing(d)
+  sem, dst = q.mc(0x318000), q.mc(0x318040)
+  d.vram.write32(0x318000, 0)
+  first = pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 41])
+  q.submit(first + pkt3(P["PACKET3_WAIT_REG_MEM"], [(1 << 4) | 3, sem & 0xffffffff, sem >> 32, 1, 0xffffffff, 4]))
+  q.run()
+  assert d.vram.read32(0x318040) == 41 and d.vram.read32(q.rptr_off) == len(first)
+  d.vram.write32(0x318000, 1)
+  q.run()
+  assert d.vram.read32(q.rptr_off) == q.hqd("regCP_HQD_PQ_RPTR") == len(first) + 7
+
+
 def test_wait_reg_mem_write_wait_write_on_registers(d, P):
   """The HDP flush idiom: write GPU_HDP_FLUSH_REQ, wait for the same bit in GPU_HDP_FLUSH_DONE."""
   q = ComputeRing(d)

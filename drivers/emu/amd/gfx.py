@@ -64,6 +64,7 @@ class ComputeQueue:
     self.inflight: WaveRun | None = None    # the dispatch whose waves are running
     self.ran_waves = False                    # this step ran the waves of the dispatch in flight (progress, not a wait)
     self._geometry: tuple[int, int, int, int] | None = None
+    self.rptr_due = False                     # packets were consumed since the read pointer was last reported
 
   # ---- HQD state
   def g(self, name: str) -> int: return self.bank.get(self.gfx.hqd_addr[name], 0)
@@ -72,7 +73,7 @@ class ComputeQueue:
   def activate(self) -> None:
     # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
-    self.inflight, self._geometry = None, None
+    self.inflight, self._geometry, self.rptr_due = None, None, False
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
 
@@ -191,7 +192,7 @@ class ComputeQueue:
     if not self.active or self.hung is not None or "hung_queue" in self.board.faults and self._fault_engine() == "compute": return False
     acting_as(CID_CPC)
     addr, avail, vmid, ib = self._stream()
-    if avail <= 0: return False
+    if avail <= 0: return self._report_rptr()
     self.ran_waves = False
     try:
       words = self._read_dw(addr, min(avail, PREFETCH_DW), vmid, ib)   # the CP fetches ahead of the packet it parses
@@ -211,10 +212,12 @@ class ComputeQueue:
       done = h(self, body)
       if not done:
         self.waiting = True
+        self._report_rptr()
         return self.ran_waves
       self.waiting = False
       if op != pm4.INDIRECT_BUFFER: self._advance(ib, ndw)
     except pm4.BadPacket as e:
+      self._report_rptr()
       self.halt(f"opcode error: {e}" if "opcode" in str(e) or "type-" in str(e) else str(e))
       if "opcode" in str(e) or "type-" in str(e):
         cntl = self.board.regs.vals.get(self.gfx.pipe_int_cntl[self.pipe], 0)
@@ -222,6 +225,7 @@ class ComputeQueue:
           self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_BAD_OPCODE, ring_id=(self.me << 2) | self.pipe | (self.queue << 4))
       return True
     except (Fault, BusError) as e:
+      self._report_rptr()
       self.halt(f"memory fault: {e}")
       self.s("regCP_HQD_ERROR", self.g("regCP_HQD_ERROR") | self.gfx.err_pq)
       return True
@@ -232,12 +236,18 @@ class ComputeQueue:
       self.ib[-1][0] += 4 * ndw
       return
     self.rptr += ndw
-    off = self.rptr % self.ring_dw
-    self.s("regCP_HQD_PQ_RPTR", off)
+    self.s("regCP_HQD_PQ_RPTR", self.rptr % self.ring_dw)
+    self.rptr_due = True
+
+  def _report_rptr(self) -> bool:
+    """Write the read pointer to the report address when the queue stops for now (caught up, waiting, halted), not
+    after every packet: the driver reads it for ring room, and one that lags is only conservative. False."""
     rep = self.geometry()[3]
-    if rep:
-      try: self.mem_write32(rep, off)
+    if self.rptr_due and rep:
+      self.rptr_due = False
+      try: self.mem_write32(rep, self.rptr % self.ring_dw)
       except (Fault, BusError): pass
+    return False
 
   def _fault_engine(self) -> str:
     f = self.board.faults.get("hung_queue")
