@@ -323,8 +323,7 @@ def test_map_queues_refused_on_a_normal_queue(d, P):
   assert q.hqd("regCP_HQD_PQ_RPTR") == 0 and d.board.gfx.queues[(1, 0, 0)].hung
 
 
-def _dispatch_packets(d, q, P, name: str, args: bytes, wg: int = 32, grid: int = 1) -> list[int]:
-  code_off, KA = 0x400000, 0x530000
+def _dispatch_packets(d, q, P, name: str, args: bytes, wg: int = 32, grid: int = 1, code_off: int = 0x400000, KA: int = 0x530000) -> list[int]:
   syms = load_kernel(d, d.board.arch, name, code_off)
   kd_off = code_off + syms[next(s for s in syms if s.endswith(".kd"))]
   kd = d.vram.readbytes(kd_off, 64)
@@ -358,6 +357,27 @@ def test_spinning_kernel_released_by_sdma_while_it_runs(arch, P):
     assert d.vram.read32(done) == 0                       # still spinning
     s = SDMARing(d)
     s.submit([hdr(S, "FENCE"), s.mc(flag) & 0xffffffff, s.mc(flag) >> 32, 5])
+    deadline = time.monotonic() + 30
+    while d.vram.read32(done) != 6 and time.monotonic() < deadline: time.sleep(0.002)
+    assert d.vram.read32(done) == 6 and not d.board.errors
+  finally: d.close()
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_spinning_kernel_released_by_a_kernel_on_another_queue(arch, P):
+  """Two queues' dispatches run side by side (their waves take turns on the board): a kernel spinning on a flag on
+  queue 0 finishes when a fill dispatched afterwards on queue 1 writes the flag."""
+  pytest.importorskip("elftools")
+  d = Dev(arch, deterministic=False, firmware="loaded")
+  try:
+    q0 = ComputeRing(d)
+    q1 = ComputeRing(d, ring_off=0x210000, db=10, queue=1, rptr_off=0x1fe000)
+    flag, done = 0x570000, 0x570100
+    q0.submit(_dispatch_packets(d, q0, P, "spin", struct.pack("<QIIQ", q0.mc(flag), 5, 0, q0.mc(done))))
+    deadline = time.monotonic() + 5
+    while not d.board.gfx.queues[(1, 0, 0)].inflight and time.monotonic() < deadline: time.sleep(0.001)
+    assert d.vram.read32(done) == 0                       # spinning
+    q1.submit(_dispatch_packets(d, q1, P, "fill", struct.pack("<QII", q1.mc(flag), 5, 1), code_off=0x480000, KA=0x538000))
     deadline = time.monotonic() + 30
     while d.vram.read32(done) != 6 and time.monotonic() < deadline: time.sleep(0.002)
     assert d.vram.read32(done) == 6 and not d.board.errors
