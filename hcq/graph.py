@@ -203,12 +203,17 @@ class Graph:
       if name not in self.sites: self.cur[name] = v; continue
       sites = self.sites[name]
       kv, meta, prg, _ = sites[0]
-      prg._pack_one(kv, meta, v, value)  # checks the value once; the other sites take the same bytes
       spread = self.spread[name]
-      if spread is not None:
+      if spread is not None and type(v) is Buffer and v.dev is dev and meta.size == 8 and prg.takes_buffer(meta):
+        v._check_alive()    # what _pack_one checks of a buffer of this device (its use is recorded below)
+        words, at = spread
+        words[at] = v.va    # one numpy store into every site
+      elif spread is not None:
+        prg._pack_one(kv, meta, v, value)  # checks the value once; the other sites take the same bytes
         words, at = spread
         words[at] = words[at[0]]
       else:
+        prg._pack_one(kv, meta, v, value)
         raw = bytes(kv[meta.offset:meta.offset + meta.size])
         for kv2, meta2, prg2, _ in sites[1:]:
           if (meta2.size, meta2.value_kind) == (meta.size, meta.value_kind): kv2[meta2.offset:meta2.offset + meta2.size] = raw

@@ -140,6 +140,9 @@ def test_graph_replay_with_new_inputs(dev):
     assert np.array_equal(out.numpy(np.float32), np.full(n, k + 1, np.float32))
   with pytest.raises(RawGPUError, match="no input"): g.replay(zz=1)
   with pytest.raises(RawGPUError, match="pointer"): g.replay(a=5)
+  gone = dev.alloc(4 * n)
+  gone.free()
+  with pytest.raises(RawGPUError, match="was freed"): g.replay(a=gone)
   dev.synchronize()  # the refused replays took no timeline ticket
 
 

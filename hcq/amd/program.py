@@ -51,7 +51,7 @@ class AMDProgram:
     self.kernarg_size = max(kd.kernarg_size, self.kernel.meta.kernarg_segment_size, 16)
     self.args = [a for a in self.kernel.meta.args if not a.hidden]
     self.hidden = [a for a in self.kernel.meta.args if a.hidden]
-    self._ptr = [a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic") for a in self.args]
+    self._ptr = [self.takes_buffer(a) for a in self.args]
     self.user_sgprs = kd.user_sgprs()
     unsupported = [n for n, _, _ in self.user_sgprs if n not in ("user_sgpr_kernarg_segment_ptr", "user_sgpr_dispatch_ptr")]
     if unsupported: raise CodeObjectError(f"kernel {name} needs user SGPRs this runtime does not provide: {', '.join(unsupported)}")
@@ -80,8 +80,13 @@ class AMDProgram:
     pos = next((i for i, b in enumerate(self.args) if b is a), None)
     return repr(a.name) if a.name else f"#{pos} ({a.type_name or a.value_kind})"
 
+  @staticmethod
+  def takes_buffer(a: KernelArg) -> bool:
+    """Whether the argument is a pointer (a Buffer's address goes there)."""
+    return a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic")
+
   def _pack_one(self, view: memoryview, a: KernelArg, v, launch: int) -> None:
-    if a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic"):
+    if self.takes_buffer(a):
       if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} is a pointer; pass a Buffer, not {type(v).__name__}")
       v._check_alive()
       if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} lives on {v.dev}, not mapped to {self.dev}")
