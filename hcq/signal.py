@@ -8,6 +8,7 @@ if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 SIGNAL_SIZE = 16  # value at +0, timestamp at +8
 SPIN_S = 0.002    # a wait spins this long before it sleeps between looks (short work is seen done at once)
+FAULT_CHECK_S = 0.0002   # ... asking the interface for faults this often meanwhile (on KFD that is an ioctl)
 
 
 class Signal:
@@ -29,13 +30,14 @@ class Signal:
     from the last change of the signal, so long work that keeps progressing never times out."""
     if self._q[0] >= value: return
     now = time.monotonic()
-    last, deadline, spin_until = self._q[0], now + timeout_ms / 1000, now + SPIN_S
+    last, deadline, spin_until, check_at = self._q[0], now + timeout_ms / 1000, now + SPIN_S, now
     while (cur := self._q[0]) < value:
       now = time.monotonic()
       if cur != last: last, deadline = cur, now + timeout_ms / 1000
-      if now > spin_until: self.dev.iface.sleep(0.2)
-      else: time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
-      self.dev.iface.check_faults()
+      if now > spin_until: self.dev.iface.sleep(0.2)   # (it raises a fault that arrives meanwhile)
+      else:
+        time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
+        if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
         raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)\n"
