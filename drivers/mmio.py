@@ -85,12 +85,10 @@ class HookArray:
     self._read, self._write, self._base = mmio._read, mmio._write, mmio._base   # straight to the model: doorbells are hot
 
   def __len__(self) -> int: return self.n
-  def _at(self, i: int) -> int:
-    if not 0 <= i < self.n: raise IndexError(f"index {i} is outside this {self.n}-element view")
-    return self._base + i * self.width
+  def _outside(self, i: int) -> IndexError: return IndexError(f"index {i} is outside this {self.n}-element view")
   def __getitem__(self, i: int) -> int:
-    if not 0 <= i < self.n: self._at(i)   # raises
+    if not 0 <= i < self.n: raise self._outside(i)
     return self._read(self._base + i * self.width, self.width)
   def __setitem__(self, i: int, v: int) -> None:
-    if not 0 <= i < self.n: self._at(i)   # raises
+    if not 0 <= i < self.n: raise self._outside(i)
     self._write(self._base + i * self.width, self.width, v & self.mask)

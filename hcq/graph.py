@@ -204,10 +204,9 @@ class Graph:
       sites = self.sites[name]
       kv, meta, prg, _ = sites[0]
       spread = self.spread[name]
-      if spread is not None and type(v) is Buffer and v.dev is dev and meta.size == 8 and prg.takes_buffer(meta):
-        v._check_alive()    # what _pack_one checks of a buffer of this device (its use is recorded below)
+      if spread is not None and meta.size == 8 and prg.takes_buffer(meta):
         words, at = spread
-        words[at] = v.va    # one numpy store into every site
+        words[at] = prg.address_of(meta, v)   # checked once, one numpy store into every site (its use is recorded below)
       elif spread is not None:
         prg._pack_one(kv, meta, v, value)  # checks the value once; the other sites take the same bytes
         words, at = spread

@@ -85,13 +85,17 @@ class AMDProgram:
     """Whether the argument is a pointer (a Buffer's address goes there)."""
     return a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic")
 
+  def address_of(self, a: KernelArg, v) -> int:
+    """The address pointer argument `a` takes from v: a live Buffer of this device, or one mapped here."""
+    if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} is a pointer; pass a Buffer, not {type(v).__name__}")
+    v._check_alive()
+    if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} lives on {v.dev}, not mapped to {self.dev}")
+    return v.va
+
   def _pack_one(self, view: memoryview, a: KernelArg, v, launch: int) -> None:
     if self.takes_buffer(a):
-      if not isinstance(v, Buffer): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} is a pointer; pass a Buffer, not {type(v).__name__}")
-      v._check_alive()
-      if v.dev is not self.dev and not self.dev.backend.maps(v): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} lives on {v.dev}, not mapped to {self.dev}")
+      struct.pack_into("<Q", view, a.offset, self.address_of(a, v))
       v.used_by(self.dev, launch)  # recorded against the device whose ticket it is
-      struct.pack_into("<Q", view, a.offset, v.va)
       return
     if isinstance(v, np.generic) and not isinstance(v, np.void): v = v.item()   # numpy scalars count as their value
     fmt = _float_fmt(a)
@@ -116,7 +120,7 @@ class AMDProgram:
     st, whole = self._args_struct, None
     if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
       whole = struct.Struct(st.format + f"{len(img) - st.size}s")   # the explicit arguments, then the image's rest
-    return _Launch(q, q.words_array(), g, l, bytes(img), (len(img) + 255) & ~255, whole, bytes(img[st.size:]) if whole else b"",
+    return _Launch(q, q.words_array(), g, l, bytes(img), whole, bytes(img[st.size:]) if whole else b"",
                    q.slot_stores("kernargs"), q.slot_stores("dispatch"), q.slot_stores("timeline"), self.dev.ring(q.engine))
 
   def _fast_values(self, args: tuple, ticket: int) -> tuple | list | None:
@@ -154,7 +158,7 @@ class AMDProgram:
       if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ln
     if len(args) != len(self.args): self.check_arg_count(args)
     ka = self.backend.kernargs
-    off = ka.take(ln.ka_size)
+    off = ka.take(len(ln.img))
     self._write_kernargs(ln, ka.view, off, args, dev.timeline_value)   # may raise: the ticket is taken after
     ka_va = ka.va + off
     q, words = ln.q, ln.words
@@ -187,7 +191,6 @@ class _Launch:
   g: tuple[int, int, int]
   l: tuple[int, int, int]
   img: bytes             # the kernarg image with the hidden arguments (explicit ones zero)
-  ka_size: int           # what a launch takes of the kernarg ring (the image, rounded up)
   whole: struct.Struct | None   # packs the explicit arguments and the image's tail in one call (None: checked path)
   tail: bytes
   kernargs: tuple         # HWQueue.slot_stores of each patch slot

@@ -55,7 +55,6 @@ class AMDBoard:
     self.clock = GPUClock(deterministic)
     self.removed = False
     self.faults: dict[str, Any] = {}
-    self.halt_shaders = False                   # set on close/reset/removal: running waves fault at their next access
     self.errors: list[str] = []                 # internal errors the worker survived (a model bug: report it)
     self.doorbells: dict[int, int] = {}
     self.engines: list[Engine] = []
@@ -180,7 +179,7 @@ class AMDBoard:
     if self.deterministic or self._closed: return
     if self._thread is not None and self._event.is_set(): return   # already woken: nothing to add
     if self._thread is None:
-      if not self.engines or self.halt_shaders: return      # closing, resetting or removed: nothing restarts it
+      if not self.engines or self.removed: return      # resetting or removed: nothing restarts it
       self._stop = False
       self._thread = threading.Thread(target=self._worker, name=f"amdboard-{self.arch}", daemon=True)
       self._thread.start()
@@ -286,8 +285,8 @@ class AMDBoard:
     smu_error(response=), hung_queue(engine="compute"|"sdma"), page_fault(va=), surprise_removal."""
     known = {"psp_timeout", "psp_error", "smu_timeout", "smu_error", "hung_queue", "page_fault", "surprise_removal"}
     if kind not in known: raise ValueError(f"unknown fault {kind!r}; known: {', '.join(sorted(known))}")
-    if kind == "surprise_removal": self.removed = self.halt_shaders = True
+    if kind == "surprise_removal": self.removed = True
     self.faults[kind] = kw or True
 
   def clear_faults(self) -> None:
-    self.faults.clear(); self.removed = self.halt_shaders = False
+    self.faults.clear(); self.removed = False

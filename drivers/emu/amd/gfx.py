@@ -10,7 +10,7 @@ import struct
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
-from rawgpu.drivers.emu.amd.gmc import CID_CPC, CID_TCP, Fault, VMMemory, acting_as
+from rawgpu.drivers.emu.amd.gmc import CID_CPC, CID_TCP, Fault, VMMemory, acting_as, as_client
 from rawgpu.drivers.emu.amd.psp import FW_RS64_MEC
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
@@ -31,12 +31,10 @@ class WaveRun:
   def advance(self) -> bool:
     """Run the next slice; True when every wave has ended."""
     if self.slices is None: return False   # killed: never ends
-    acting_as(CID_TCP)   # the waves' loads and stores reach memory through the TCP
-    try: next(self.slices)
+    try: as_client(CID_TCP, next, self.slices)   # the waves' loads and stores reach memory through the TCP
     except StopIteration as done:
       self.result = done.value
       return True
-    finally: acting_as(CID_CPC)
     return False
 
   def is_alive(self) -> bool: return self.result is None and self.slices is not None
@@ -62,7 +60,6 @@ class ComputeQueue:
     self.waiting = False
     self.dispatches = 0
     self.inflight: WaveRun | None = None    # the dispatch whose waves are running
-    self.ran_waves = False                    # this step ran the waves of the dispatch in flight (progress, not a wait)
     self._geometry: tuple[int, int, int, int] | None = None
     self.rptr_due = False                     # packets were consumed since the read pointer was last reported
 
@@ -127,7 +124,7 @@ class ComputeQueue:
     other engines' and queues' steps (a kernel may spin on memory another engine writes); the packet completes
     when the waves do. Deterministic mode runs them to the end at once."""
     if (run := self.inflight) is not None:
-      if not run.advance(): self.ran_waves = True; return False
+      if not run.advance(): return False
       self.inflight = None
       return self._finish(run.result)
     try:
@@ -192,8 +189,9 @@ class ComputeQueue:
     if not self.active or self.hung is not None or "hung_queue" in self.board.faults and self._fault_engine() == "compute": return False
     acting_as(CID_CPC)
     addr, avail, vmid, ib = self._stream()
-    if avail <= 0: return self._report_rptr()
-    self.ran_waves = False
+    if avail <= 0:
+      self._report_rptr()
+      return False
     try:
       words = self._read_dw(addr, min(avail, PREFETCH_DW), vmid, ib)   # the CP fetches ahead of the packet it parses
       hdr = words[0]
@@ -213,7 +211,7 @@ class ComputeQueue:
       if not done:
         self.waiting = True
         self._report_rptr()
-        return self.ran_waves
+        return self.inflight is not None   # a dispatch's waves ran a slice (progress), else the packet waits
       self.waiting = False
       if op != pm4.INDIRECT_BUFFER: self._advance(ib, ndw)
     except pm4.BadPacket as e:
@@ -241,13 +239,12 @@ class ComputeQueue:
 
   def _report_rptr(self) -> bool:
     """Write the read pointer to the report address when the queue stops for now (caught up, waiting, halted), not
-    after every packet: the driver reads it for ring room, and one that lags is only conservative. False."""
+    after every packet: the driver reads it for ring room, and one that lags is only conservative."""
     rep = self.geometry()[3]
     if self.rptr_due and rep:
       self.rptr_due = False
       try: self.mem_write32(rep, self.rptr % self.ring_dw)
       except (Fault, BusError): pass
-    return False
 
   def _fault_engine(self) -> str:
     f = self.board.faults.get("hung_queue")

@@ -271,7 +271,7 @@ CID_CPC, CID_TCP, CID_SQC_INST, CID_SQC_DATA, CID_SDMA0 = 5, 8, 9, 10, 13
 _client = threading.local()
 
 
-def _as_client(cid: int, access, *args):
+def as_client(cid: int, access, *args):
   """access(*args) as client cid (then back to the thread's own client)."""
   prev = getattr(_client, "cid", CID_CPC)
   _client.cid = cid
@@ -322,7 +322,7 @@ class VMMemory:
 
   def _phys(self, a: np.ndarray, write: bool) -> tuple[int, np.ndarray | None, np.ndarray]:
     """(backing if all lanes share one, else -1; per-lane backing or None; physical addresses)."""
-    if self.hub.b.halt_shaders: raise self.MemoryFault(int(a[0]) if len(a) else 0, write)   # board closing/removed: waves die
+    if self.hub.b.removed: raise self.MemoryFault(int(a[0]) if len(a) else 0, write)   # the board is gone: waves die
     lo, hi = int(a.min()), int(a.max())
     base = lo & ~0xfff
     probing, _probing.on = getattr(_probing, "on", False), True   # a guess at the whole span: a fault is reported below,
@@ -400,11 +400,11 @@ class VMMemory:
 
   def scalar_load(self, addrs: np.ndarray, size: int) -> np.ndarray:
     """A scalar load (s_load, s_buffer_load): it reaches memory through the SQC's data cache, not the TCP."""
-    return _as_client(CID_SQC_DATA, self.load, addrs, size)
+    return as_client(CID_SQC_DATA, self.load, addrs, size)
 
   def fetch(self, addr: int, n: int) -> bytes:
     """An instruction fetch: through the SQC's instruction cache."""
-    return _as_client(CID_SQC_INST, self.read, addr, n)
+    return as_client(CID_SQC_INST, self.read, addr, n)
 
   def prefetch(self, addr: int, n: int) -> bytes | None:
     """Instruction prefetch: the bytes if mapped, None otherwise, without raising or reporting a fault."""
@@ -414,7 +414,7 @@ class VMMemory:
     finally: _probing.on, self.fault = False, fault
 
   def read(self, addr: int, n: int) -> bytes:
-    if self.hub.b.halt_shaders: raise self.MemoryFault(addr, False)
+    if self.hub.b.removed: raise self.MemoryFault(addr, False)
     try: return self.hub.read(self.vmid, addr, n)
     except Fault as f:
       self.fault = f
