@@ -69,6 +69,22 @@ def test_rptr_report_shows_where_a_waiting_queue_stopped(d, P):
   assert d.vram.read32(q.rptr_off) == q.hqd("regCP_HQD_PQ_RPTR") == len(first) + 7
 
 
+def test_rptr_report_follows_the_cp_block_by_block(d, P):
+  """The CP writes its read pointer back each time it has read another RPTR_BLOCK_SIZE block (2^5 quad-words = 64
+  dwords in this ring) and when it stops, so a driver whose ring is full goes on once a block is free, not once the CP
+  has caught up with everything queued."""
+  q = ComputeRing(d)
+  dst = q.mc(0x318040)
+  q.submit(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 7]) * 40)   # 40 packets of 5 dwords
+  seen = [d.vram.read32(q.rptr_off)]
+  for _ in range(100):   # one packet per step; the step that finds the ring empty reports and returns False
+    more = d.board.step()
+    if (v := d.vram.read32(q.rptr_off)) != seen[-1]: seen.append(v)
+    if not more: break
+  assert seen == [0, 65, 130, 195, 200]   # past 64, 128 and 192 dwords, then where it stopped
+  assert q.hqd("regCP_HQD_PQ_RPTR") == 200
+
+
 def test_wait_reg_mem_write_wait_write_on_registers(d, P):
   """The HDP flush idiom: write GPU_HDP_FLUSH_REQ, wait for the same bit in GPU_HDP_FLUSH_DONE."""
   q = ComputeRing(d)

@@ -74,14 +74,17 @@ class ComputeQueue:
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
 
-  def geometry(self) -> tuple[int, int, int, int]:
-    """(ring base, ring size in dwords, vmid, read-pointer report address) from the HQD registers, looked up again
-    after any of this queue's HQD registers is written (GFX._hqd_wr clears it)."""
+  def geometry(self) -> tuple[int, int, int, int, int]:
+    """(ring base, ring size in dwords, vmid, read-pointer report address, report block in dwords) from the HQD
+    registers, looked up again after any of this queue's HQD registers is written (GFX._hqd_wr clears it).
+    QUEUE_SIZE and RPTR_BLOCK_SIZE are log2 of quad-words (amdgpu: order_base_2(dwords) - 1)."""
     geo = self._geometry
     if geo is None:
       g = self.g
-      geo = self._geometry = (((g("regCP_HQD_PQ_BASE_HI") << 32) | g("regCP_HQD_PQ_BASE")) << 8, 2 << (g("regCP_HQD_PQ_CONTROL") & 0x3f),
-                              g("regCP_HQD_VMID") & 0xf, ((g("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI") << 32) | g("regCP_HQD_PQ_RPTR_REPORT_ADDR")) & ~3)
+      cntl = self.gfx.pq_control.decode(g("regCP_HQD_PQ_CONTROL"))
+      geo = self._geometry = (((g("regCP_HQD_PQ_BASE_HI") << 32) | g("regCP_HQD_PQ_BASE")) << 8, 2 << cntl["QUEUE_SIZE"],
+                              g("regCP_HQD_VMID") & 0xf, ((g("regCP_HQD_PQ_RPTR_REPORT_ADDR_HI") << 32) | g("regCP_HQD_PQ_RPTR_REPORT_ADDR")) & ~3,
+                              2 << cntl["RPTR_BLOCK_SIZE"])
     return geo
 
   @property
@@ -168,12 +171,12 @@ class ComputeQueue:
       a, end, vmid = self.ib[-1]
       if a < end: return a, (end - a) // 4, vmid, True
       self.ib.pop()
-    base, n, vmid, _ = self.geometry()
+    base, n, vmid, *_ = self.geometry()
     return base + 4 * (self.rptr % n), self.wptr - self.rptr, vmid, False
 
   def _read_dw(self, addr: int, count: int, vmid: int, ib: bool) -> list[int]:
     if ib: return list(struct.unpack(f"<{count}I", self.hub().read(vmid, addr, 4 * count)))
-    base, n, _, _ = self.geometry()
+    base, n, *_ = self.geometry()
     out = []
     first = self.rptr % n
     while count:
@@ -233,13 +236,17 @@ class ComputeQueue:
     if ib:
       self.ib[-1][0] += 4 * ndw
       return
+    block = self.geometry()[4]
+    crossed = (self.rptr + ndw) // block != self.rptr // block
     self.rptr += ndw
     self.s("regCP_HQD_PQ_RPTR", self.rptr % self.ring_dw)
     self.rptr_due = True
+    if crossed: self._report_rptr()
 
-  def _report_rptr(self) -> bool:
-    """Write the read pointer to the report address when the queue stops for now (caught up, waiting, halted), not
-    after every packet: the driver reads it for ring room, and one that lags is only conservative."""
+  def _report_rptr(self) -> None:
+    """Write the read pointer to the report address each time the CP has read another RPTR_BLOCK_SIZE block of the
+    ring, and when the queue stops for now (caught up, waiting, halted): the driver reads it for ring room, so a
+    host that filled the ring goes on once a block is free, not once the CP has caught up with everything."""
     rep = self.geometry()[3]
     if self.rptr_due and rep:
       self.rptr_due = False
@@ -257,6 +264,7 @@ class GFX:
     r = board.regs
     t = r.tables["gc"]
     self.grbm = t["regGRBM_GFX_CNTL"]
+    self.pq_control = t["regCP_HQD_PQ_CONTROL"]
     self.sel = (0, 0, 0, 0)                       # me, pipe, queue, vmid
     r.hook("gc", "regGRBM_GFX_CNTL", wr=self._grbm_wr)
     # banked registers
