@@ -162,7 +162,27 @@ def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int) -> Program:
     p = _CACHE[key] = Program(arch, addr, code, lanes)
   return p
 
+_SHAPES: dict[tuple, State] = {}   # the initial State of small dispatches by launch shape (see init_state)
+SHAPE_MAX_WAVES = 256              # beyond this, computing the state afresh costs no more than copying a template
+
 def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
+  """The waves' registers at dispatch start. Everything but the user SGPRs follows from the launch shape, so small
+  dispatches (where numpy's per-call cost dominates) start from a copy of the state computed the first time."""
+  key = (r.arch, fl, tuple(r.num_thread), tuple(r.grid), tuple(r.start))
+  tmpl = _SHAPES.get(key)
+  if tmpl is None:
+    tmpl = _shape_state(mem, r, fl)
+    if tmpl.W > SHAPE_MAX_WAVES: return _with_user_data(tmpl, r, fl)
+    if len(_SHAPES) > 64: _SHAPES.clear()
+    _SHAPES[key] = tmpl
+  return _with_user_data(tmpl.fresh(mem), r, fl)
+
+def _with_user_data(st: State, r: DispatchRegs, fl: Fields) -> State:
+  ud = list(r.user_data) + [0] * 32
+  for k in range(fl.user_sgprs): st.s[k] = u32(ud[k] & 0xffffffff)
+  return st
+
+def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   fam = family(r.arch)
   L = 32 if fl.wave32 else 64
   nt = [max(1, int(x)) for x in r.num_thread]
@@ -191,9 +211,7 @@ def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   words = st.pack(valid)
   st.s[126] = words[:, 0]
   if L == 64: st.s[127] = words[:, 1]
-  ud = list(r.user_data) + [0] * 32
-  for k in range(fl.user_sgprs): st.s[k] = u32(ud[k] & 0xffffffff)
-  n = fl.user_sgprs
+  n = fl.user_sgprs   # the user SGPRs come first (_with_user_data)
   ids = [wgx + r.start[0], wgy + r.start[1], wgz + r.start[2]]
   for k in range(3):
     if fl.tgid_en[k]: st.s[n] = ids[k].astype(u32); n += 1

@@ -41,6 +41,18 @@ class State:
     self.count = 0
     self.pc_base = 0  # GPU virtual address of the program start (PCs here are offsets from it)
 
+  def fresh(self, mem) -> "State":
+    """A new State with this one's registers, for a template of a launch shape: what the waves write is copied,
+    what they only read (workgroup of each wave, lane constants) is shared."""
+    st = object.__new__(State)
+    st.__dict__.update(self.__dict__)
+    st.mem = mem
+    st.s, st.v, st.scc, st.pc, st.hwreg = self.s.copy(), self.v.copy(), self.scc.copy(), self.pc.copy(), self.hwreg.copy()
+    st.done, st.waiting, st.lds = self.done.copy(), self.waiting.copy(), np.zeros_like(self.lds)
+    st.scratch = None if self.scratch is None else np.zeros_like(self.scratch)
+    st.masks, st.sel, st._em, st._full, st._fmode, st.count = {}, None, None, True, None, 0
+    return st
+
   def subset(self, idx: np.ndarray) -> "State":
     """A State holding copies of the waves idx (LDS, scratch and memory shared), for running a few diverged waves
     without touching every wave's registers. Write it back with merge()."""
