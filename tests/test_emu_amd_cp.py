@@ -108,6 +108,19 @@ def test_indirect_buffer_runs_then_ring_continues(d, P):
   assert [d.vram.read32(0x330000 + 4 * i) for i in range(4)] == [1, 2, 3, 4]
 
 
+def test_an_indirect_buffer_run_again_after_a_patch_runs_the_patched_commands(d, P):
+  """A graph replay: the host patches a bound IB in place between two runs; the second run executes the new words,
+  not what the CP fetched ahead during the first."""
+  q = ComputeRing(d)
+  ib_off, dst = 0x320000, q.mc(0x330000)
+  ibva = q.mc(ib_off)
+  for value in (5, 6):
+    for i, v in enumerate(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, value])): d.vram.write32(ib_off + 4 * i, v)
+    q.submit(pkt3(P["PACKET3_INDIRECT_BUFFER"], [ibva & 0xfffffffc, ibva >> 32, 5 | (1 << 23)]))
+    q.run()
+    assert d.vram.read32(0x330000) == value
+
+
 def test_ring_wraps(d, P):
   q = ComputeRing(d, ring_bytes=0x100)                 # 64 dwords
   dst = q.mc(0x340000)
