@@ -73,7 +73,8 @@ class AMDBoard:
     self._stop = False
     self._thread: threading.Thread | None = None
     self._waiting = False                       # the worker is (about to be) asleep: a doorbell must wake it
-    self._posted: collections.deque = collections.deque()   # doorbell writes on their way to the engines
+    self._kicked_at, self.host_busy = 0.0, False   # when the worker was last woken; whether the host holds it off (_worker)
+    self._posted: dict[int, int] = {}           # doorbell writes on their way to the engines: index -> latest value
     self._route_lock = threading.Lock()         # one router at a time keeps each queue's pointer updates in order
 
   # ---- construction of the blocks
@@ -156,15 +157,18 @@ class AMDBoard:
     idx = off >> 2
     self.doorbells[idx] = value & 0xffffffff
     if width == 8: self.doorbells[idx + 1] = value >> 32
-    self._posted.append((idx, value))
+    self._posted[idx] = value   # a later write to the same doorbell supersedes this one before it is routed
     if self._waiting or self._thread is None: self.kick()
 
   def _route_doorbells(self) -> None:
-    """Deliver the posted doorbell writes, in order, to the block each belongs to (a queue's write pointer, the IH's
-    read pointer); each store is atomic and pointers only move forward, so an engine mid-step sees old or new."""
+    """Deliver the posted doorbell writes to the block each belongs to (a queue's write pointer, the IH's read
+    pointer); each store is atomic and pointers only move forward, so an engine mid-step sees old or new. No engine
+    steps while they are routed, so only each doorbell's latest value matters: a host that rang one 1000 times since
+    the last pass costs one delivery, not 1000 (popitem is atomic: a write that comes meanwhile is routed too)."""
     with self._route_lock:
-      while self._posted:
-        idx, value = self._posted.popleft()
+      posted = self._posted
+      while posted:
+        idx, value = posted.popitem()
         for sink in self._doorbell_sinks:
           if sink(idx, value): break
 
@@ -183,28 +187,43 @@ class AMDBoard:
       self._stop = False
       self._thread = threading.Thread(target=self._worker, name=f"amdboard-{self.arch}", daemon=True)
       self._thread.start()
+    self._kicked_at = time.perf_counter()
     self._event.set()
 
   def _worker(self) -> None:
     while not self._stop:
       busy = self._mode1_pending or any(e.busy() for e in self.engines)
       self._waiting = True                # set before looking at the posted doorbells: one that comes later kicks
-      if not self._posted: self._event.wait(0.0005 if busy else 0.05)
+      asleep, timeout = time.perf_counter(), 0.0005 if busy else 0.05
+      kicked = bool(self._posted) or self._event.wait(timeout)
       self._waiting = False
       self._event.clear()
       held = time.perf_counter()
+      self.host_busy = held - max(asleep, self._kicked_at if kicked else asleep + timeout) > self.HOST_BUSY_S
       while not self._stop and self._pass():
-        if self._posted or time.perf_counter() - held > self.HOLD_S:   # the host is submitting, or waited long enough: let it run
+        if self._posted or self.host_busy or time.perf_counter() - held > self.HOLD_S:   # the host is submitting, or waited long enough: let it run
+          asleep = time.perf_counter()
           time.sleep(self.YIELD_S)
           held = time.perf_counter()
+          self.host_busy = held - asleep > self.HOST_BUSY_S
 
   STEPS_PER_PASS = 16   # concurrent mode: an engine that makes progress takes up to this many steps in a row
   PASS_S = 0.001        # ... or steps for up to this long (the board lock is held meanwhile)
   HOLD_S, YIELD_S = 0.001, 0.00002   # after this long busy, the worker sleeps a moment (a GPU takes no host CPU time)
+  # The worker shares the interpreter with the host. Where it gets it back this late after a kick or a sleep, the host
+  # was running Python all along (the interpreter hands over only after its switch interval, 5 ms): while that lasts,
+  # each engine takes one step per pass, waves run in short slices and the worker sleeps after every pass, so a host
+  # busy enqueueing is held off a fraction of a millisecond at a time, not for whole passes.
+  HOST_BUSY_S, BUSY_WAVE_SLICE_S = 0.001, 0.0002
+
+  def wave_slice(self) -> float:
+    """How long a dispatch's waves run per step now (concurrent mode)."""
+    from rawgpu.drivers.emu.amd.gfx import WAVE_SLICE_S
+    return self.BUSY_WAVE_SLICE_S if self.host_busy else WAVE_SLICE_S
 
   def _pass(self) -> bool:
     if self._posted: self._route_doorbells()
-    progressed, burst = False, 1 if self.deterministic else self.STEPS_PER_PASS
+    progressed, burst = False, 1 if self.deterministic or self.host_busy else self.STEPS_PER_PASS
     for e in list(self.engines):
       if self.removed: return False
       with self.lock:
