@@ -5,7 +5,7 @@ Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines ru
 doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
 """
 from __future__ import annotations
-import collections, mmap, threading, time
+import mmap, threading, time
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
