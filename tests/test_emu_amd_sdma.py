@@ -120,6 +120,11 @@ def test_indirect_buffer(d, S):
   q.submit([hdr(S, "INDIRECT"), q.mc(ib) & 0xffffffff, q.mc(ib) >> 32, len(body), 0, 0])
   q.run()
   assert d.vram.read32(fence) == 31
+  body[3] = 32    # patched in place after the first run: the second run executes the new words
+  for i, v in enumerate(body): d.vram.write32(ib + 4 * i, v)
+  q.submit([hdr(S, "INDIRECT"), q.mc(ib) & 0xffffffff, q.mc(ib) >> 32, len(body), 0, 0])
+  q.run()
+  assert d.vram.read32(fence) == 32
 
 
 def test_unknown_opcode_halts_ring(d, S):

@@ -10,6 +10,7 @@ import struct
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
+from rawgpu.drivers.emu.amd.fetch import Prefetch
 from rawgpu.drivers.emu.amd.gmc import CID_CPC, CID_TCP, Fault, VMMemory, acting_as, as_client
 from rawgpu.drivers.emu.amd.psp import FW_RS64_MEC
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
@@ -20,7 +21,6 @@ MAX_IB_DEPTH = 2
 
 
 PREFETCH_DW = 32       # dwords the CP hands the packet parser at once (a packet longer than that is read again whole)
-FETCH_DW = 256         # dwords the CP fetches ahead at once from its ring (up to the write pointer) or IB (up to its end)
 WAVE_SLICE_S = 0.001   # concurrent mode: a dispatch's waves run this long per step, then the other engines get a turn
 
 
@@ -62,7 +62,7 @@ class ComputeQueue:
     self.dispatches = 0
     self.inflight: WaveRun | None = None    # the dispatch whose waves are running
     self._geometry: tuple[int, int, int, int, int] | None = None
-    self._ahead: tuple[int, int, list[int]] = (-1, 0, [])   # fetched ahead: (stream, position of words[0], words)
+    self.ahead = Prefetch()
     self._streams = 0                                       # IBs entered (each is a stream of its own)
     self.rptr_due = False                     # packets were consumed since the read pointer was last reported
 
@@ -73,7 +73,8 @@ class ComputeQueue:
   def activate(self) -> None:
     # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
-    self.inflight, self._geometry, self.rptr_due, self._ahead = None, None, False, (-1, 0, [])
+    self.inflight, self._geometry, self.rptr_due = None, None, False
+    self.ahead.clear()
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
 
@@ -189,19 +190,6 @@ class ComputeQueue:
       count -= take; first = 0
     return out
 
-  def _fetched(self, addr: int, avail: int, vmid: int, ib: bool) -> list[int]:
-    """Up to PREFETCH_DW dwords of the stream from addr, out of what the CP fetched ahead (its prefetch queue), which
-    it refills FETCH_DW at a time once it runs short. Commands between the read and write pointers, and an IB being
-    executed, are the CP's: the host does not rewrite them, so what was fetched stays valid. An IB entered again
-    (a replay after patching) is a new stream and is fetched afresh."""
-    stream, pos = (self.ib[-1][3], addr >> 2) if ib else (0, self.rptr)
-    key, start, words = self._ahead
-    k, n = pos - start, min(avail, PREFETCH_DW)
-    if key == stream and 0 <= k and len(words) - k >= n: return words[k:k + n]
-    words = self._read_dw(addr, min(avail, FETCH_DW), vmid, ib)
-    self._ahead = (stream, pos, words)
-    return words[:n]
-
   def busy(self) -> bool:
     return self.active and self.hung is None and (self.waiting or self.wptr != self.rptr or bool(self.ib) or self.inflight is not None)
 
@@ -213,7 +201,8 @@ class ComputeQueue:
       self._report_rptr()
       return False
     try:
-      words = self._fetched(addr, avail, vmid, ib)
+      stream, pos = (self.ib[-1][3], addr >> 2) if ib else (0, self.rptr)
+      words = self.ahead.get(stream, pos, min(avail, PREFETCH_DW), avail, lambda n: self._read_dw(addr, n, vmid, ib))
       hdr = words[0]
       typ = hdr >> 30
       if typ == 2: body, ndw, op = [], 1, pm4.NOP           # type-2 filler
@@ -377,7 +366,7 @@ class GFX:
     bank[a] = v
     if me != 1: return                            # only MEC1 compute queues are modelled
     q = self.queues.get(key)
-    if q is not None: q._geometry, q._ahead = None, (-1, 0, [])   # the ring may have moved or restarted
+    if q is not None: q._geometry = None; q.ahead.clear()   # the ring may have moved or restarted
     if a == self.a_active:
       if v & 1:
         if q is None: q = self.queues[key] = ComputeQueue(self, *key)

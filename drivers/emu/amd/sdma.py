@@ -9,6 +9,7 @@ import struct
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd.gmc import CID_SDMA0, Fault, acting_as
+from rawgpu.drivers.emu.amd.fetch import Prefetch
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 from rawgpu.autogen.amd import sdma_v6 as S
@@ -45,6 +46,8 @@ class SDMAQueue:
     self.hung: str | None = None
     self.waiting = False
     self.hdp_armed = False
+    self.ahead, self._streams = Prefetch(), 0   # fetched ahead of the parser; IBs entered (each a stream of its own)
+    self._cntl_fields: tuple[int, dict[str, int]] = (0, self.cntl.decode(0))
 
   def _cntl_wr(self, a: int, v: int) -> None:
     vals = self.b.regs.vals
@@ -54,6 +57,7 @@ class SDMAQueue:
       self.rptr = vals.get(self.a_rptr, 0) | (vals.get(self.a_rptr_hi, 0) << 32)
       self.wptr = vals.get(self.a_wptr, 0) | (vals.get(self.a_wptr_hi, 0) << 32)
       self.hung, self.ib = None, []
+      self.ahead.clear()
     self.enabled = en
 
   def _wptr_wr(self, a: int, v: int) -> None:
@@ -70,7 +74,11 @@ class SDMAQueue:
     return True
 
   # ---- geometry
-  def _c(self) -> dict[str, int]: return self.cntl.decode(self.b.regs.vals.get(self.a_cntl, 0))
+  def _c(self) -> dict[str, int]:
+    """RB_CNTL's fields (decoded again only when the register's value changed)."""
+    v, dec = self._cntl_fields
+    if (now := self.b.regs.vals.get(self.a_cntl, 0)) != v: v, dec = self._cntl_fields = (now, self.cntl.decode(now))
+    return dec
   @property
   def vmid(self) -> int: return self._c()["RB_VMID"]
   @property
@@ -85,12 +93,16 @@ class SDMAQueue:
   def busy(self) -> bool: return self.enabled and self.hung is None and (self.waiting or self.rptr != self.wptr or bool(self.ib))
 
   def _read(self, n: int) -> list[int] | None:
-    """The next n dwords of the current stream, or None if not all were written yet."""
+    """The next n dwords of the current stream (out of what the engine fetched ahead), or None if not all were
+    written yet."""
     if self.ib:
-      a, end, vmid = self.ib[-1]
+      a, end, vmid, stream = self.ib[-1]
       if a + 4 * n > end: raise Bad("packet runs past the end of the indirect buffer")
-      return list(struct.unpack(f"<{n}I", self.hub().read(vmid, a, 4 * n)))
+      return self.ahead.get(stream, a >> 2, n, (end - a) // 4, lambda k: list(struct.unpack(f"<{k}I", self.hub().read(vmid, a, 4 * k))))
     if self.wptr - self.rptr < 4 * n: return None
+    return self.ahead.get(0, self.rptr >> 2, n, (self.wptr - self.rptr) // 4, self._ring_words)
+
+  def _ring_words(self, n: int) -> list[int]:
     size, out, off = self.ring_bytes, [], self.rptr % self.ring_bytes
     need = 4 * n
     while need:
@@ -161,7 +173,8 @@ class SDMAQueue:
       vmid, base, size = (p[0] >> 16) & 0xf, (p[2] << 32) | p[1], p[3] & 0xfffff
       if len(self.ib) >= 1: raise Bad("SDMA indirect buffer inside an indirect buffer")
       self._advance(6)
-      if size: self.ib.append([base, base + 4 * size, vmid])
+      self._streams += 1
+      if size: self.ib.append([base, base + 4 * size, vmid, self._streams])
       return True
     if op == OP_FENCE:
       hub.write32(vm, (p[2] << 32) | (p[1] & ~3), p[3])
