@@ -4,7 +4,7 @@ import time
 from collections import deque
 from array import array
 from rawgpu.drivers.iface import HWRing
-from rawgpu.errors import DeviceTimeout
+from rawgpu.errors import DeviceTimeout, RawGPUError
 
 
 class Ring:
@@ -27,7 +27,7 @@ class Ring:
     if not isinstance(words, array): words = array("I", words)
     n = len(words)
     if n > self.room:   # the room known since the read pointer was last read runs out: read it again
-      if n > self.size_dw: raise ValueError(f"{self.name}: {n} dwords do not fit a ring of {self.size_dw}")
+      if n > self.size_dw: raise RawGPUError(f"{self.name}: a submission of {n} dwords does not fit the ring ({self.size_dw}); split it, or bind the queue (one indirect buffer)")
       self._wait_room(n)
     off = self.put % self.size_dw
     first = self.size_dw - off
@@ -44,12 +44,17 @@ class Ring:
     hw.doorbell[0] = wptr
     self.history.append(words)
 
+  STALL_S = 10   # the ring stays full this long without the engine reading on: it is hung
+
   def _wait_room(self, n: int) -> None:
-    deadline = time.monotonic() + 10
+    """Until the engine has read far enough: the time limit counts from the read pointer's last move, so an engine
+    that works through a long backlog (or a slow kernel, a block at a time) is never called hung."""
+    last, deadline = self.hw.read_ptr[0], time.monotonic() + self.STALL_S
     while (room := self._room()) < n:
       self.check_faults()
       self.sleep(0.2)
-      if time.monotonic() > deadline: raise DeviceTimeout(f"{self.name}: ring full for 10 s (read pointer stuck at {self.hw.read_ptr[0]}): the engine is hung")
+      if (rp := self.hw.read_ptr[0]) != last: last, deadline = rp, time.monotonic() + self.STALL_S
+      elif time.monotonic() > deadline: raise DeviceTimeout(f"{self.name}: ring full for {self.STALL_S} s (read pointer stuck at {rp}): the engine is hung")
     self.room = room
 
   def restart(self) -> None:

@@ -2,7 +2,7 @@ from array import array
 import pytest
 from rawgpu.drivers.iface import HWRing, Mem
 from rawgpu.drivers.mmio import MemMMIO
-from rawgpu.errors import RawGPUError
+from rawgpu.errors import DeviceTimeout, RawGPUError
 from rawgpu.hcq.patch import Var, locate
 from rawgpu.hcq.queue import HWQueue
 from rawgpu.hcq.ring import Ring
@@ -96,3 +96,21 @@ def test_ring_full_times_out(monkeypatch):
   t = iter(range(0, 1000, 20))
   monkeypatch.setattr(ringmod.time, "monotonic", lambda: next(t))
   with pytest.raises(Exception, match="ring full"): r.push([2])
+
+
+def test_ring_full_waits_while_the_engine_reads_on(monkeypatch):
+  """The time limit counts from the read pointer's last move: an engine that frees the ring slowly (a long backlog, a
+  slow kernel) is waited for however long it takes; one that stops moving is hung."""
+  import rawgpu.hcq.ring as ringmod
+  r, _ring, ptrs, _db = make_ring(8)
+  r.push([1] * 7)
+  now = [0.0]
+  monkeypatch.setattr(ringmod.time, "monotonic", lambda: now[0])
+  def slow_engine(ms):   # each look: 3 s pass; the engine reads one dword every other look, for 12 looks
+    now[0] += 3
+    if now[0] <= 36 and int(now[0]) % 6 == 0: ptrs[1] += 1
+  r.sleep = slow_engine
+  r.push([2] * 6)         # needs 6 free dwords: 36 s in all, never 10 s without a move
+  assert now[0] == 36 and r.put == 13
+  with pytest.raises(DeviceTimeout, match="ring full for 10 s"): r.push([3] * 7)   # now it never moves again
+  with pytest.raises(RawGPUError, match="does not fit the ring"): r.push([4] * 9)
