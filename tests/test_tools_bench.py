@@ -13,7 +13,7 @@ UNITS = set(core.TIME_UNITS) | set(core.RATE_UNITS)
 def check_record(r: dict) -> None:
   assert KEYS <= set(r) <= KEYS | {"skipped", "error"}, r
   assert isinstance(r["bench"], str) and isinstance(r["case"], str) and isinstance(r["env"], dict)
-  assert {"cpu", "cores", "python", "device", "iface"} <= set(r["env"])
+  assert {"cpu", "cores", "python", "device", "iface", "python_call_ns"} <= set(r["env"]) and r["env"]["python_call_ns"] > 0
   if "skipped" in r or "error" in r:
     assert ("skipped" in r) != ("error" in r)
     text = r.get("skipped") or r.get("error")

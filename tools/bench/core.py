@@ -98,11 +98,22 @@ def _git_commit() -> str | None:
   return r.stdout.strip() or None
 
 
+def interpreter_ns() -> float:
+  """What one trivial Python call costs on this machine now (median of 5 loops of 20000): shared machines run at
+  different speeds from hour to hour, and host-time figures move with it, so runs are compared with this beside them."""
+  def f(x): return x
+  def loop() -> float:
+    t0 = time.perf_counter()
+    for i in range(20000): f(i)
+    return (time.perf_counter() - t0) / 20000
+  return statistics.median(loop() for _ in range(5)) * 1e9
+
+
 def environment() -> dict:
   """The machine: recorded with every figure, so results from different runs can be told apart."""
   import rawgpu
   return {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(), "implementation": platform.python_implementation(),
-          "platform": platform.platform(), "rawgpu": rawgpu.__version__, "commit": _git_commit()}
+          "platform": platform.platform(), "rawgpu": rawgpu.__version__, "commit": _git_commit(), "python_call_ns": round(interpreter_ns(), 1)}
 
 
 @dataclass
@@ -246,5 +257,6 @@ def table(figures: list[Figure]) -> str:
     else: lines.append("  ".join(c.rjust(w[j]) if j in right else c.ljust(w[j]) for j, c in enumerate(r)).rstrip())
   env = figures[0].env if figures else environment()
   lines.append(f"\n{env['cpu']}, {env['cores']} cores, Python {env['python']} ({env['implementation']}), rawgpu {env['rawgpu']}" +
-               (f" at {env['commit']}" if env.get("commit") else "") + f", {env['platform']}")
+               (f" at {env['commit']}" if env.get("commit") else "") + f", {env['platform']}" +
+               (f"\ninterpreter speed at the start: {env['python_call_ns']:.0f} ns per Python call (host times scale with it)" if env.get("python_call_ns") else ""))
   return "\n".join(lines)
