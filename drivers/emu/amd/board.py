@@ -214,12 +214,12 @@ class AMDBoard:
   # was running Python all along (the interpreter hands over only after its switch interval, 5 ms): while that lasts,
   # each engine takes one step per pass, waves run in short slices and the worker sleeps after every pass, so a host
   # busy enqueueing is held off a fraction of a millisecond at a time, not for whole passes.
-  HOST_BUSY_S, BUSY_WAVE_SLICE_S = 0.001, 0.0002
+  HOST_BUSY_S = 0.001
+  WAVE_SLICE_S, BUSY_WAVE_SLICE_S = 0.001, 0.0002   # a dispatch's waves run this long per step, then the other engines get a turn
 
   def wave_slice(self) -> float:
     """How long a dispatch's waves run per step now (concurrent mode)."""
-    from rawgpu.drivers.emu.amd.gfx import WAVE_SLICE_S
-    return self.BUSY_WAVE_SLICE_S if self.host_busy else WAVE_SLICE_S
+    return self.BUSY_WAVE_SLICE_S if self.host_busy else self.WAVE_SLICE_S
 
   def _pass(self) -> bool:
     if self._posted: self._route_doorbells()

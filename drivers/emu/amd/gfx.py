@@ -21,7 +21,6 @@ MAX_IB_DEPTH = 2
 
 
 PREFETCH_DW = 32       # dwords the CP hands the packet parser at once (a packet longer than that is read again whole)
-WAVE_SLICE_S = 0.001   # concurrent mode: a dispatch's waves run this long per step, then the other engines get a turn
 
 
 class WaveRun:
