@@ -163,7 +163,7 @@ def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int) -> Program:
   return p
 
 _SHAPES: dict[tuple, State] = {}   # the initial State of small dispatches by launch shape (see init_state)
-SHAPE_MAX_WAVES = 256              # beyond this, computing the state afresh costs no more than copying a template
+SHAPE_MAX_BYTES = 256 << 10        # registers of at most this size: beyond, computing afresh costs no more than copying
 
 def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   """The waves' registers at dispatch start. Everything but the user SGPRs follows from the launch shape, so small
@@ -172,7 +172,7 @@ def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   tmpl = _SHAPES.get(key)
   if tmpl is None:
     tmpl = _shape_state(mem, r, fl)
-    if tmpl.W > SHAPE_MAX_WAVES: return _with_user_data(tmpl, r, fl)
+    if tmpl.s.nbytes + tmpl.v.nbytes > SHAPE_MAX_BYTES: return _with_user_data(tmpl, r, fl)
     if len(_SHAPES) > 64: _SHAPES.clear()
     _SHAPES[key] = tmpl
   return _with_user_data(tmpl.fresh(mem), r, fl)
