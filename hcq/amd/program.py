@@ -50,6 +50,7 @@ class AMDProgram:
     self.scratch = max(kd.private_segment_fixed_size, self.kernel.meta.private_segment_fixed_size)
     self.kernarg_size = max(kd.kernarg_size, self.kernel.meta.kernarg_segment_size, 16)
     self.args = [a for a in self.kernel.meta.args if not a.hidden]
+    self.nargs = len(self.args)
     self.hidden = [a for a in self.kernel.meta.args if a.hidden]
     self._ptr = [self.takes_buffer(a) for a in self.args]
     self.user_sgprs = kd.user_sgprs()
@@ -120,30 +121,25 @@ class AMDProgram:
     st, whole = self._args_struct, None
     if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
       whole = struct.Struct(st.format + f"{len(img) - st.size}s")   # the explicit arguments, then the image's rest
-    return _Launch(q, q.words_array(), g, l, bytes(img), whole, bytes(img[st.size:]) if whole else b"",
+    return _Launch(q, q.words_array(), g, l, bytes(img), len(img), whole, bytes(img[st.size:]) if whole else b"",
                    q.slot_stores("kernargs"), q.slot_stores("dispatch"), q.slot_stores("timeline"), self.dev.ring(q.engine))
 
-  def _fast_values(self, args: tuple, ticket: int) -> tuple | list | None:
-    """The explicit arguments as the struct packs them (buffers as addresses, their use recorded), or None where a
-    buffer is not a live one of this device: such launches take the checked path."""
-    if not self._ptr_idx: return args
-    vals, dev = list(args), self.dev
-    for i in self._ptr_idx:
-      v = args[i]
-      if type(v) is not Buffer or v.dev is not dev: return None
-      r = v.base or v
-      if r.freed: return None
-      if r.last_use < ticket: r.last_use = ticket
-      vals[i] = v.va
-    return vals
-
   def _write_kernargs(self, ln: "_Launch", view: memoryview, off: int, args: tuple, ticket: int) -> None:
-    """The launch's whole kernarg image at view[off:]: one struct over the explicit arguments and the hidden rest;
-    what it does not take (a buffer of another device, a negative int, raw bytes, a wrong type) goes the checked way."""
-    if ln.whole is not None and (vals := self._fast_values(args, ticket)) is not None:
-      try: return ln.whole.pack_into(view, off, *vals, ln.tail)
-      except (struct.error, OverflowError): pass
-    ka = view[off:off + len(ln.img)]
+    """The launch's whole kernarg image at view[off:]: one struct over the explicit arguments (buffers as their
+    addresses, their use recorded) and the hidden rest; what it does not take (a buffer that is not a live one of this
+    device, a negative int, raw bytes, a wrong type) goes the checked way."""
+    if ln.whole is not None:
+      vals, dev = args, self.dev
+      for i in self._ptr_idx:
+        v = args[i]
+        if type(v) is not Buffer or v.dev is not dev or (r := v.base or v).freed: break
+        if r.last_use < ticket: r.last_use = ticket
+        if vals is args: vals = list(args)
+        vals[i] = v.va
+      else:
+        try: return ln.whole.pack_into(view, off, *vals, ln.tail)
+        except (struct.error, OverflowError): pass
+    ka = view[off:off + ln.size]
     ka[:] = ln.img
     for a, v in zip(self.args, args): self._pack_one(ka, a, v, ticket)
 
@@ -156,9 +152,9 @@ class AMDProgram:
     except (KeyError, TypeError):  # TypeError: unhashable sizes (lists)
       ln = self._launch_setup(global_size, local_size, key[2])
       if isinstance(global_size, (int, tuple)) and isinstance(local_size, (int, tuple)): self._templates[key] = ln
-    if len(args) != len(self.args): self.check_arg_count(args)
+    if len(args) != self.nargs: self.check_arg_count(args)
     ka = self.backend.kernargs
-    off = ka.take(len(ln.img))
+    off = ka.take(ln.size)
     self._write_kernargs(ln, ka.view, off, args, dev.timeline_value)   # may raise: the ticket is taken after
     ka_va = ka.va + off
     q, words = ln.q, ln.words
@@ -191,6 +187,7 @@ class _Launch:
   g: tuple[int, int, int]
   l: tuple[int, int, int]
   img: bytes             # the kernarg image with the hidden arguments (explicit ones zero)
+  size: int              # its length
   whole: struct.Struct | None   # packs the explicit arguments and the image's tail in one call (None: checked path)
   tail: bytes
   kernargs: tuple         # HWQueue.slot_stores of each patch slot
