@@ -1,6 +1,6 @@
 """Signals: a 64-bit value and a 64-bit timestamp in GPU-visible host memory, and the wait on them."""
 from __future__ import annotations
-import os, time
+import time
 from typing import TYPE_CHECKING
 from rawgpu.errors import DeviceTimeout
 
@@ -36,8 +36,7 @@ class Signal:
       if cur != last: last, deadline = cur, now + timeout_ms / 1000
       if now > spin_until: self.dev.iface.sleep(0.2)   # (it raises a fault that arrives meanwhile)
       else:
-        os.sched_yield()   # gives up the interpreter and the CPU for ~1 us (time.sleep(0) takes 50-80 us: timer slack),
-                           # so the process's other threads (an emulated board too) run, and the spin sees the value at once
+        time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
         if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so

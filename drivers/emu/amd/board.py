@@ -5,7 +5,7 @@ Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines ru
 doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
 """
 from __future__ import annotations
-import mmap, threading, time
+import mmap, sys, threading, time
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
@@ -199,22 +199,24 @@ class AMDBoard:
       self._waiting = False
       self._event.clear()
       held = time.perf_counter()
-      self.host_busy = held - max(asleep, self._kicked_at if kicked else asleep + timeout) > self.HOST_BUSY_S
+      self.host_busy = held - max(asleep, self._kicked_at if kicked else asleep + timeout) > self.host_busy_s()
       while not self._stop and self._pass():
         if self._posted or self.host_busy or time.perf_counter() - held > self.HOLD_S:   # the host is submitting, or waited long enough: let it run
           asleep = time.perf_counter()
           time.sleep(self.YIELD_S)
           held = time.perf_counter()
-          self.host_busy = held - asleep > self.HOST_BUSY_S
+          self.host_busy = held - asleep - self.YIELD_S > self.host_busy_s()
 
   STEPS_PER_PASS = 16   # concurrent mode: an engine that makes progress takes up to this many steps in a row
   PASS_S = 0.001        # ... or steps for up to this long (the board lock is held meanwhile)
   HOLD_S, YIELD_S = 0.001, 0.00002   # after this long busy, the worker sleeps a moment (a GPU takes no host CPU time)
-  # The worker shares the interpreter with the host. Where it gets it back this late after a kick or a sleep, the host
-  # was running Python all along (the interpreter hands over only after its switch interval, 5 ms): while that lasts,
-  # each engine takes one step per pass, waves run in short slices and the worker sleeps after every pass, so a host
-  # busy enqueueing is held off a fraction of a millisecond at a time, not for whole passes.
-  HOST_BUSY_S = 0.001
+  # The worker shares the interpreter with the host. Where it gets it back only after most of the interpreter's switch
+  # interval (sys.getswitchinterval(), 5 ms: a thread that never blocks hands over no sooner), the host was running
+  # Python all along, and a shorter delay is the OS waking the worker: while the host is busy (enqueueing, say), each
+  # engine takes one step per pass, waves run in short slices and the worker sleeps after every pass, so the host is
+  # held off a fraction of a millisecond at a time, not for whole passes.
+  @staticmethod
+  def host_busy_s() -> float: return 0.8 * sys.getswitchinterval()
   WAVE_SLICE_S, BUSY_WAVE_SLICE_S = 0.001, 0.0002   # a dispatch's waves run this long per step, then the other engines get a turn
 
   def wave_slice(self) -> float:
