@@ -237,6 +237,8 @@ def run_waves(st: State, prog: Program, max_instructions: int | None, slice_s: f
       if _run_for(st, prog, max_instructions, until): return
     yield
 
+_NO_PC = np.iinfo(np.int64).max   # what a wave that may not run counts as when the lowest PC is picked
+
 def _run_for(st: State, prog: Program, max_instructions: int | None, until: float | None) -> bool:
   """Run block after block until every wave ended (True) or the clock passes `until` (False)."""
   while True:
@@ -247,7 +249,7 @@ def _run_for(st: State, prog: Program, max_instructions: int | None, until: floa
     if not runnable.any():
       st.waiting[:] = False  # every live wave is parked at a barrier: all groups may go
       continue
-    pcs = np.where(runnable, st.pc, np.iinfo(np.int64).max)
+    pcs = np.where(runnable, st.pc, _NO_PC)
     p = int(pcs.min())
     sel = pcs == p
     nsel = int(sel.sum())

@@ -102,7 +102,8 @@ def _smem(i: Inst, fam: str):
         v = v.astype(np.int64 if False else u32) if kind == "u" else (v.view(np.int8 if bits == 8 else np.int16).astype(np.int32).view(u32))
         st.s[d][ws] = v
         return
-      for k in range(ndw): st.s[d + k][ws] = load(a + u64(4 * k), 4)
+      # all the dwords in one access, in register order (dword k of every wave, then k + 1): one translation
+      st.s[d:d + ndw, ws] = load((a[None, :] + u64(4) * np.arange(ndw, dtype=u64)[:, None]).reshape(-1), 4).reshape(ndw, -1)
     except MemoryFault as e: raise EmuFault("page fault", e.addr)
   return run
 
