@@ -1,7 +1,7 @@
 """AM boots the emulated board (drivers/emu/amd) whose PSP/SMU stand in through tests/test_am_fakes.py: cold boot,
 warm boot, mode-1 reset of a board another driver left running, rings, memory as the GPU sees it, faults, bad input."""
 from __future__ import annotations
-import os, shutil, struct, tempfile, time
+import os, shutil, tempfile, time
 import pytest
 from rawgpu.autogen.amd import pm4, psp as P
 from rawgpu.drivers.am import AMIface, supported

@@ -1,10 +1,10 @@
 """AM on the emulated board as it is (its own PSP, SMU, GFX, SDMA models; no stand-ins): the same code DEV=PCI+AMD runs."""
 from __future__ import annotations
-import os, tempfile, time
+import tempfile, time
 import pytest
 from rawgpu.autogen.amd import pm4, sdma_v6
 from rawgpu.drivers.am import AMIface
-from rawgpu.errors import DeviceFault, DeviceTimeout, FirmwareError, RawGPUError
+from rawgpu.errors import DeviceFault, DeviceTimeout, FirmwareError
 
 FAST = dict(timeout_scale=1.0, reset_wait_s=0.0)
 SHORT = dict(timeout_scale=0.05, reset_wait_s=0.0)   # for waits that are meant to time out

@@ -6,7 +6,7 @@ NaN: payloads are not specified by C).
 The same text serves both sides through a few macros: on the host each kernel runs phase by phase for every
 work-item of a group (the barrier separates the phases), which is exactly the semantics of one barrier."""
 from __future__ import annotations
-import ctypes, hashlib, os, random, shutil, subprocess, tempfile
+import ctypes, hashlib, os, random, subprocess
 
 import numpy as np
 import pytest

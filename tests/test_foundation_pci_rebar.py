@@ -1,6 +1,6 @@
 """Resizable BAR: the capability read from the emulated board's config space and from a fake sysfs, resizing through
 `resource<n>_resize` (the file Linux exposes), and the small-BAR message."""
-import os, struct, pytest
+import struct, pytest
 from rawgpu.drivers import pci
 from rawgpu.errors import DeviceBusy, DeviceSpecError, RawGPUError
 

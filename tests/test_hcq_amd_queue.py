@@ -1,6 +1,5 @@
 """The compute queue's packets, read back with the PM4 decoder and the generated register tables."""
 from types import SimpleNamespace
-import pytest
 from rawgpu import kernels
 from rawgpu.autogen.regs import ip_regs
 from rawgpu.hcq.amd import pm4

@@ -577,7 +577,6 @@ def test_kernarg_ring_reuse_waits_only_for_the_lap_before(dev):
 def test_graph_signal_values_restart_before_the_engines_32_bit_compare_wraps(dev):
   """The graph's private signal counts up with every replay; near 2^31 it restarts at 0 (after the last replay is done)
   so the engines' 32-bit compare never sees a wrapped value as already reached."""
-  from rawgpu.hcq import graph
   fill = prog(dev, "fill")
   a, b = dev.alloc(4 * 64), dev.alloc(4 * 64)
   g = Graph(dev)

@@ -1,10 +1,10 @@
 """rawgpu bench: the harness measures, skips and fails the same way every time; records are well-formed."""
-import json, math, os, re, shutil, subprocess
+import json, math, re, shutil, subprocess
 import pytest
 from conftest import find_firmware
 from rawgpu.tools import cli
 from rawgpu.tools.bench import core
-from rawgpu.tools.bench.core import BENCHMARKS, Ctx, Skip, benchmark, run, samples, table
+from rawgpu.tools.bench.core import Ctx, Skip, benchmark, run, samples, table
 
 KEYS = {"bench", "case", "metric", "unit", "median", "min", "max", "n", "device", "arch", "env"}
 UNITS = set(core.TIME_UNITS) | set(core.RATE_UNITS)

@@ -1,5 +1,4 @@
 import json, os, subprocess, sys
-import pytest
 from rawgpu.tools import cli
 from rawgpu.tools.inventory import inventory
 
