@@ -48,7 +48,7 @@ class Ring:
 
   def _wait_room(self, n: int) -> None:
     """Until the engine has read far enough: the time limit counts from the read pointer's last move, so an engine
-    that works through a long backlog (or a slow kernel, a block at a time) is never called hung."""
+    that works through a long backlog, reporting its progress a block at a time, is never called hung."""
     last, deadline = self.hw.read_ptr[0], time.monotonic() + self.STALL_S
     while (room := self._room()) < n:
       self.check_faults()
