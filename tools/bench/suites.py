@@ -248,6 +248,15 @@ def bench_launch(ctx: Ctx) -> None:
       dev.wait_timeline(ticket)
       return dt / 100
     ctx.figure("graph-100", "host_time_per_kernel", "us", samples(replay, ctx.warmup, ctx.repeats), dev=dev)
+    def replay_plain() -> float:
+      """The same with the doorbell and HDP flush plain stores (see _PlainMMIO): the driver's own cost."""
+      with _PlainMMIO(dev):
+        t0 = time.perf_counter()
+        ticket = g.replay(dst=bufs[next(flip) & 1])
+        dt = time.perf_counter() - t0
+      dev.wait_timeline(ticket)
+      return dt / 100
+    ctx.figure("graph-100", "host_time_per_kernel, MMIO as plain stores", "us", samples(replay_plain, ctx.warmup, ctx.repeats), dev=dev)
 
 
 @benchmark("signal")
