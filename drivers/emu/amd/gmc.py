@@ -320,10 +320,10 @@ class VMMemory:
     h = self.hub.b.host
     return PEER if k == HOST and h is not None and not h.PHYS_BASE <= ph < h.PHYS_BASE + h.size else k
 
-  def _phys(self, a: np.ndarray, write: bool) -> tuple[int, np.ndarray | None, np.ndarray]:
-    """(backing if all lanes share one, else -1; per-lane backing or None; physical addresses)."""
+  def _phys(self, a: np.ndarray, write: bool, lo: int, hi: int) -> tuple[int, np.ndarray | None, np.ndarray]:
+    """(backing if all lanes share one, else -1; per-lane backing or None; physical addresses) of lanes a, whose
+    lowest and highest addresses are lo and hi."""
     if self.hub.b.removed: raise self.MemoryFault(int(a[0]) if len(a) else 0, write)   # the board is gone: waves die
-    lo, hi = int(a.min()), int(a.max())
     base = lo & ~0xfff
     probing, _probing.on = getattr(_probing, "on", False), True   # a guess at the whole span: a fault is reported below,
     try:                                                       # once, for the exact lane (one access, one interrupt)
@@ -359,8 +359,19 @@ class VMMemory:
 
   def _split(self, addrs, size: int, write: bool):
     a = np.asarray(addrs, np.uint64).reshape(-1)
-    if not len(a) or ((a & np.uint64(0xfff)) + np.uint64(size) > np.uint64(0x1000)).any(): return a, None, None, None
-    u, k, p = self._phys(a, write)
+    if not len(a): return a, None, None, None
+    lo, hi = int(a.min()), int(a.max())
+    if lo >> 12 == (hi + size - 1) >> 12:   # every lane in one page (the common case for a few lanes): one TLB lookup
+      if self.hub.b.removed: raise self.MemoryFault(lo, write)
+      base = lo & ~0xfff
+      try: k, ph = self.hub.page(self.vmid, base, write)
+      except Fault as f:
+        self.fault = f
+        raise self.MemoryFault(int(a[0]), write) from None
+      self._host_ok(k, base, write)
+      return a, self._kind(k, ph), None, a + np.uint64((ph - base) % (1 << 64))
+    if ((a & np.uint64(0xfff)) + np.uint64(size) > np.uint64(0x1000)).any(): return a, None, None, None
+    u, k, p = self._phys(a, write, lo, hi)
     return a, u, k, p
 
   def load(self, addrs: np.ndarray, size: int) -> np.ndarray:
