@@ -34,16 +34,12 @@ class HWQueue:
   @property
   def vars(self) -> set[str]: return set(self._slots)
 
-  def slots(self, name: str) -> tuple[tuple[int, int], ...]:
-    """(word index, shift) of each dword that carries patch slot `name` (empty if the queue has none): for a caller
-    that writes its slots itself into words_array() on a hot path and pushes it. It owns the queue from then on."""
-    return tuple(self._slots.get(name, ()))
-
   def slot_stores(self, name: str) -> tuple[tuple[struct.Struct, int, int, int], ...]:
-    """slots(name) as stores into words_array(): (struct, byte offset, shift, mask), where a 64-bit value's low and
-    high dwords side by side become one 8-byte store. A hot path writes the value v with
-    `for st, at, sh, mask in stores: st.pack_into(words, at, (v >> sh) & mask)`."""
-    out, sl = [], sorted(self.slots(name))
+    """Where patch slot `name` lies in words_array() (empty if the queue has none), as stores: (struct, byte offset,
+    shift, mask), a 64-bit value's low and high dwords side by side being one 8-byte store. A caller that writes its
+    slots itself on a hot path, `for st, at, sh, mask in stores: st.pack_into(words, at, (v >> sh) & mask)`, and
+    pushes the words owns the queue from then on."""
+    out, sl = [], sorted(self._slots.get(name, ()))
     while sl:
       (i, sh), sl = sl[0], sl[1:]
       if sh == 0 and sl and sl[0] == (i + 1, 32): out.append((_U64, 4 * i, 0, (1 << 64) - 1)); sl = sl[1:]
@@ -51,7 +47,7 @@ class HWQueue:
     return tuple(out)
 
   def words_array(self) -> array | memoryview:
-    """The finalized words themselves (not a copy), for a caller that writes its slots in place (see slots())."""
+    """The finalized words themselves (not a copy), for a caller that writes its slots in place (see slot_stores())."""
     return self._finalize()
 
   def _finalize(self) -> array | memoryview:

@@ -8,7 +8,7 @@ levels above the PTB. VAs are taken relative to the context's PAGE_TABLE_START_A
 """
 from __future__ import annotations
 import struct, threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 import numpy as np
 from rawgpu.autogen.amd import ih
 from rawgpu.drivers.emu.pcibus import BusError
@@ -346,16 +346,22 @@ class VMMemory:
       lut_k, lut_b = np.zeros(len(pages), np.int8), np.zeros(len(pages), np.uint64)
       pmin = None
     for i, p in enumerate(pages.tolist()):
-      try: k, ph = self.hub.page(self.vmid, p << 12, write)
-      except Fault as f:
-        self.fault = f
-        raise self.MemoryFault(int(a[np.argmax(pg == np.uint64(p))]), write) from None
-      self._host_ok(k, p << 12, write)
+      k, ph = self._page(p << 12, write, lambda p=p: int(a[np.argmax(pg == np.uint64(p))]))
       j = p - pmin if pmin is not None else i
       lut_k[j], lut_b[j] = self._kind(k, ph), ph
     kinds = lut_k[idx]
     uniform = int(kinds[0]) if (kinds == kinds[0]).all() else -1
     return uniform, (None if uniform >= 0 else kinds), lut_b[idx] + (a & np.uint64(0xfff))
+
+  def _page(self, va: int, write: bool, lane: Callable[[], int]) -> tuple[int, int]:
+    """(backing, physical address) of the page at va, host access checked. A fault is reported once, by the walk,
+    and raised as the MemoryFault of lane(), the first lane that touched the page."""
+    try: k, ph = self.hub.page(self.vmid, va, write)
+    except Fault as f:
+      self.fault = f
+      raise self.MemoryFault(lane(), write) from None
+    self._host_ok(k, va, write)
+    return k, ph
 
   def _split(self, addrs, size: int, write: bool):
     a = np.asarray(addrs, np.uint64).reshape(-1)
@@ -364,11 +370,7 @@ class VMMemory:
     if lo >> 12 == (hi + size - 1) >> 12:   # every lane in one page (the common case for a few lanes): one TLB lookup
       if self.hub.b.removed: raise self.MemoryFault(lo, write)
       base = lo & ~0xfff
-      try: k, ph = self.hub.page(self.vmid, base, write)
-      except Fault as f:
-        self.fault = f
-        raise self.MemoryFault(int(a[0]), write) from None
-      self._host_ok(k, base, write)
+      k, ph = self._page(base, write, lambda: int(a[0]))
       return a, self._kind(k, ph), None, a + np.uint64((ph - base) % (1 << 64))
     if ((a & np.uint64(0xfff)) + np.uint64(size) > np.uint64(0x1000)).any(): return a, None, None, None
     u, k, p = self._phys(a, write, lo, hi)

@@ -228,11 +228,11 @@ def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
     st.scratch = np.zeros(W * L * st.scratch_lane_bytes, np.uint8)
   return st
 
-def run_waves(st: State, prog: Program, max_instructions: int | None, slice_s: float | Callable[[], float] | None = None) -> Iterator[None]:
-  """Run the waves to the end; with slice_s (seconds, or a function saying how many for each slice), a generator that
-  yields after about that much time, so whoever drives it (the board's worker) can let the other engines run meanwhile."""
+def run_waves(st: State, prog: Program, max_instructions: int | None, slice_s: Callable[[], float] | None = None) -> Iterator[None]:
+  """Run the waves to the end; with slice_s (a function saying how many seconds the next slice lasts), a generator
+  that yields after each slice, so whoever drives it (the board's worker) can let the other engines run meanwhile."""
   while True:
-    until = None if slice_s is None else time.perf_counter() + (slice_s() if callable(slice_s) else slice_s)
+    until = None if slice_s is None else time.perf_counter() + slice_s()
     with np.errstate(all="ignore"):
       if _run_for(st, prog, max_instructions, until): return
     yield
@@ -297,8 +297,8 @@ def run_dispatch(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | 
     except StopIteration as done: return done.value
 
 def dispatch_slices(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | None = None,
-                    slice_s: float | Callable[[], float] | None = None) -> Generator[None, None, DispatchResult]:
-  """run_dispatch as a generator that yields after every `slice_s` seconds of wave time and returns the result."""
+                    slice_s: Callable[[], float] | None = None) -> Generator[None, None, DispatchResult]:
+  """run_dispatch as a generator that yields after every slice of wave time (slice_s() seconds) and returns the result."""
   st = None
   try:
     fl = decode_regs(regs)
