@@ -34,20 +34,23 @@ class HWQueue:
   @property
   def vars(self) -> set[str]: return set(self._slots)
 
-  def slot_stores(self, name: str) -> tuple[tuple[struct.Struct, int, int, int], ...]:
-    """Where patch slot `name` lies in words_array() (empty if the queue has none), as stores: (struct, byte offset,
-    shift, mask), a 64-bit value's low and high dwords side by side being one 8-byte store. A caller that writes its
-    slots itself on a hot path, `for st, at, sh, mask in stores: st.pack_into(words, at, (v >> sh) & mask)`, and
-    pushes the words owns the queue from then on."""
-    out, sl = [], sorted(self._slots.get(name, ()))
+  def slot_writer(self, name: str) -> Callable[[int], None] | None:
+    """A function that writes patch slot `name`'s value into words_array() (None if the queue has no such slot), for
+    a caller that patches its words itself on a hot path and pushes them; it owns the queue from then on. A 64-bit
+    value whose low and high dwords sit side by side is one 8-byte store, a bare C call when that is the whole slot."""
+    stores, sl, words = [], sorted(self._slots.get(name, ())), self._finalize()
     while sl:
       (i, sh), sl = sl[0], sl[1:]
-      if sh == 0 and sl and sl[0] == (i + 1, 32): out.append((_U64, 4 * i, 0, (1 << 64) - 1)); sl = sl[1:]
-      else: out.append((_U32, 4 * i, sh, 0xffffffff))
-    return tuple(out)
+      if sh == 0 and sl and sl[0] == (i + 1, 32): stores.append((_U64, 4 * i, 0, (1 << 64) - 1)); sl = sl[1:]
+      else: stores.append((_U32, 4 * i, sh, 0xffffffff))
+    if not stores: return None
+    if len(stores) == 1 and stores[0][0] is _U64: return functools.partial(_U64.pack_into, words, stores[0][1])
+    def write(v: int) -> None:
+      for st, at, sh, mask in stores: st.pack_into(words, at, (v >> sh) & mask)
+    return write
 
   def words_array(self) -> array | memoryview:
-    """The finalized words themselves (not a copy), for a caller that writes its slots in place (see slot_stores())."""
+    """The finalized words themselves (not a copy), for a caller that writes its slots in place (see slot_writer())."""
     return self._finalize()
 
   def _finalize(self) -> array | memoryview:

@@ -29,17 +29,17 @@ class Ring:
     if n > self.room:   # the room known since the read pointer was last read runs out: read it again
       if n > self.size_dw: raise RawGPUError(f"{self.name}: a submission of {n} dwords does not fit the ring ({self.size_dw}); split it, or bind the queue (one indirect buffer)")
       self._wait_room(n)
-    off = self.put % self.size_dw
-    first = self.size_dw - off
-    if first >= n: self.words[off:off + n] = words
+    put, size = self.put, self.size_dw
+    off = put % size
+    if off + n <= size: self.words[off:off + n] = words
     else:   # wraps: packets may straddle the end, the engine reads on
+      first = size - off
       self.words[off:] = words[:first]
       self.words[0:n - first] = words[first:]
-    self.put += n
+    self.put = put = put + n
     self.room -= n
-    wptr = self.put * self.per_dw
     hw = self.hw
-    hw.write_ptr[0] = wptr
+    hw.write_ptr[0] = wptr = put * self.per_dw
     if hw.before_doorbell is not None: hw.before_doorbell()
     hw.doorbell[0] = wptr
     self.history.append(words)

@@ -1,4 +1,5 @@
 """The compute queue's packets, read back with the PM4 decoder and the generated register tables."""
+import pytest
 from types import SimpleNamespace
 from rawgpu import kernels
 from rawgpu.autogen.regs import ip_regs
@@ -68,3 +69,53 @@ def test_signal_and_wait_slots():
 def test_user_data_order_with_dispatch_ptr():
   prg = SimpleNamespace(user_sgprs=[("user_sgpr_dispatch_ptr", 0, 2), ("user_sgpr_kernarg_segment_ptr", 2, 2)])
   assert _user_data(prg, 0xaaaa_0000_1111, 0xbbbb_0000_2222) == [0x2222, 0xbbbb, 0x1111, 0xaaaa]
+
+
+class _FakeTimeline:
+  """Just what KernargRing asks of a Device: its next ticket, the GPU's timeline and waiting for a ticket."""
+  def __init__(self):
+    from rawgpu.drivers.iface import Mem
+    from rawgpu.drivers.mmio import MemMMIO
+    self.iface = SimpleNamespace(alloc=lambda size, **kw: Mem(0x10000, size, MemMMIO(memoryview(bytearray(size)))))
+    self.timeline, self.timeline_base, self.timeline_value, self.waits = SimpleNamespace(value=0), 0, 1, []
+
+  def wait_timeline(self, ticket):
+    self.waits.append(ticket)
+    self.timeline.value = max(self.timeline.value, ticket)
+
+
+def test_kernarg_ring_waits_only_for_the_lap_before():
+  """Offsets go round the ring 256-byte aligned, a block that does not fit before the end starts at 0, and a region
+  is reused once the launches of the lap before that used it are done: the ticket waited for is one of those (at
+  most a sixteenth of the ring later), never a launch of the current lap."""
+  from rawgpu.hcq.amd.backend import KernargRing
+  dev = _FakeTimeline()
+  ring = KernargRing(dev, 64 * 256)   # 64 slots of 256 bytes; a mark every 4 slots
+  offs, started = [], {}              # ticket -> absolute start
+  for _ in range(3 * 64 + 10):
+    t = dev.timeline_value
+    off = ring.take(200)              # rounds to 256
+    started[t] = ring.total - 256
+    offs.append(off)
+    dev.timeline_value += 1
+  assert offs[:66] == [256 * (i % 64) for i in range(66)]
+  assert dev.waits and all(started[w] < started[max(started)] - 64 * 256 + ring.chunk + 256 for w in dev.waits)   # a lap (less a mark) back
+  for w in dev.waits: assert w < max(started) - 60    # never a recent launch
+  dev.timeline.value = dev.timeline_value - 1         # the GPU caught up: most of a lap more needs no wait
+  n = len(dev.waits)
+  for _ in range(48): ring.take(256); dev.timeline_value += 1
+  assert len(dev.waits) == n
+  for _ in range(16): ring.take(256); dev.timeline_value += 1
+  assert len(dev.waits) > n and max(dev.waits) < dev.timeline_value - 48   # the lap's first launches, not later ones
+  # a block that does not fit before the end starts again at 0
+  ring2 = KernargRing(_FakeTimeline(), 16 * 1024)
+  assert [ring2.take(700) for _ in range(23)] == [768 * i for i in range(21)] + [0, 768]   # 21 fit, then 16128 + 768 > 16384
+
+
+def test_kernarg_ring_refuses_a_block_beyond_its_limit():
+  from rawgpu.errors import RawGPUError
+  from rawgpu.hcq.amd.backend import KernargRing
+  ring = KernargRing(_FakeTimeline(), 64 * 256)
+  with pytest.raises(RawGPUError, match="kernel arguments exceed the kernarg ring's limit"):
+    ring.take(ring.chunk + 256)
+  assert ring.take(256) == 0   # nothing was taken by the refused one

@@ -1,4 +1,5 @@
 from array import array
+import functools
 import pytest
 from rawgpu.drivers.iface import HWRing, Mem
 from rawgpu.drivers.mmio import MemMMIO
@@ -51,21 +52,20 @@ def make_ring(size_dw: int, unit: int = 4):
   return Ring(hw, lambda ms: None, lambda: None, "test ring"), ring, ptrs, doorbell
 
 
-def test_slot_stores_write_what_patch_writes():
-  """The launch path's stores: a 64-bit slot whose lo/hi dwords sit side by side becomes one 8-byte store, a 32-bit
-  slot a 4-byte one; written through them the words equal what patch() writes."""
+def test_slot_writers_write_what_patch_writes():
+  """The launch path's writers: a 64-bit slot whose lo/hi dwords sit side by side is one 8-byte store (a bare C call),
+  a 32-bit slot a masked 4-byte one; written through them the words equal what patch() writes."""
   q = Q().signal(Var("a"), Var("v"))
-  stores = q.slot_stores("v")
-  assert [(st.format, at, sh) for st, at, sh, _ in stores] == [("<Q", 16, 0)]
-  assert [(st.format, at, sh) for st, at, sh, _ in q.slot_stores("a")] == [("<Q", 8, 0)]
-  assert q.slot_stores("none") == ()
-  q32 = Q().signal(0x1000, Var("n", 32))
-  assert [(st.format, at, sh) for st, at, sh, _ in q32.slot_stores("n")] == [("<I", 16, 0)]
+  assert isinstance(q.slot_writer("v"), functools.partial) and q.slot_writer("v").args[1] == 16
+  assert q.slot_writer("a").args[1] == 8
+  assert q.slot_writer("none") is None
+  q32, ref32 = Q().signal(0x1000, Var("n", 32)), Q().signal(0x1000, Var("n", 32))
+  q32.slot_writer("n")(0x1_2345_6789)   # masked to the slot's 32 bits, as patch() does
+  ref32.patch({"n": 0x1_2345_6789})
+  assert q32.words() == ref32.words()
   ref = Q().signal(Var("a"), Var("v"))
   ref.patch({"a": 0x12_3456_7000, "v": 0xfedc_ba98_7654_3210})
-  words = q.words_array()
-  for name, v in (("a", 0x12_3456_7000), ("v", 0xfedc_ba98_7654_3210)):
-    for st, at, sh, mask in q.slot_stores(name): st.pack_into(words, at, (v >> sh) & mask)
+  for name, v in (("a", 0x12_3456_7000), ("v", 0xfedc_ba98_7654_3210)): q.slot_writer(name)(v)
   assert q.words() == ref.words()
 
 

@@ -17,29 +17,52 @@ SCRATCH_WAVES = 256  # waves that may hold scratch at once (the dispatcher stall
 
 class KernargRing:
   """Kernel arguments in GPU-visible host memory, bump-allocated round the ring. Reusing a region waits only for the
-  launches that read it a lap before (long done, as a rule), never for everything queued since."""
+  launches that read it a lap before (long done, as a rule), never for everything queued since.
+
+  Which launches those are is kept coarsely: a ticket is recorded each time the allocations pass a sixteenth of the
+  ring (a mark), so a launch that passes no mark, does not wrap and writes where the lap before is known done takes
+  its region with no bookkeeping at all."""
+  MARKS = 16
+
   def __init__(self, dev: "Device", size: int):
     self.dev, self.mem = dev, dev.iface.alloc(size, host=True, uncached=True)
     self.view, self.size, self.va = self.mem.cpu.cast("B"), size, self.mem.va
+    self.chunk = size // self.MARKS
     self.total = 0                        # bytes handed out ever (tail gaps skipped at a wrap included)
-    self.inflight: deque[tuple[int, int]] = deque()   # (absolute start, ticket of the launch reading it), oldest first
+    self.marks: deque[tuple[int, int]] = deque()   # (absolute position m, ticket t): every launch that started before m has a ticket <= t
+    self.next_mark = self.chunk
+    self.free_to = size                   # absolute positions below this are free: their last lap's launches are done
+    self.check_at = self.chunk            # min(next_mark, free_to): take() stops to look only past it
     self.done = 0                         # a ticket known complete
 
   def take(self, n: int) -> int:
     """Offset into self.view of n bytes (256-byte aligned) for the launch that takes the device's next ticket."""
-    n, size = (n + 255) & ~255, self.size
+    n = (n + 255) & ~255
     pos = self.total
+    end = pos + n
+    if end > self.check_at: pos, end = self._advance(pos, n)
+    self.total = end
+    return pos % self.size
+
+  def _advance(self, pos: int, n: int) -> tuple[int, int]:
+    """take() past a mark, a wrap, or into the part of the ring the lap before may still use."""
+    size, dev = self.size, self.dev
+    if n > self.chunk: raise RawGPUError(f"{dev}: {n} bytes of kernel arguments exceed the kernarg ring's limit ({self.chunk})")
     if pos % size + n > size: pos += size - pos % size   # does not fit before the end: start again at offset 0
-    end, q = pos + n, self.inflight
-    while q and q[0][0] + size < end:     # that region of the previous lap is about to be written again
-      _, ticket = q.popleft()
+    end = pos + n
+    while self.next_mark < end:           # marks passed: this launch's ticket covers every launch before them
+      self.marks.append((self.next_mark, dev.timeline_value))
+      self.next_mark += self.chunk
+    if end > self.free_to:                # the lap before: every launch that started before end - size must be done
+      while self.marks[0][0] < end - size: self.marks.popleft()
+      mark, ticket = self.marks[0]        # the first mark past them (there is one: the marks reach end)
       if ticket > self.done:
-        dev = self.dev
         self.done = max(self.done, dev.timeline.value + dev.timeline_base)
         if ticket > self.done: dev.wait_timeline(ticket); self.done = ticket
-    q.append((pos, self.dev.timeline_value))
-    self.total = end
-    return pos % size
+      self.free_to = mark + size
+    self.check_at = min(self.next_mark, self.free_to)
+    return pos, end
+
 
 class AMDBackend:
   def __init__(self, dev: "Device"):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import dataclasses, struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 import numpy as np
 from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
@@ -122,7 +122,7 @@ class AMDProgram:
     if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
       whole = struct.Struct(st.format + f"{len(img) - st.size}s")   # the explicit arguments, then the image's rest
     return _Launch(q, q.words_array(), g, l, bytes(img), len(img), whole, bytes(img[st.size:]) if whole else b"",
-                   q.slot_stores("kernargs"), q.slot_stores("dispatch"), q.slot_stores("timeline"), self.dev.ring(q.engine))
+                   q.slot_writer("kernargs") or _no_slot, q.slot_writer("dispatch"), q.slot_writer("timeline"), self.dev.ring(q.engine))
 
   def _write_kernargs(self, ln: "_Launch", view: memoryview, off: int, args: tuple, ticket: int) -> None:
     """The launch's whole kernarg image at view[off:]: one struct over the explicit arguments (buffers as their
@@ -157,26 +157,25 @@ class AMDProgram:
     off = ka.take(ln.size)
     self._write_kernargs(ln, ka.view, off, args, dev.timeline_value)   # may raise: the ticket is taken after
     ka_va = ka.va + off
-    q, words = ln.q, ln.words
-    for st, at, sh, mask in ln.kernargs: st.pack_into(words, at, (ka_va >> sh) & mask)
-    if ln.dispatch:
+    ln.kernargs(ka_va)
+    if ln.dispatch is not None:
       fill_dispatch_packet(ka.view[off + self.dispatch_offset:], self, ln.g, ln.l, ka_va)
-      for st, at, sh, mask in ln.dispatch: st.pack_into(words, at, ((ka_va + self.dispatch_offset) >> sh) & mask)
-    value = dev.next_timeline(q.engine)
+      ln.dispatch(ka_va + self.dispatch_offset)
+    value = dev.next_timeline(ln.q.engine)
     tl = value - dev.timeline_base
-    for st, at, sh, mask in ln.timeline: st.pack_into(words, at, (tl >> sh) & mask)
-    if key[2] == "profile":
+    ln.timeline(tl)
+    if prof is not None:
       start, end, view, idx = prof.slot()
       prof.record(self.name, "kernel", value, view, idx)
       values = {"kernargs": ka_va, "timeline": tl, "ts_start": start, "ts_end": end}   # profiled launches patch every slot
       if ln.dispatch: values["dispatch"] = ka_va + self.dispatch_offset
-      q.submit(dev, values)
-    else: ln.ring.push(words)
+      ln.q.submit(dev, values)
+    else: ln.ring.push(ln.words)
     if not (wait or timing): return None
     dev.wait_timeline(value)
     if not timing: return None
-    if key[2] == "profile": return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
-    return (q.t_end.timestamp - q.t_start.timestamp) / self.backend.timestamp_hz
+    if prof is not None: return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
+    return (ln.q.t_end.timestamp - ln.q.t_start.timestamp) / self.backend.timestamp_hz
 
 
 @dataclass
@@ -190,10 +189,14 @@ class _Launch:
   size: int              # its length
   whole: struct.Struct | None   # packs the explicit arguments and the image's tail in one call (None: checked path)
   tail: bytes
-  kernargs: tuple         # HWQueue.slot_stores of each patch slot
-  dispatch: tuple
-  timeline: tuple
+  kernargs: Callable[[int], None]         # HWQueue.slot_writer of each patch slot (dispatch: None where it has none)
+  dispatch: Callable[[int], None] | None
+  timeline: Callable[[int], None]
   ring: object            # the device's ring for the template's engine (the same object for the device's life)
+
+
+def _no_slot(v: int) -> None:
+  """The kernarg address of a kernel that reads no kernargs (no user SGPR takes it) goes nowhere."""
 
 
 def _float_fmt(a: KernelArg) -> str | None:
