@@ -15,7 +15,7 @@ class Ring:
     self.per_dw = 4 // hw.wptr_unit          # write-pointer steps per dword
     self.put = hw.write_ptr[0] // self.per_dw  # dwords ever written (monotonic, like the hardware's 64-bit wptr)
     self.history: deque[array] = deque(maxlen=4)  # the last few submissions, for hang reports
-    self.room = 0                            # dwords known free (the read pointer is read again when they run out)
+    self.limit = self.put                    # put may grow to this without reading the read pointer again
 
   def _room(self) -> int:
     # engines report the read pointer either monotonic or wrapped to the ring size: both agree modulo the size,
@@ -25,11 +25,10 @@ class Ring:
 
   def push(self, words: array | list[int]) -> None:
     if not isinstance(words, array): words = array("I", words)
-    n = len(words)
-    if n > self.room:   # the room known since the read pointer was last read runs out: read it again
-      if n > self.size_dw: raise RawGPUError(f"{self.name}: a submission of {n} dwords does not fit the ring ({self.size_dw}); split it, or bind the queue (one indirect buffer)")
+    n, put, size = len(words), self.put, self.size_dw
+    if put + n > self.limit:   # the room known since the read pointer was last read runs out: read it again
+      if n > size: raise RawGPUError(f"{self.name}: a submission of {n} dwords does not fit the ring ({size}); split it, or bind the queue (one indirect buffer)")
       self._wait_room(n)
-    put, size = self.put, self.size_dw
     off = put % size
     if off + n <= size: self.words[off:off + n] = words
     else:   # wraps: packets may straddle the end, the engine reads on
@@ -37,7 +36,6 @@ class Ring:
       self.words[off:] = words[:first]
       self.words[0:n - first] = words[first:]
     self.put = put = put + n
-    self.room -= n
     hw = self.hw
     hw.write_ptr[0] = wptr = put * self.per_dw
     if hw.before_doorbell is not None: hw.before_doorbell()
@@ -55,9 +53,9 @@ class Ring:
       self.sleep(0.2)
       if (rp := self.hw.read_ptr[0]) != last: last, deadline = rp, time.monotonic() + self.STALL_S
       elif time.monotonic() > deadline: raise DeviceTimeout(f"{self.name}: ring full for {self.STALL_S} s (read pointer stuck at {rp}): the engine is hung")
-    self.room = room
+    self.limit = self.put + room
 
   def restart(self) -> None:
     """The ring was emptied and its pointers zeroed (a reset in place): start again at its beginning."""
-    self.put, self.room = 0, 0
+    self.put, self.limit = 0, 0
     self.history.clear()
