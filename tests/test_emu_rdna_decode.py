@@ -189,3 +189,13 @@ def test_instruction_list_matches_llvm_mc(mcpu):
       mine, size = f"<{e}>", 0
     if norm(mine) != norm(text) or size != len(enc): bad.append(f"llvm {text!r} {enc.hex()} mine {mine!r} ({size} bytes)")
   assert not bad, "\n".join(bad)
+
+
+def test_prepare_loads_the_arch_tables_and_refuses_other_archs():
+  """A board calls prepare(arch) at power-on: the family's opcode tables are loaded then, not in the first dispatch."""
+  from rawgpu.drivers.emu import rdna
+  from rawgpu.drivers.emu.rdna.decode import tables
+  tables.cache_clear()
+  rdna.prepare("gfx1201")
+  assert tables.cache_info().currsize == 1 and tables.cache_info().misses == 1
+  with pytest.raises(ValueError, match="unsupported architecture 'gfx942'"): rdna.prepare("gfx942")
