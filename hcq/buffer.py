@@ -32,9 +32,10 @@ class Buffer:
     r.last_use = max(r.last_use, value)
 
   def used_by(self, dev: "Device", value: int) -> None:
-    """Work of `dev` (another device that mapped this buffer) touches it until `dev`'s ticket `value`."""
-    r = self._root()
-    if dev is r.dev: r.used_until(value)
+    """Work of `dev` (this buffer's device, or another that mapped it) touches it until `dev`'s ticket `value`."""
+    r = self.base or self
+    if dev is r.dev:
+      if r.last_use < value: r.last_use = value
     else: r.peer_use[dev] = max(r.peer_use.get(dev, 0), value)
 
   def wait_peers(self, but: "Device | None" = None) -> None:
@@ -71,7 +72,7 @@ class Buffer:
     return np.frombuffer(self.copyout(), dtype=dtype)
 
   def _check_alive(self) -> None:
-    if self._root().freed: raise RawGPUError(f"{self.dev}: buffer at {self.va:#x} was freed")
+    if (self.base or self).freed: raise RawGPUError(f"{self.dev}: buffer at {self.va:#x} was freed")
 
   def free(self) -> None:
     """Free the memory once the queued work that uses it is done (never under the GPU)."""

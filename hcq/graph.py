@@ -135,7 +135,11 @@ class Graph:
     self.replays, self.slot_vals, self.others_last = 0, {}, {}
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
     self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
-    self.submits = [(q, tuple(q.vars)) for q in self.queues.values() if q._build]   # each queue's patch slots
+    # what each replay submits: a queue's words (its indirect buffer once bound) with its patch slots, which the graph
+    # writes itself (HWQueue.slot_writer), only where the value changed since the last replay
+    self.submits = [(q.be.dev.ring(q.engine), q._ib if q._bound is not None else q.words_array(),
+                     [(name, q.slot_writer(name)) for name in sorted(q.vars)], {}) for q in self.queues.values() if q._build]
+    self.sync_names = [f"sync{k}" for k in range(1, self.nsync + 1)]
 
   def _emit(self, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
     """One recorded node's packets on its queue (a launch's arguments go into its slot of the graph's kernarg block)."""
@@ -238,8 +242,11 @@ class Graph:
       vals["ts_start"] = vals["ts_end"] = self.stamps.timestamp_va
       for _name, _kind, at in self.timed: vals[f"{at}:start"] = vals[f"{at}:end"] = self.stamps.timestamp_va
     base, self.replays = self.replays * self.nsync, self.replays + 1
-    for k in range(1, self.nsync + 1): vals[f"sync{k}"] = base + k
-    for q, qvars in self.submits: q.submit(q.be.dev, {k: vals[k] for k in qvars})
+    for k, name in enumerate(self.sync_names, 1): vals[name] = base + k
+    for ring, words, writers, written in self.submits:
+      for name, write in writers:
+        if written.get(name) != (v := vals[name]): write(v); written[name] = v
+      ring.push(words)
     self.last = value
     return value
 
