@@ -134,7 +134,8 @@ class Graph:
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
     self.replays, self.slot_vals, self.others_last = 0, {}, {}
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
-    self.spread = {n: _spread(self.ka, s) for n, s in self.sites.items()}
+    self.checks = {n: self._input_checks(n) for n in self.names}     # input name -> what a given value must pass
+    self.writers = {n: self._input_writers(n) for n in self.names}   # input name -> what a new value changes
     # what each replay submits: a queue's words (its indirect buffer once bound) with its patch slots, which the graph
     # writes itself (HWQueue.slot_writer), only where the value changed since the last replay
     self.submits = [(q.be.dev.ring(q.engine), q._ib if q._bound is not None else q.words_array(),
@@ -189,39 +190,18 @@ class Graph:
       raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
     if not inputs.keys() <= names:
       raise RawGPUError(f"the graph has no input(s) {', '.join(sorted(inputs.keys() - names))}; it has {', '.join(sorted(names)) or 'none'}")
+    checks = self.checks
     for name, v in inputs.items():  # checked before a ticket is taken: a refused replay leaves no hole in the timeline
-      for _slot, _off, n, on in self.copy_sites.get(name, ()):
-        if not isinstance(v, Buffer) or v.size < n: raise RawGPUError(f"graph input {name!r} is copied ({n} bytes): give a Buffer of at least that size")
-        if not on.maps(v): raise RawGPUError(f"graph input {name!r} is copied on {on}, where {v} is not mapped; call {on}.map(buffer) first")
-      if name in self.value_sites and (not isinstance(v, int) or not 0 <= v < 1 << 64):
-        raise RawGPUError(f"graph input {name!r} is a signal value: give an int in 0..2^64-1, not {v!r}")
+      for check in checks[name]: check(v)
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
       for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signal
       self.sync.value, self.replays = 0, 0
-    value = dev.timeline_value    # the ticket this replay will take, once its arguments are written
+    value, cur, writers = dev.timeline_value, self.cur, self.writers   # value: the ticket this replay will take
     for name, v in inputs.items():
-      if self.cur.get(name) is v: continue
-      for slot, off, _n, _on in self.copy_sites.get(name, ()): self.slot_vals[slot] = v.va + off
-      if name in self.value_sites: self.slot_vals[f"value:{name}"] = v
-      if name not in self.sites: self.cur[name] = v; continue
-      sites = self.sites[name]
-      kv, meta, prg, _ = sites[0]
-      spread = self.spread[name]
-      if spread is not None and meta.size == 8 and prg.takes_buffer(meta):
-        words, at = spread
-        words[at] = prg.address_of(meta, v)   # checked once, one numpy store into every site (its use is recorded below)
-      elif spread is not None:
-        prg._pack_one(kv, meta, v, value)  # checks the value once; the other sites take the same bytes
-        words, at = spread
-        words[at] = words[at[0]]
-      else:
-        prg._pack_one(kv, meta, v, value)
-        raw = bytes(kv[meta.offset:meta.offset + meta.size])
-        for kv2, meta2, prg2, _ in sites[1:]:
-          if (meta2.size, meta2.value_kind) == (meta.size, meta.value_kind): kv2[meta2.offset:meta2.offset + meta2.size] = raw
-          else: prg2._pack_one(kv2, meta2, v, value)
-      self.cur[name] = v
+      if cur.get(name) is v: continue
+      for write in writers[name]: write(v, value)
+      cur[name] = v
     vals, devices = self.slot_vals, self.devices
     if len(devices) > 1:   # the other devices' tickets, each behind its own earlier work
       for d in devices[1:]:
@@ -251,11 +231,67 @@ class Graph:
     return value
 
 
+  def _input_checks(self, name: str) -> list:
+    """What a value of input `name` must pass before anything is written (kernel arguments check in their writer)."""
+    out = []
+    for _slot, _off, n, on in self.copy_sites.get(name, ()):
+      def copied(v, n=n, on=on):
+        if not isinstance(v, Buffer) or v.size < n: raise RawGPUError(f"graph input {name!r} is copied ({n} bytes): give a Buffer of at least that size")
+        if not on.maps(v): raise RawGPUError(f"graph input {name!r} is copied on {on}, where {v} is not mapped; call {on}.map(buffer) first")
+      out.append(copied)
+    if name in self.value_sites:
+      def signal_value(v):
+        if not isinstance(v, int) or not 0 <= v < 1 << 64: raise RawGPUError(f"graph input {name!r} is a signal value: give an int in 0..2^64-1, not {v!r}")
+      out.append(signal_value)
+    return out
+
+  def _input_writers(self, name: str) -> list:
+    """What a new value of input `name` changes, each a write(value, ticket): the patch slots of the copies and
+    signal values that take it, and its kernel argument sites (checked once; where every site is the same kind of
+    4- or 8-byte value, one numpy store fills them all)."""
+    vals, out = self.slot_vals, []
+    for slot, off, _n, _on in self.copy_sites.get(name, ()):
+      def copy_address(v, t, slot=slot, off=off): vals[slot] = v.va + off
+      out.append(copy_address)
+    if name in self.value_sites:
+      def signal_value(v, t): vals[f"value:{name}"] = v
+      out.append(signal_value)
+    if name not in self.sites: return out
+    sites = self.sites[name]
+    kv, meta, prg, _ = sites[0]
+    spread = _spread(self.ka, sites)
+    if spread is not None:
+      words, at = spread
+      if meta.size == 8 and prg.takes_buffer(meta):
+        def pointer(v, t): words[at] = prg.address_of(meta, v)   # its use is recorded with the graph's other buffers
+        out.append(pointer)
+      else:
+        def value(v, t):
+          prg._pack_one(kv, meta, v, t)   # checks the value once; the other sites take the same bytes
+          words[at] = words[at[0]]
+        out.append(value)
+      return out
+    def each_site(v, t):
+      prg._pack_one(kv, meta, v, t)
+      raw = bytes(kv[meta.offset:meta.offset + meta.size])
+      for kv2, meta2, prg2, _ in sites[1:]:
+        if _kind(prg2, meta2) == _kind(prg, meta): kv2[meta2.offset:meta2.offset + meta2.size] = raw
+        else: prg2._pack_one(kv2, meta2, v, t)
+    out.append(each_site)
+    return out
+
+
+def _kind(prg, meta) -> tuple:
+  """Arguments of one kind take a value as the same bytes: any pointers (a buffer's address), scalars of one size,
+  value kind and type (a uint and a float of the same size do not)."""
+  return ("pointer",) if meta.size == 8 and prg.takes_buffer(meta) else (meta.size, meta.value_kind, meta.type_name)
+
+
 def _spread(ka: Buffer, sites: list[tuple]):
   """Where every site of an input is the same kind of 4- or 8-byte value at an aligned offset, one numpy store
   copies the first site's value to all of them at replay: (words of that size over the kernargs, their indices)."""
   import numpy as np
-  kinds = {(meta.size, meta.value_kind) for _, meta, _, _ in sites}
+  kinds = {_kind(prg, meta) for _, meta, prg, _ in sites}
   size = sites[0][1].size
   if len(kinds) != 1 or size not in (4, 8) or any(at % size for *_, at in sites): return None
   words = np.frombuffer(ka.mem.cpu.cast("B"), dtype=np.uint32 if size == 4 else np.uint64)

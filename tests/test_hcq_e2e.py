@@ -161,6 +161,31 @@ def test_graph_replay_with_new_inputs(dev):
   dev.synchronize()  # the refused replays took no timeline ticket
 
 
+def test_graph_scalar_inputs_are_packed_as_each_site_takes_them(dev):
+  """A scalar input fills every argument that takes it, each as a launch would pack it: the same uint in two fills
+  (one store serves both), and one value as saxpy's float a and as a fill's uint value. Bad values are refused
+  before anything is queued."""
+  fill, saxpy = prog(dev, "fill"), prog(dev, "saxpy")
+  n = 64
+  a, b, x, y = (dev.alloc(4 * n) for _ in range(4))
+  x.copyin(np.ones(n, np.float32))
+  g = Graph(dev)
+  v = g.input("v")
+  g.exec(fill, a, v, n, local_size=n).exec(fill, b, v, n, local_size=n)
+  for k in (3, 0xffffffff):
+    dev.wait_timeline(g.replay(v=k))
+    assert np.all(a.numpy(np.uint32) == k) and np.all(b.numpy(np.uint32) == k)
+  with pytest.raises(RawGPUError, match="does not fit"): g.replay(v=1 << 40)
+  with pytest.raises(RawGPUError, match="float"): g.replay(v=1.5)
+  mixed = Graph(dev)
+  w = mixed.input("w")
+  mixed.exec(fill, y, 0, n, local_size=n).exec(saxpy, w, x, y, n, local_size=n).exec(fill, a, w, n, local_size=n)
+  for k in (2, 5):
+    dev.wait_timeline(mixed.replay(w=k))
+    assert np.all(y.numpy(np.float32) == k) and np.all(a.numpy(np.uint32) == k)   # 2.0 in saxpy, 2 (not 2.0's bits) in fill
+  dev.synchronize()   # the refused replays took no timeline ticket
+
+
 def test_timeline_wraps(dev):
   from rawgpu.hcq.device import TIMELINE_LIMIT
   dev.synchronize()

@@ -123,6 +123,23 @@ def test_graphs_on_two_boards_order_each_other_with_signal_inputs(pair):
   h.free(); y.free()
 
 
+def test_graph_copy_input_must_be_mapped_where_it_is_copied(pair):
+  """A graph copy that runs on B's copy engine takes its source at replay: a buffer B has not mapped is refused
+  before anything is queued; once mapped, it is copied."""
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  src, dst = a.alloc(4096).copyin(np.full(4096, 5, np.uint8)), b.alloc(4096)
+  g = Graph(a)
+  g.copy(dst, g.input("src"), 4096, on=b)
+  with pytest.raises(RawGPUError, match="is copied on .* where .* is not mapped; call .*map"): g.replay(src=src)
+  with pytest.raises(RawGPUError, match="give a Buffer of at least that size"): g.replay(src=a.alloc(16))
+  b.map(src)
+  a.wait_timeline(g.replay(src=src))
+  b.synchronize()
+  assert np.all(dst.numpy() == 5)
+  src.free(); dst.free()
+
+
 def test_graph_signal_value_must_be_an_int_or_input(pair):
   from rawgpu.hcq.graph import Graph
   a, _ = pair
