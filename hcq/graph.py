@@ -93,7 +93,7 @@ class Graph:
 
   def _build(self) -> None:
     from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE
-    sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE) if p.needs_dispatch else p.kernarg_size + 255) & ~255 for p, *_ in self.launches]
+    sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE if p.needs_dispatch else p.kernarg_size) + 255) & ~255 for p, *_ in self.launches]
     self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
     view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
     self.sync = self.dev.new_signal("graph sync")

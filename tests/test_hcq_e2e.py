@@ -612,3 +612,37 @@ def test_graph_signal_values_restart_before_the_engines_32_bit_compare_wraps(dev
     dev.wait_timeline(g.replay(v=v))
     assert np.all(b.numpy(np.uint32) == v) and np.all(a.numpy(np.uint32) == 0), v
   assert g.replays < 10 and g.sync.value < 100                # restarted
+
+
+DISPATCH_PTR_SRC = r"""
+typedef struct { ushort header, setup, wg_x, wg_y, wg_z, reserved0; uint grid_x, grid_y, grid_z, private_size, group_size;
+                 ulong kernel_object, kernarg_address; } aql_t;   // the leading fields of hsa_kernel_dispatch_packet_t
+__kernel void read_packet(__global uint* out, uint tag) {
+  __constant aql_t* p = (__constant aql_t*)__builtin_amdgcn_dispatch_ptr();
+  if (__builtin_amdgcn_workgroup_id_x() == 0 && __builtin_amdgcn_workgroup_id_y() == 0 && __builtin_amdgcn_workitem_id_x() == 0
+      && __builtin_amdgcn_workitem_id_y() == 0) {
+    out[0] = p->setup; out[1] = p->wg_x; out[2] = p->wg_y; out[3] = p->grid_x; out[4] = p->grid_y; out[5] = tag;
+    __constant uint* ka = (__constant uint*)p->kernarg_address;   // the packet points at this launch's arguments
+    out[6] = ka[2];
+  }
+}
+"""
+
+
+def test_kernel_reads_its_dispatch_packet(dev):
+  """A kernel that takes the dispatch pointer (user SGPR) reads the AQL packet the runtime writes after its
+  arguments: its sizes, and the address of the arguments of this very launch (launches back to back, and in a graph,
+  each see their own)."""
+  from test_emu_rdna_common import compile_cl
+  prg = dev.program(compile_cl(DISPATCH_PTR_SRC, dev.props.arch), "read_packet")
+  assert prg.needs_dispatch
+  outs = [dev.alloc(64) for _ in range(3)]
+  for k, o in enumerate(outs): prg(o, 100 + k, global_size=(2, 3), local_size=(32, 2))   # queued back to back
+  dev.synchronize()
+  for k, o in enumerate(outs):
+    assert list(o.numpy(np.uint32)[:7]) == [2, 32, 2, 64, 6, 100 + k, 100 + k]
+  g = Graph(dev)
+  g.exec(prg, outs[0], g.input("tag"), global_size=(1, 1), local_size=(32, 1)).exec(prg, outs[1], 9, global_size=(4, 1), local_size=(32, 1))
+  dev.wait_timeline(g.replay(tag=77))
+  assert list(outs[0].numpy(np.uint32)[:7]) == [1, 32, 1, 32, 1, 77, 77]
+  assert list(outs[1].numpy(np.uint32)[:7]) == [1, 32, 1, 128, 1, 9, 9]
