@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
-from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, fill_dispatch_packet
+from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, KERNARG_ADDRESS_AT, fill_dispatch_packet
 from rawgpu.hcq.buffer import Buffer
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ _HIDDEN = {
   "hidden_grid_dims": lambda g, l: 1 + (g[1] * l[1] > 1 or g[2] * l[2] > 1) + (g[2] * l[2] > 1),
 }
 _INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_U64 = struct.Struct("<Q")
 
 
 class AMDProgram:
@@ -117,6 +118,7 @@ class AMDProgram:
     check_launch(self.kernel, l, self.limits)
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
     self._pack_hidden(memoryview(img), g, l)
+    if self.needs_dispatch: fill_dispatch_packet(memoryview(img)[self.dispatch_offset:], self, g, l, 0)   # a launch adds its kernarg address
     q = self.backend.exec_template(self, g, l, timing)
     st, whole = self._args_struct, None
     if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
@@ -158,8 +160,8 @@ class AMDProgram:
     self._write_kernargs(ln, ka.view, off, args, dev.timeline_value)   # may raise: the ticket is taken after
     ka_va = ka.va + off
     ln.kernargs(ka_va)
-    if ln.dispatch is not None:
-      fill_dispatch_packet(ka.view[off + self.dispatch_offset:], self, ln.g, ln.l, ka_va)
+    if ln.dispatch is not None:   # the AQL packet (in the image) points at this launch's arguments
+      _U64.pack_into(ka.view, off + self.dispatch_offset + KERNARG_ADDRESS_AT, ka_va)
       ln.dispatch(ka_va + self.dispatch_offset)
     value = dev.next_timeline(ln.q.engine)
     tl = value - dev.timeline_base

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
   from rawgpu.hcq.amd.program import AMDProgram
 
 DISPATCH_PACKET_SIZE = ctypes.sizeof(hsa.hsa_kernel_dispatch_packet_t)
+KERNARG_ADDRESS_AT = hsa.hsa_kernel_dispatch_packet_t.kernarg_address.offset   # where a launch writes its own
 
 
 def _split(v: int) -> tuple[int, int]: return v & 0xffffffff, v >> 32
