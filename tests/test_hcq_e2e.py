@@ -646,3 +646,18 @@ def test_kernel_reads_its_dispatch_packet(dev):
   dev.wait_timeline(g.replay(tag=77))
   assert list(outs[0].numpy(np.uint32)[:7]) == [1, 32, 1, 32, 1, 77, 77]
   assert list(outs[1].numpy(np.uint32)[:7]) == [1, 32, 1, 128, 1, 9, 9]
+
+
+def test_kernel_with_a_local_pointer_argument_is_refused_when_loaded(dev):
+  """A __local pointer argument wants LDS sized at launch, which the runtime does not allocate: loading says so
+  (before, a Buffer given for it had its 8-byte address written into the 4-byte slot, over the next argument)."""
+  from test_emu_rdna_common import compile_cl
+  from rawgpu.errors import CodeObjectError
+  src = r"""__kernel void uses_local(__global uint* out, __local uint* tmp, uint n) {
+    uint t = __builtin_amdgcn_workitem_id_x();
+    tmp[t] = t * n;
+    __builtin_amdgcn_s_barrier();
+    out[t] = tmp[63 - t];
+  }"""
+  with pytest.raises(CodeObjectError, match=r"uses_local: argument #1 is a __local pointer .* fixed-size __local array"):
+    dev.program(compile_cl(src, dev.props.arch), "uses_local")

@@ -21,6 +21,11 @@ _HIDDEN = {
 }
 _INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _U64 = struct.Struct("<Q")
+# argument kinds (code object metadata .value_kind) a launch cannot fill: the program is refused when loaded
+_UNSUPPORTED_KINDS = {
+  "dynamic_shared_pointer": "a __local pointer (LDS sized at launch; give the kernel a fixed-size __local array instead)",
+  "image": "an image", "sampler": "a sampler", "pipe": "a pipe", "queue": "a device-side enqueue queue",
+}
 
 
 class AMDProgram:
@@ -51,6 +56,9 @@ class AMDProgram:
     self.scratch = max(kd.private_segment_fixed_size, self.kernel.meta.private_segment_fixed_size)
     self.kernarg_size = max(kd.kernarg_size, self.kernel.meta.kernarg_segment_size, 16)
     self.args = [a for a in self.kernel.meta.args if not a.hidden]
+    for i, a in enumerate(self.args):
+      if a.value_kind in _UNSUPPORTED_KINDS:
+        raise CodeObjectError(f"kernel {name}: argument {repr(a.name) if a.name else f'#{i}'} is {_UNSUPPORTED_KINDS[a.value_kind]}, which this runtime does not provide")
     self.nargs = len(self.args)
     self.hidden = [a for a in self.kernel.meta.args if a.hidden]
     self._ptr = [self.takes_buffer(a) for a in self.args]
@@ -85,7 +93,7 @@ class AMDProgram:
   @staticmethod
   def takes_buffer(a: KernelArg) -> bool:
     """Whether the argument is a pointer (a Buffer's address goes there)."""
-    return a.value_kind in ("global_buffer", "dynamic_shared_pointer") or a.address_space in ("global", "constant", "generic")
+    return a.value_kind == "global_buffer" or a.address_space in ("global", "constant", "generic")
 
   def address_of(self, a: KernelArg, v) -> int:
     """The address pointer argument `a` takes from v: a live Buffer of this device, or one mapped here."""
