@@ -69,6 +69,31 @@ def test_header_fields_that_lie():
     with pytest.raises(CodeObjectError): load_code_object(bytes(d))
 
 
+def test_metadata_that_lies_is_named():
+  """Each check of the metadata and the header flags, on a real object with one field changed (same length, so the
+  rest of the file still parses): the error says which field."""
+  reduce = kernels.path("gfx1100", "reduce").read_bytes()
+  # the note header: namesz 7 ("AMDGPU\0"), descsz, type NT_AMDGPU_METADATA (32); made another type
+  at = next(i for i in range(0, len(reduce) - 20, 4) if struct.unpack_from("<I", reduce, i)[0] == 7
+            and struct.unpack_from("<I", reduce, i + 8)[0] == 32 and reduce[i + 12:i + 19] == b"AMDGPU\0")
+  no_note = reduce[:at + 8] + struct.pack("<I", 33) + reduce[at + 12:]
+  with pytest.raises(CodeObjectError, match="has no NT_AMDGPU_METADATA note"): load_code_object(no_note)
+  reqd = b"\xb4.reqd_workgroup_size\x93\xcd\x01\x00\x01\x01"          # [256, 1, 1] of reduce_sum_*
+  zero = b"\xb4.reqd_workgroup_size\x93\xcd\x00\x00\x01\x01"
+  data = reduce.replace(reqd, zero, 1)
+  assert data != reduce
+  with pytest.raises(CodeObjectError, match=r"reqd_workgroup_size is \[0, 1, 1\]"): load_code_object(data)
+  key = b"\xb6.kernarg_segment_align"
+  i = reduce.index(key) + len(key)
+  assert reduce[i] < 0x80                                   # a positive fixint: one byte
+  data = reduce[:i] + b"\xa0" + reduce[i + 1:]              # the empty string instead
+  with pytest.raises(CodeObjectError, match=r"\.kernarg_segment_align is str ''"): load_code_object(data)
+  flags = struct.unpack_from("<I", reduce, 48)[0]
+  generic = bytearray(reduce)
+  struct.pack_into("<I", generic, 48, (flags & ~0xff) | 0x054)   # gfx11-generic, with no generic version
+  with pytest.raises(CodeObjectError, match="gfx11-generic but has no generic version"): load_code_object(bytes(generic))
+
+
 # --- MessagePack, with the reference implementation (pip install msgpack) as the oracle
 
 json_like = st.recursive(

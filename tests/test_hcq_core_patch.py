@@ -114,3 +114,12 @@ def test_ring_full_waits_while_the_engine_reads_on(monkeypatch):
   assert now[0] == 36 and r.put == 13
   with pytest.raises(DeviceTimeout, match="ring full for 10 s"): r.push([3] * 7)   # now it never moves again
   with pytest.raises(RawGPUError, match="does not fit the ring"): r.push([4] * 9)
+
+
+def test_hcq_exports_its_classes_lazily():
+  import rawgpu.hcq as hcq
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.graph import Graph
+  assert hcq.Device is Device and hcq.Graph is Graph and hcq.Var is Var and hcq.HWQueue is HWQueue
+  assert {hcq.Buffer.__name__, hcq.Signal.__name__, hcq.Profiler.__name__} == {"Buffer", "Signal", "Profiler"}
+  with pytest.raises(AttributeError, match="Nothing"): hcq.Nothing

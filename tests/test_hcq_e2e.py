@@ -154,6 +154,9 @@ def test_graph_replay_with_new_inputs(dev):
     dev.wait_timeline(g.replay(a=a))
     assert np.array_equal(out.numpy(np.float32), np.full(n, k + 1, np.float32))
   with pytest.raises(RawGPUError, match="no input"): g.replay(zz=1)
+  fresh = Graph(dev)
+  fresh.exec(vadd, fresh.input("a"), b, out, n, global_size=n // 128, local_size=128)
+  with pytest.raises(RawGPUError, match="graph inputs not given: a"): fresh.replay()
   with pytest.raises(RawGPUError, match="pointer"): g.replay(a=5)
   gone = dev.alloc(4 * n)
   gone.free()
@@ -255,6 +258,7 @@ def test_wrong_arguments_are_clear_errors(dev):
   with pytest.raises(RawGPUError, match="argument #3 \\(uint\\) is an integer .*got the float 3.0"): vadd(buf, buf, buf, 3.0)
   with pytest.raises(RawGPUError, match="does not fit argument #0 \\(float\\)"): prog(dev, "saxpy")(1e300, buf, buf, 1)
   with pytest.raises(RawGPUError, match="launch dimensions"): vadd(buf, buf, buf, 1, global_size=0)
+  with pytest.raises(RawGPUError, match=r"argument #3 \(uint\) \(by_value, 4 bytes\) cannot take str"): vadd(buf, buf, buf, "3")
   gone = dev.alloc(64)
   gone.free()
   with pytest.raises(RawGPUError, match="was freed"): vadd(buf, gone, buf, 1)
@@ -695,3 +699,17 @@ def test_every_scalar_argument_type_reaches_the_kernel(dev):
             int(np.float16(h).view(np.uint16)), int(np.float32(f).view(np.uint32)), int(np.float64(d).view(np.uint64)),
             0xdeadbeef, 0xbeef, 0xab]
     assert [int(x) for x in got] == want
+
+
+def test_copy_queue_cannot_be_bound(dev):
+  """The copy engine has no indirect buffers here: binding its queue is a clear error, and nothing is queued."""
+  q = dev.copy_queue().copy(dev.alloc(64).va, dev.alloc(64).va, 64)
+  with pytest.raises(RawGPUError, match="AMDCopyQueue cannot run from GPU memory"): q.bind(dev)
+
+
+def test_mapping_needs_both_devices_on_one_interface(dev):
+  """A buffer of a MOCKPCI board cannot be mapped into a MOCKKFD device (nor the other way): a clear error."""
+  from rawgpu.hcq.device import Device
+  other_iface = "MOCKKFD" if dev.props.iface == "MOCKPCI" else "MOCKPCI"
+  with Device(f"{other_iface}+AMD::{dev.props.arch}") as other:
+    with pytest.raises(RawGPUError, match="peer mappings need both devices on the same interface"): dev.map(other.alloc(4096))

@@ -75,11 +75,6 @@ class AMDProgram:
     if len(args) != len(self.args):
       raise RawGPUError(f"kernel {self.name} takes {len(self.args)} arguments ({', '.join(a.name or a.value_kind for a in self.args)}), got {len(args)}")
 
-  def _pack_args(self, view: memoryview, args: tuple, g: tuple, l: tuple, launch: int) -> None:
-    self.check_arg_count(args)
-    for a, v in zip(self.args, args): self._pack_one(view, a, v, launch)
-    self._pack_hidden(view, g, l)
-
   def _pack_hidden(self, view: memoryview, g: tuple, l: tuple) -> None:
     for a in self.hidden:
       fill = _HIDDEN.get(a.value_kind)
