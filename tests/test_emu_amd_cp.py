@@ -425,3 +425,120 @@ def test_close_kills_a_kernel_that_never_finishes(P):
   assert t is not None and not t.is_alive()
   time.sleep(0.05)
   assert d.board._thread is None                       # nothing restarted the closed board
+
+
+# Packet fields below as Mesa's sid.h and the kernel's nvd.h define them:
+# COPY_DATA: SRC_SEL [3:0] (0 register, 1 memory, 5 immediate, 9 GPU clock), DST_SEL [11:8] (0 register, 5 memory),
+# COUNT_SEL bit 16 (64 bits); WRITE_DATA: DST_SEL [11:8], WR_ONE_ADDR bit 16; DMA_DATA: DST_SEL [21:20], SRC_SEL [30:29]
+# (0 memory, 2 immediate data), command BYTE_COUNT [25:0], SAS bit 26 / DAS bit 27 (register address space).
+
+def test_copy_data_moves_immediates_memory_registers_and_the_clock(d, P):
+  q = ComputeRing(d)
+  mc = lambda off: q.mc(0x320000 + off)
+  reg = d.addr("gc", "regSCRATCH_REG0")
+  d.vram.write64(0x320000, 0x1122334455667788)
+  cp = lambda ctl, src, dst: pkt3(P["PACKET3_COPY_DATA"], [ctl, src & 0xffffffff, src >> 32, dst & 0xffffffff, dst >> 32])
+  pk = cp(5 | (5 << 8), 0xcafe, mc(0x40))                           # immediate -> memory (32 bits)
+  pk += cp(5 | (5 << 8) | (1 << 16), 0xaaaa_bbbb_cccc_dddd, mc(0x48))   # immediate -> memory (64 bits)
+  pk += cp(1 | (5 << 8) | (1 << 16), mc(0), mc(0x50))               # memory -> memory (64 bits)
+  pk += cp(1 | (0 << 8), mc(4), reg)                                # memory -> register
+  pk += cp(0 | (5 << 8), reg, mc(0x58))                             # register -> memory
+  pk += cp(9 | (5 << 8) | (1 << 16), 0, mc(0x60))                   # GPU clock -> memory
+  pk += cp(9 | (5 << 8) | (1 << 16), 0, mc(0x68))
+  q.submit(pk)
+  q.run()
+  assert d.vram.read32(0x320040) == 0xcafe and d.vram.read64(0x320048) == 0xaaaa_bbbb_cccc_dddd
+  assert d.vram.read64(0x320050) == 0x1122334455667788
+  assert d.rd("gc", "regSCRATCH_REG0") == 0x11223344 == d.vram.read32(0x320058)
+  t0, t1 = d.vram.read64(0x320060), d.vram.read64(0x320068)
+  assert 0 < t0 <= t1 and q.hqd("regCP_HQD_PQ_RPTR") == len(pk)
+
+
+def test_set_uconfig_reg_and_write_data_to_registers(d, P):
+  q = ComputeRing(d)
+  r0, r1 = d.addr("gc", "regSCRATCH_REG0"), d.addr("gc", "regSCRATCH_REG1")
+  q.submit(pkt3(P["PACKET3_SET_UCONFIG_REG"], [r0 - P["PACKET3_SET_UCONFIG_REG_START"], 5, 6]))   # two registers in a row
+  q.run()
+  assert (d.rd("gc", "regSCRATCH_REG0"), d.rd("gc", "regSCRATCH_REG1")) == (5, 6)
+  dst = q.mc(0x321000)
+  pk = pkt3(P["PACKET3_WRITE_DATA"], [0 << 8, r0, 0, 7, 8])                      # register, incrementing address
+  pk += pkt3(P["PACKET3_WRITE_DATA"], [(5 << 8) | (1 << 16), dst & 0xffffffff, dst >> 32, 1, 2, 3])   # one address
+  q.submit(pk)
+  q.run()
+  assert (d.rd("gc", "regSCRATCH_REG0"), d.rd("gc", "regSCRATCH_REG1")) == (7, 8) and r1 == r0 + 1
+  assert d.vram.read32(0x321000) == 3 and d.vram.read32(0x321004) == 0             # each value to the same dword
+
+
+def test_dma_data_fills_and_copies_memory(d, P):
+  q = ComputeRing(d)
+  src, dst, fill = q.mc(0x322000), q.mc(0x322100), q.mc(0x322200)
+  d.vram.writebytes(0x322000, bytes(range(64)))
+  dma = lambda ctl, lo, hi, t, n: pkt3(P["PACKET3_DMA_DATA"], [ctl, lo, hi, t & 0xffffffff, t >> 32, n])
+  q.submit(dma((1 << 31) | (0 << 29), src & 0xffffffff, src >> 32, dst, 64)   # CP_SYNC, from memory
+           + dma(2 << 29, 0x5a5a0102, 0, fill, 32))                           # immediate data
+  q.run()
+  assert d.vram.readbytes(0x322100, 64) == bytes(range(64))
+  assert d.vram.readbytes(0x322200, 36) == (0x5a5a0102).to_bytes(4, "little") * 8 + bytes(4)
+
+
+def test_dma_data_from_a_register_halts_the_queue(d, P):
+  q = ComputeRing(d)
+  dst = q.mc(0x323000)
+  q.submit(pkt3(P["PACKET3_DMA_DATA"], [0, 0x1234, 0, dst & 0xffffffff, dst >> 32, (1 << 26) | 4]))   # SAS: a register source
+  q.run()
+  assert q.hqd("regCP_HQD_PQ_RPTR") == 0 and "register" in d.board.gfx.queues[(1, 0, 0)].hung
+
+
+def test_dispatch_indirect_relative_to_set_base(d, P, monkeypatch):
+  """The 2-dword DISPATCH_INDIRECT takes its dimensions at an offset from the base SET_BASE index 1 gave."""
+  import rawgpu.drivers.emu.rdna as rdna
+  seen = []
+  def waves(mem, regs, **kw):
+    seen.append(regs.grid)
+    return rdna.DispatchResult(True, None, None, 0)
+    yield
+  monkeypatch.setattr(rdna, "dispatch_slices", waves)
+  q = ComputeRing(d)
+  base = 0x570000
+  for i, v in enumerate((5, 4, 3)): d.vram.write32(base + 0x40 + 4 * i, v)
+  q.submit(pkt3(P["PACKET3_SET_BASE"], [1, q.mc(base) & 0xffffffff, q.mc(base) >> 32]) + pkt3(P["PACKET3_DISPATCH_INDIRECT"], [0x40, 1]))
+  q.run()
+  assert seen == [(5, 4, 3)]
+
+
+def test_wait_reg_mem_greater_than_and_release_mem_clock(d, P):
+  q = ComputeRing(d)
+  sem, ts, done = q.mc(0x324000), q.mc(0x324040), q.mc(0x324080)
+  d.vram.write32(0x324000, 7)
+  pk = pkt3(P["PACKET3_WAIT_REG_MEM"], [(1 << 4) | 6, sem & 0xffffffff, sem >> 32, 7, 0xffffffff, 4])   # > 7
+  pk += pkt3(P["PACKET3_RELEASE_MEM"], [0x14 | (5 << 8), 3 << 29, ts & 0xffffffff, ts >> 32, 0, 0, 0])   # GPU clock
+  pk += pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, done & 0xffffffff, done >> 32, 1])
+  q.submit(pk)
+  q.run()
+  assert d.vram.read32(0x324080) == 0                                   # 7 is not > 7
+  d.vram.write32(0x324000, 8)
+  q.run()
+  assert d.vram.read32(0x324080) == 1 and d.vram.read64(0x324040) > 0
+  q.submit(pkt3(P["PACKET3_RELEASE_MEM"], [0x14 | (5 << 8), 6 << 29, ts & 0xffffffff, ts >> 32, 0, 0, 0]))   # data_sel 6: none such
+  q.run()
+  assert "data_sel" in d.board.gfx.queues[(1, 0, 0)].hung
+
+
+def test_kiq_query_status_and_unmap_queues(d, P):
+  """On the KIQ: QUERY_STATUS writes its fence value; UNMAP_QUEUES stops the queue behind a doorbell, which then
+  fetches nothing more."""
+  kiq = ComputeRing(d)
+  d.wr("gc", "regRLC_CP_SCHEDULERS", (1 << 5) | 0x80)
+  other = ComputeRing(d, ring_off=0x480000, db=16, queue=1, rptr_off=0x47f000)
+  fence, dst = kiq.mc(0x490000), kiq.mc(0x490100)
+  kiq.submit(pkt3(P["PACKET3_QUERY_STATUS"], [0, 0, fence & 0xffffffff, fence >> 32, 0x1234_5678, 0x9abc_def0]))
+  kiq.run()
+  assert d.vram.read64(0x490000) == 0x9abc_def0_1234_5678
+  other.submit(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 8]))
+  other.run()
+  assert d.vram.read32(0x490100) == 8                                   # the queue runs while mapped
+  kiq.submit(pkt3(P["PACKET3_UNMAP_QUEUES"], [0, 16 << 2, 0, 0, 0]))
+  kiq.run()
+  other.submit(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 9]))
+  other.run()
+  assert d.vram.read32(0x490100) == 8
