@@ -41,8 +41,7 @@ def const_value(n: int, lit: int | None, width: int, ftype: bool) -> int | None:
 
 def raw_src(i: Inst, n: int, width: int, vec: bool, ftype: bool = False, hi: bool = False) -> Fn:
   """Reader of a source operand's raw bits: uint16/32/64, shaped (waves, lanes|1) for vector ops, (waves,) for scalar."""
-  T = BITS[max(width, 32)] if width != 16 else u32
-  c = const_value(n, i.lit, 32 if width == 16 and n == 255 else width, ftype)
+  c = const_value(n, i.lit, width, ftype)   # a 16-bit operand takes the literal's low half (LLVM prints it so)
   if width == 16 and n in INLINE_F32: c = INLINE_F16[n] if ftype else INLINE_F32[n] & 0xffff
   if c is not None:
     k = BITS[width](c)
@@ -152,7 +151,7 @@ def dpp_wrap(i: Inst, fn: Fn, L: int) -> tuple[Fn, np.ndarray | None]:
     sel = np.array([(i.dpp8 >> (8 + 3 * k)) & 7 for k in range(8)])
     src = (np.arange(L) & ~7) | sel[np.arange(L) & 7]
     return (lambda st: np.broadcast_to(fn(st), (st.W, st.L))[:, src]), None
-  ctrl, fi, bc = (i.dpp >> 8) & 0x1ff, (i.dpp >> 18) & 1, (i.dpp >> 19) & 1
+  ctrl, fi = (i.dpp >> 8) & 0x1ff, (i.dpp >> 18) & 1
   bank_mask, row_mask = (i.dpp >> 24) & 0xf, (i.dpp >> 28) & 0xf
   src, valid = _dpp_index(ctrl, L)
   lane = np.arange(L)
@@ -203,7 +202,7 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
       with np.errstate(all="ignore"): val = fn(st, *[s(st) for s in srcs])
       ok = holder["ok"] | bool(bc)
       em = st.emask & ok & enable[None, :]
-      save, st._em, st._full = st._em, em, bool(em.all())
+      st._em, st._full = em, bool(em.all())
       wr(st, val)
       st._em = None
     return run_dpp
@@ -502,6 +501,18 @@ def _wmma(i: Inst, L: int, fam: str) -> Fn:
 def _nop(i: Inst, L: int, fam: str) -> Fn:
   return lambda st: None
 
+def _scalar_trans(i: Inst, L: int, fam: str) -> Fn:
+  """v_s_{exp,log,rcp,rsq,sqrt}_{f32,f16} (gfx12): the VALU transcendental of a scalar operand into the SGPR vdst
+  names, one value per wave whatever EXEC holds; a 16-bit result is zero-extended, as this model's SALU f16 results."""
+  name = "v_" + i.name[len("v_s_"):]
+  dty, stys, fn = VOPS[name]
+  fn = fpmode.modal(name, dty, stys, fn, TYPES)
+  src, d = typed_src(i, i.f["src0"], stys[0], 0), i.f["vdst"]
+  def run(st):
+    with np.errstate(all="ignore"): r = np.broadcast_to(fn(st, src(st)), (st.W, 1))[:, 0]
+    st.ws(d, _dst_bits(r, dty).astype(u32))
+  return run
+
 _SPECIAL_VALU = {
   "v_cndmask_b32": _cndmask, "v_add_co_u32": _carry_op, "v_sub_co_u32": _carry_op, "v_subrev_co_u32": _carry_op,
   "v_add_co_ci_u32": _carry_op, "v_sub_co_ci_u32": _carry_op, "v_subrev_co_ci_u32": _carry_op,
@@ -511,6 +522,7 @@ _SPECIAL_VALU = {
   "v_writelane_b32": _writelane, "v_mbcnt_lo_u32_b32": _mbcnt, "v_mbcnt_hi_u32_b32": _mbcnt,
   "v_permlane16_b32": _permlane, "v_permlanex16_b32": _permlane, "v_swap_b32": _swap, "v_nop": _nop,
   "v_pipeflush": _nop, "v_cndmask_b16": _cndmask, "v_permlane64_b32": _permlane64,
+  **{f"v_s_{o}_{t}": _scalar_trans for o in ("exp", "log", "rcp", "rsq", "sqrt") for t in ("f32", "f16")},
   **{n: _dot for n in ("v_dot2_f32_f16", "v_dot2_f32_bf16", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4",
                        "v_dot8_u32_u4", "v_dot2_f16_f16", "v_dot2_bf16_bf16")},
   **{f"v_wmma_{o}_16x16x16_{k}": _wmma for o, k in (("f32", "f16"), ("f32", "bf16"), ("f16", "f16"), ("bf16", "bf16"),

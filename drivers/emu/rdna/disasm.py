@@ -220,6 +220,8 @@ def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
   if i.fmt in ("sop1", "sop2", "sopc", "sopk"):
     out = [_src(i, fld, cnt) if fld.startswith("src") else reg(i.f[fld], cnt) for fld, cnt, _ in i.ops]
     if i.fmt == "sopk" and i.name != "s_version": out.append(f"0x{i.f['simm16']:x}")
+    if i.name == "s_fmamk_f32": out.insert(2, f"0x{i.lit:x}")   # the constant K, between the sources as in VOP2
+    elif i.name == "s_fmaak_f32": out.append(f"0x{i.lit:x}")
     return f"{i.name} " + ", ".join(out) if out else i.name
   if i.fmt in ("flat", "global", "scratch"): return _flat(i, fam)
   if i.fmt == "ds": return _ds(i)

@@ -75,12 +75,6 @@ def _bfe64(a, b, signed):
   return np.where(w == 0, u64(0), v)
 SOP2["s_bfe_u64"] = (64, lambda a, b: (lambda r: (r, r != 0))(_bfe64(a, np.asarray(b, u64), False)))
 SOP2["s_bfe_i64"] = (64, lambda a, b: (lambda r: (r, r != 0))(_bfe64(a, np.asarray(b, u64), True)))
-# gfx12 scalar float
-for nm, fn in (("add", lambda a, b: a + b), ("sub", lambda a, b: a - b), ("mul", lambda a, b: a * b),
-               ("min_num", np.fmin), ("max_num", np.fmax)):
-  SOP2[f"s_{nm}_f32"] = (32, lambda a, b, fn=fn: (np.asarray(fn(a.view(f32), b.view(f32)), f32).view(u32), None))
-SOP2["s_fmac_f32"] = (32, None)
-SOP2["s_cvt_pk_rtz_f16_f32"] = (32, None)
 
 SOP1: dict[str, tuple[int, callable]] = {
   "s_mov_b32": (32, lambda a: (a, None)), "s_mov_b64": (64, lambda a: (a, None)),
@@ -99,16 +93,6 @@ SOP1: dict[str, tuple[int, callable]] = {
   "s_sext_i32_i8": (32, lambda a: ((a & u32(0xff)).astype(np.uint8).view(np.int8).astype(i32).view(u32), None)),
   "s_sext_i32_i16": (32, lambda a: ((a & u32(0xffff)).astype(np.uint16).view(np.int16).astype(i32).view(u32), None)),
   "s_abs_i32": (32, lambda a: (lambda r: (r, r != 0))(np.abs(a.view(i32).astype(i64)).astype(u32))),
-  "s_cvt_f32_i32": (32, lambda a: (a.view(i32).astype(f32).view(u32), None)),
-  "s_cvt_f32_u32": (32, lambda a: (a.astype(f32).view(u32), None)),
-  "s_cvt_i32_f32": (32, lambda a: (C.VOPS["v_cvt_i32_f32"][2](a.view(f32)).view(u32), None)),
-  "s_cvt_u32_f32": (32, lambda a: (C.VOPS["v_cvt_u32_f32"][2](a.view(f32)), None)),
-  "s_cvt_f16_f32": (32, lambda a: (a.view(f32).astype(np.float16).view(np.uint16).astype(u32), None)),
-  "s_cvt_f32_f16": (32, lambda a: ((a & u32(0xffff)).astype(np.uint16).view(np.float16).astype(f32).view(u32), None)),
-  "s_ceil_f32": (32, lambda a: (np.ceil(a.view(f32)).view(u32), None)),
-  "s_floor_f32": (32, lambda a: (np.floor(a.view(f32)).view(u32), None)),
-  "s_trunc_f32": (32, lambda a: (np.trunc(a.view(f32)).view(u32), None)),
-  "s_rndne_f32": (32, lambda a: (np.rint(a.view(f32)).view(u32), None)),
 }
 
 SAVEEXEC = {  # name -> new EXEC from (s0, exec)
@@ -133,14 +117,6 @@ def _cmp_table():
   t["s_bitcmp1_b32"] = (32, lambda a, b: ((a >> (b & u32(31))) & u32(1)) == 1)
   t["s_bitcmp0_b64"] = (64, lambda a, b: ((a >> (np.asarray(b, u64) & u64(63))) & u64(1)) == 0)
   t["s_bitcmp1_b64"] = (64, lambda a, b: ((a >> (np.asarray(b, u64) & u64(63))) & u64(1)) == 1)
-  un = lambda a, b: np.isnan(a) | np.isnan(b)
-  for nm, f in (("lt", np.less), ("eq", np.equal), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
-                ("lg", lambda a, b: (a != b) & ~un(a, b)), ("o", lambda a, b: ~un(a, b)), ("u", un),
-                ("nge", lambda a, b: ~(a >= b)), ("nlg", lambda a, b: ~((a != b) & ~un(a, b))), ("ngt", lambda a, b: ~(a > b)),
-                ("nle", lambda a, b: ~(a <= b)), ("neq", lambda a, b: ~(a == b)), ("nlt", lambda a, b: ~(a < b))):
-    t[f"s_cmp_{nm}_f32"] = (32, lambda a, b, f=f: f(a.view(f32), b.view(f32)))
-    t[f"s_cmp_{nm}_f16"] = (32, lambda a, b, f=f: f((a & u32(0xffff)).astype(np.uint16).view(np.float16),
-                                                     (b & u32(0xffff)).astype(np.uint16).view(np.float16)))
   return t
 SOPC = _cmp_table()
 
@@ -154,24 +130,52 @@ def _write(st: State, d: int, w: int, val) -> None:
 def _bcast(st: State, v):
   return np.broadcast_to(v, (st.W,))
 
+def _f_bits(x, ty: str):
+  """An SGPR's bits as an operand of type ty (a 16-bit one is the low half)."""
+  if ty in ("f16", "i16", "u16"): return (x & u32(0xffff)).astype(np.uint16).view(C.TYPES[ty])
+  return x.view(C.TYPES[ty])
+
+def _salu_float(i: Inst, n: str):
+  """gfx12 scalar float: the VALU operation of the same name on the scalar operands, under the wave's MODE (its round
+  and denormal controls govern SALU float as they do VALU float: LLVM moves uniform float math, denormal-flushing
+  or not, to the SALU); compares set SCC; a 16-bit result is zero-extended in the SGPR."""
+  f = i.f
+  if n.startswith("s_cmp_"):
+    ty, fn = C.CMP["v_" + n[2:]]
+    fl = C.fpmode.flush_cmp(C.TYPES[ty])
+    a, b = _src(i, "src0", 32), _src(i, "src1", 32)
+    def cmp(st):
+      x, y = (fl(st, _f_bits(_bcast(st, r(st)), ty)[:, None]) for r in (a, b))
+      st.wscc(np.asarray(fn(x, y))[:, 0])
+    return cmp
+  hi = n == "s_cvt_hi_f32_f16"
+  vname = "v_cvt_f32_f16" if hi else "v_" + n[2:]
+  dty, stys, fn = C.VOPS[vname]
+  fn = C.fpmode.modal(vname, dty, stys, fn, C.TYPES)
+  if n.startswith("s_fmac_"): fields = ["src0", "src1", "sdst"]            # the destination is the addend
+  elif n == "s_fmamk_f32": fields = ["src0", "lit", "src1"]
+  elif n == "s_fmaak_f32": fields = ["src0", "src1", "lit"]
+  else: fields = ["src0", "src1"][:len(stys)]
+  k = u32(i.lit or 0)
+  reads = [(lambda st: k) if fl == "lit" else (lambda st, r=f[fl]: st.s[r]) if fl == "sdst" else _src(i, fl, 32) for fl in fields]
+  d, T = f["sdst"], C.TYPES[dty]
+  def run(st):
+    xs = [_bcast(st, r(st)) for r in reads]
+    if hi: xs = [x >> u32(16) for x in xs]
+    with np.errstate(all="ignore"): v = np.asarray(np.broadcast_to(fn(st, *[_f_bits(x, t)[:, None] for x, t in zip(xs, stys)]), (st.W, 1)), T)[:, 0]
+    _write(st, d, 32, (v.view(np.uint16) if T().itemsize == 2 else v.view(u32)).astype(u32))
+  return run
+
 def compile_salu(i: Inst, L: int, fam: str):
   n, f = i.name, i.f
   nxt = i.addr + i.size
   if i.fmt == "sopp": return _sopp(i, L, fam)
+  if ("_f32" in n or "_f16" in n) and i.fmt in ("sop1", "sop2", "sopc"): return _salu_float(i, n)
   if i.fmt == "sop2":
     if n in ("s_cselect_b32", "s_cselect_b64"):
       w = 64 if n.endswith("64") else 32
       a, b = _src(i, "src0", w), _src(i, "src1", w)
       return lambda st: _write(st, f["sdst"], w, np.where(st.scc, a(st), b(st)))
-    if n in ("s_fmaak_f32", "s_fmamk_f32"):
-      from rawgpu.drivers.emu.rdna.fpmath import fma_narrow
-      a, b, k = _src(i, "src0", 32), _src(i, "src1", 32), u32(i.lit or 0)
-      mk = n == "s_fmamk_f32"
-      def run(st):
-        x, y = _bcast(st, a(st)).view(f32), _bcast(st, b(st)).view(f32)
-        r = fma_narrow(x, k.view(f32), y, f32) if mk else fma_narrow(x, y, k.view(f32), f32)
-        _write(st, f["sdst"], 32, r.view(u32))
-      return run
     if n in ("s_addc_u32", "s_subb_u32", "s_add_co_ci_u32", "s_sub_co_ci_u32"):
       a, b = _src(i, "src0", 32), _src(i, "src1", 32)
       def run(st):
@@ -180,14 +184,6 @@ def compile_salu(i: Inst, L: int, fam: str):
         else: r = x - y - c; carry = (y + c) > x
         _write(st, f["sdst"], 32, (r & u64(M32)).astype(u32)); st.wscc(carry)
       return run
-    if n == "s_fmac_f32":
-      a, b = _src(i, "src0", 32), _src(i, "src1", 32)
-      from rawgpu.drivers.emu.rdna.fpmath import fma_narrow
-      return lambda st: _write(st, f["sdst"], 32, fma_narrow(_bcast(st, a(st)).view(f32), _bcast(st, b(st)).view(f32), st.s[f["sdst"]].view(f32), f32).view(u32))
-    if n == "s_cvt_pk_rtz_f16_f32":
-      a, b = _src(i, "src0", 32), _src(i, "src1", 32)
-      fn = C.VOPS["v_cvt_pk_rtz_f16_f32"][2]
-      return lambda st: _write(st, f["sdst"], 32, fn(_bcast(st, a(st)).view(f32), _bcast(st, b(st)).view(f32)))
     if n not in SOP2: raise EmuFault(f"illegal instruction at {i.addr:#x}: {n} is not modelled", i.addr)
     w, fn = SOP2[n]
     w1 = 32 if n.startswith(("s_lshl_b64", "s_lshr_b64", "s_ashr_i64", "s_bfm_b64")) else w
@@ -357,12 +353,4 @@ for _new, _old in (("s_add_co_u32", "s_add_u32"), ("s_add_co_i32", "s_add_i32"),
 SOP2["s_add_nc_u64"] = (64, lambda a, b: (a + b, None))
 SOP2["s_sub_nc_u64"] = (64, lambda a, b: (a - b, None))
 SOP2["s_mul_u64"] = (64, lambda a, b: (a * b, None))
-def _fminmax(f, ismax):
-  def g(a, b):
-    x, y = a.view(f32), b.view(f32)
-    r = np.where(np.isnan(x) | np.isnan(y), f32(np.nan), f(x, y)).astype(f32)
-    return r.view(u32), None
-  return g
-SOP2["s_maximum_f32"] = (32, _fminmax(np.maximum, True))
-SOP2["s_minimum_f32"] = (32, _fminmax(np.minimum, False))
 SOP1["s_brev_b64"] = (64, lambda a: ((_brev32((a >> u64(32)).astype(u32)).astype(u64)) | (_brev32((a & u64(M32)).astype(u32)).astype(u64) << u64(32)), None))
