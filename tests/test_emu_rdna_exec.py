@@ -156,3 +156,11 @@ def test_mixed_precision(target):
   np.testing.assert_array_equal(ol[0::3], [wrap(v * (v >> 7)) for v in L])
   np.testing.assert_array_equal(ol[1::3], [(abs(v) // ((v & 0xfff) | 1)) * (1 if v >= 0 else -1) for v in L])
   np.testing.assert_array_equal(ol[2::3], [(v % 2**64) % 1000003 for v in L])
+
+def test_uniform_half_precision(target):
+  """Half-precision math on a value uniform across the workgroup (SALU float on gfx12), each operation rounded to f16."""
+  x = np.array([1.5, -2.25, 1000.0, 6.1e-5, 0.7, -0.0, 65000.0, 3.0], np.float32)
+  of = run(target, "uniform_half", [x, np.zeros(4 * 8 * 64, np.float32)], (8, 1, 1), (64, 1, 1))[1].reshape(8, 64, 4)
+  with np.errstate(over="ignore"): h, k = x.astype(np.float16), np.float16(0.75)   # 65000 * 0.75 + 65000 is inf in f16
+  with np.errstate(over="ignore"): want = np.stack([(h * k + h), (h - k * k), np.where(h < k, h, k), (x.astype(np.float16).astype(np.float32) * 3).astype(np.float16)], 1).astype(np.float32)
+  np.testing.assert_array_equal(of, np.broadcast_to(want[:, None, :], of.shape))

@@ -126,3 +126,13 @@ __kernel void mixed(__global const float *x, __global const double *d, __global 
   ol[3 * i + 1] = l[i] / ((l[i] & 0xfff) | 1);
   ol[3 * i + 2] = (long)((unsigned long)l[i] % 1000003ul);
 }
+
+// one value per workgroup: gfx12 computes it with SALU f16 arithmetic (s_mul_f16, s_add_f16, s_cmp_*_f16, ...)
+__kernel void uniform_half(__global const float *x, __global float *of) {
+  int g = __builtin_amdgcn_workgroup_id_x();
+  _Float16 h = (_Float16)x[g], k = (_Float16)0.75f;
+  of[4 * GID + 0] = (float)(h * k + h);
+  of[4 * GID + 1] = (float)(h - k * k);
+  of[4 * GID + 2] = (float)(h < k ? h : k);
+  of[4 * GID + 3] = (float)(_Float16)((float)h * 3.0f);
+}

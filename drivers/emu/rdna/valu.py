@@ -72,7 +72,6 @@ def _popc32(x):
 
 def _clz32(x):
   x = np.asarray(x, u32)
-  n = np.full(x.shape, 32, u32)
   y = x.astype(u64)
   pos = np.where(x == 0, 0, np.floor(np.log2(np.maximum(y, 1).astype(f64))).astype(i64))
   # log2 of a float64 is exact for powers of two and never crosses an integer for 32-bit inputs
