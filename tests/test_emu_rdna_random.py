@@ -22,8 +22,9 @@ BATCH = 20   # kernels per code object: clang runs a few times, not once per ker
 PRELUDE = r"""
 #ifdef __OPENCL_C_VERSION__
 #define KDEF(name) __kernel void name(__global const int *ii, __global const float *ff, __global const double *dd, \
-  __global const long *ll, __global int *oi, __global float *of, __global double *od, __global long *ol, __global int *acc)
-#define LDS_DECL __local int lds_i[WG]; __local float lds_f[WG];
+  __global const long *ll, __global int *oi, __global float *of, __global double *od, __global long *ol, __global int *acc, \
+  __global const short *ss, __global short *os, __global uchar *ob)
+#define LDS_DECL __local int lds_i[WG]; __local float lds_f[WG]; __local short lds_s[WG]; __local uchar lds_b[WG];
 #define PHASE(n)
 #define SYNC __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); \
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
@@ -38,8 +39,9 @@ typedef unsigned int uint32; typedef unsigned long uint64; typedef long int64;
 #else
 #include <math.h>
 #include <stdint.h>
-#define KDEF(name) void name(int _phase, int _tid, int _grp, int *lds_i, float *lds_f, const int *ii, const float *ff, \
-  const double *dd, const int64_t *ll, int *oi, float *of, double *od, int64_t *ol, int *acc)
+#define KDEF(name) void name(int _phase, int _tid, int _grp, int *lds_i, float *lds_f, short *lds_s, uchar *lds_b, \
+  const int *ii, const float *ff, const double *dd, const int64_t *ll, int *oi, float *of, double *od, int64_t *ol, int *acc, \
+  const short *ss, short *os, uchar *ob)
 #define LDS_DECL
 #define PHASE(n) if (_phase == n)
 #define SYNC
@@ -50,7 +52,7 @@ typedef unsigned int uint32; typedef unsigned long uint64; typedef long int64;
 #define AOR(p, v) (*(p) |= (v))
 #define AXOR(p, v) (*(p) ^= (v))
 typedef uint32_t uint32; typedef uint64_t uint64; typedef int64_t int64;
-typedef unsigned int uint;
+typedef unsigned int uint; typedef unsigned char uchar; typedef unsigned short ushort;
 #define OPAQUE(v) __asm__ volatile("" : "+r"(v))
 #endif
 #define WG @WG@
@@ -178,13 +180,22 @@ def kernel_source(seed: int, flush: bool = False) -> str:
   body = g2.stmts(r.randrange(3, 7))
   if use_lds:
     body.insert(0, f"a = a + lds_i[(TID * 13 + {r.randrange(WG)}) % WG]; x = x * lds_f[(TID + {r.randrange(WG)}) % WG];")
+  # 8- and 16-bit values through global memory and LDS (sign and zero extension, byte and short stores), from a
+  # stream of their own so the rest of each kernel is what it was
+  g3 = Gen(seed * 104729 + 5, flush)
+  r3 = g3.r
+  if use_lds:
+    phases[0].append(f"lds_s[TID] = (short)({g3.expr('int')}); lds_b[TID] = (uchar)({g3.expr('int')});")
+    body.insert(0, f"b = b ^ (lds_s[(TID * 5 + {r3.randrange(WG)}) % WG] * (int)lds_b[(TID + {r3.randrange(WG)}) % WG]);")
+  body.insert(0, f"a = a + ss[(gid * {r3.choice([1, 3, 7])} + {r3.randrange(N)}) % {N}]; u = u + (uint32)(ushort)ss[({at} + 2) % {N}];")
   atom = []
   if r.random() < 0.5:
     atom.append(f"AADD(&acc[{r.randrange(4)}], {g2.expr('int')});")
     atom.append(f"{r.choice(['AMAX', 'AOR', 'AXOR'])}(&acc[4 + {r.randrange(4)}], {g2.expr('int')});")
   outs = [f"oi[gid * {NOUT} + {k}] = {g2.expr('int')};" for k in range(NOUT)] + \
          [f"of[gid * {NOUT} + {k}] = {g2.expr('float')};" for k in range(NOUT)] + \
-         [f"od[gid * {NOUT} + 0] = {g2.expr('double')}; ol[gid * {NOUT} + 0] = {g2.expr('int64')};"]
+         [f"od[gid * {NOUT} + 0] = {g2.expr('double')}; ol[gid * {NOUT} + 0] = {g2.expr('int64')};"] + \
+         [f"os[gid * {NOUT} + {k}] = (short)({g3.expr('int')}); ob[gid * {NOUT} + {k}] = (uchar)({g3.expr('int')});" for k in range(2)]
   phases.append(body + atom + outs)
   src = f"KDEF(k{seed}) {{\n  LDS_DECL\n"
   src += "\n  SYNC\n".join(f"  PHASE({k}) {{ {decl}\n    " + "\n    ".join(ph) + "\n  }" for k, ph in enumerate(phases))
@@ -197,9 +208,9 @@ def host_library(srcs: list[tuple[int, str, bool]], ftz: bool = False) -> ctypes
   on, off = ("unsigned csr = _mm_getcsr(); _mm_setcsr(csr | 0x8040);", "_mm_setcsr(csr);") if ftz else ("", "")
   text += "\n" + "\n".join(
     f"void run_k{seed}(const int *ii, const float *ff, const double *dd, const int64_t *ll, int *oi, float *of, double *od, "
-    f"int64_t *ol, int *acc) {{ int lds_i[WG]; float lds_f[WG]; {on} for (int g = 0; g < {GROUPS}; g++) "
-    f"for (int ph = 0; ph < {nph}; ph++) for (int t = 0; t < WG; t++) "
-    f"k{seed}(ph, t, g, lds_i, lds_f, ii, ff, dd, ll, oi, of, od, ol, acc); {off} }}" for seed, _, nph in srcs)
+    f"int64_t *ol, int *acc, const short *ss, short *os, uchar *ob) {{ int lds_i[WG]; float lds_f[WG]; short lds_s[WG]; "
+    f"uchar lds_b[WG]; {on} for (int g = 0; g < {GROUPS}; g++) for (int ph = 0; ph < {nph}; ph++) for (int t = 0; t < WG; t++) "
+    f"k{seed}(ph, t, g, lds_i, lds_f, lds_s, lds_b, ii, ff, dd, ll, oi, of, od, ol, acc, ss, os, ob); {off} }}" for seed, _, nph in srcs)
   key = hashlib.sha256((text + "sse4.1" * ftz).encode()).hexdigest()[:20]
   os.makedirs(CACHE, exist_ok=True)
   so = os.path.join(CACHE, f"host_{key}.so")
@@ -224,7 +235,8 @@ def inputs(seed: int, denormals: bool = False) -> list[np.ndarray]:
   if denormals:
     ff = np.where(rng.random(N) < 0.2, rng.standard_normal(N) * 1e-39, ff).astype(np.float32)
     dd = np.where(rng.random(N) < 0.2, rng.standard_normal(N) * 1e-309, dd)
-  return [ii, ff, dd, ll]
+  ss = np.where(rng.random(N) < 0.3, rng.choice(np.array([0, -1, 1, -32768, 32767, 255, 256], np.int16), N), rng.integers(-2**15, 2**15, N)).astype(np.int16)
+  return [ii, ff, dd, ll, ss]
 
 def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """Bit equality, except: any NaN equals any NaN (C does not specify payloads), and +0 equals -0 (LLVM's backend
@@ -264,11 +276,13 @@ def run_batch(target, batch, flags: tuple[str, ...], ftz: bool = False, float_mo
     ins = inputs(seed, ftz)
     outs0 = [np.zeros(N * NOUT, np.int32), np.zeros(N * NOUT, np.float32), np.zeros(N * NOUT, np.float64),
              np.zeros(N * NOUT, np.int64), np.zeros(8, np.int32)]
-    host = [o.copy() for o in outs0]
-    getattr(lib, f"run_k{seed}")(*[a.ctypes.data_as(ctypes.c_void_p) for a in ins + host])
-    res, got, _ = launch(ks[f"k{seed}"], mcpu, ins + outs0, (GROUPS, 1, 1), (WG, 1, 1), max_instructions=5_000_000)
+    small0 = [np.full(N * NOUT, 0x5555, np.int16), np.full(N * NOUT, 0xaa, np.uint8)]   # what a store must not touch shows
+    host, small = [o.copy() for o in outs0], [o.copy() for o in small0]
+    args = lambda outs, sm: ins[:4] + outs + ins[4:] + sm   # the kernel's argument order
+    getattr(lib, f"run_k{seed}")(*[a.ctypes.data_as(ctypes.c_void_p) for a in args(host, small)])
+    res, got, _ = launch(ks[f"k{seed}"], mcpu, args(outs0, small0), (GROUPS, 1, 1), (WG, 1, 1), max_instructions=5_000_000)
     if not res.ok: bad.append(f"seed {seed}: {res.fault}"); continue
-    for name, h, g in zip(("oi", "of", "od", "ol", "acc"), host, got[4:]):
+    for name, h, g in zip(("oi", "of", "od", "ol", "acc", "os", "ob"), host + small, got[4:9] + got[10:]):
       ok = same(h, g)
       if not ok.all():
         k = int(np.argmin(ok))

@@ -46,8 +46,7 @@ _STORE = {"b8": (1, 1, False), "b16": (2, 1, False), "b32": (4, 1, False), "b64"
 def _extend(vals: np.ndarray, size: int, kind: str | None, old: np.ndarray | None) -> np.ndarray:
   v = vals.astype(u32)
   if kind in ("i", "lo_i", "hi_i"):
-    v = (v.astype(np.int64) << (64 - 8 * size) >> (64 - 8 * size) if False else
-         (vals.view(np.int8) if size == 1 else vals.view(np.int16)).astype(np.int32).view(u32))
+    v = (vals.view(np.int8) if size == 1 else vals.view(np.int16)).astype(np.int32).view(u32)
   if kind in ("lo", "lo_i"): return (old & u32(0xffff0000)) | (v & u32(0xffff))
   if kind in ("hi", "hi_i"): return (old & u32(0xffff)) | (v << u32(16))
   return v
@@ -99,7 +98,7 @@ def _smem(i: Inst, fam: str):
     try:
       if kind != "b":
         v = load(a, bits // 8)
-        v = v.astype(np.int64 if False else u32) if kind == "u" else (v.view(np.int8 if bits == 8 else np.int16).astype(np.int32).view(u32))
+        v = v.astype(u32) if kind == "u" else v.view(np.int8 if bits == 8 else np.int16).astype(np.int32).view(u32)
         st.s[d][ws] = v
         return
       # all the dwords in one access, in register order (dword k of every wave, then k + 1): one translation
