@@ -164,3 +164,17 @@ def test_uniform_half_precision(target):
   with np.errstate(over="ignore"): h, k = x.astype(np.float16), np.float16(0.75)   # 65000 * 0.75 + 65000 is inf in f16
   with np.errstate(over="ignore"): want = np.stack([(h * k + h), (h - k * k), np.where(h < k, h, k), (x.astype(np.float16).astype(np.float32) * 3).astype(np.float16)], 1).astype(np.float32)
   np.testing.assert_array_equal(of, np.broadcast_to(want[:, None, :], of.shape))
+
+def test_division_at_the_edges_of_the_range(target):
+  """Quotients that overflow, underflow to denormals or zero, and every special operand, bit for bit as IEEE division
+  (any NaN equals any NaN). A huge denominator once came out infinite: div_scale scaled it up instead of down."""
+  vals = [1.0, -3.0, 1e308, -1.7e308, 1e-308, 5e-324, 2.5e-310, 3.4e38, 1e-45, 1.2e-38, np.inf, -np.inf, 0.0, -0.0, np.nan, 7.0]
+  n, d = np.array([a for a in vals for _ in vals]), np.array([b for _ in vals for b in vals])
+  q, qf = run(target, "divide_pairs", [n, d, np.zeros(256), np.zeros(256, np.float32)], (4, 1, 1), (64, 1, 1))[2:]
+  with np.errstate(all="ignore"): want, wantf = n / d, n.astype(np.float32) / d.astype(np.float32)
+  same = (q.view(np.uint64) == want.view(np.uint64)) | (np.isnan(q) & np.isnan(want))
+  assert same.all(), [(n[k], d[k], want[k], q[k]) for k in np.flatnonzero(~same)[:6]]
+  # f32 division is OpenCL's 2.5 ulp here (no -cl-fp32-correctly-rounded-divide-sqrt): specials exact, the rest close
+  finite = np.isfinite(wantf) & (wantf != 0)
+  with np.errstate(invalid="ignore"): ok = np.where(finite, np.abs(qf - wantf) <= 3 * np.spacing(np.abs(wantf)), (qf.view(np.uint32) == wantf.view(np.uint32)) | (np.isnan(qf) & np.isnan(wantf)))
+  assert ok.all(), [(n[k], d[k], wantf[k], qf[k]) for k in np.flatnonzero(~ok)[:6]]

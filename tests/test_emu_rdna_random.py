@@ -16,7 +16,8 @@ from test_emu_rdna_common import compile_cl, kernels, launch, need, CACHE
 WG, GROUPS, NOUT = 64, 4, 4
 N = WG * GROUPS
 SEEDS = range(int(os.environ.get("RAWGPU_RDNA_SEEDS", "60")))
-FOUND = [247]   # seeds beyond the default range whose kernels once broke the emulator (a 16-bit operand's literal)
+FOUND = [195, 247, 410]   # seeds beyond the default range that found emulator bugs (f64 division by a huge value, a 16-bit
+                          # operand's literal, f32 division of huge values with denormals flushed)
 BATCH = 20   # kernels per code object: clang runs a few times, not once per kernel
 
 PRELUDE = r"""
@@ -211,16 +212,16 @@ def host_library(srcs: list[tuple[int, str, bool]], ftz: bool = False) -> ctypes
     f"int64_t *ol, int *acc, const short *ss, short *os, uchar *ob) {{ int lds_i[WG]; float lds_f[WG]; short lds_s[WG]; "
     f"uchar lds_b[WG]; {on} for (int g = 0; g < {GROUPS}; g++) for (int ph = 0; ph < {nph}; ph++) for (int t = 0; t < WG; t++) "
     f"k{seed}(ph, t, g, lds_i, lds_f, lds_s, lds_b, ii, ff, dd, ll, oi, of, od, ol, acc, ss, os, ob); {off} }}" for seed, _, nph in srcs)
-  key = hashlib.sha256((text + "sse4.1" * ftz).encode()).hexdigest()[:20]
+  # -msse4.1: floor/ceil/trunc/rint become roundss, which honours DAZ (glibc's integer-bit versions do not);
+  # -fno-math-errno: sqrt is sqrtsd alone, not sqrtsd then glibc's sqrt for a negative input (which ignores DAZ)
+  flags = ["-O1", *(["-msse4.1"] if ftz else []), "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-fno-math-errno"]
+  key = hashlib.sha256((text + " ".join(flags)).encode()).hexdigest()[:20]
   os.makedirs(CACHE, exist_ok=True)
   so = os.path.join(CACHE, f"host_{key}.so")
   if not os.path.exists(so):
     c = os.path.join(CACHE, f"host_{key}.c")
     with open(c, "w") as f: f.write(text)
-    # -msse4.1: floor/ceil/trunc/rint become roundss, which honours DAZ (glibc's integer-bit versions do not)
-    sse = ["-msse4.1"] if ftz else []
-    subprocess.run(["gcc", "-O1", *sse, "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-shared", "-fPIC", c, "-o", so + ".tmp", "-lm"],
-                   check=True, capture_output=True)
+    subprocess.run(["gcc", *flags, "-shared", "-fPIC", c, "-o", so + ".tmp", "-lm"], check=True, capture_output=True)
     os.replace(so + ".tmp", so)
   return ctypes.CDLL(so)
 

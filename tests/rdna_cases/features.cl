@@ -136,3 +136,11 @@ __kernel void uniform_half(__global const float *x, __global float *of) {
   of[4 * GID + 2] = (float)(h < k ? h : k);
   of[4 * GID + 3] = (float)(_Float16)((float)h * 3.0f);
 }
+
+// IEEE division over every pair of a list of values (huge, tiny, denormal, infinite, zero, NaN): LLVM's
+// div_scale / rcp / fma / div_fmas / div_fixup sequences, f64 and correctly rounded f32
+__kernel void divide_pairs(__global const double *n, __global const double *d, __global double *q, __global float *qf) {
+  int i = GID;
+  q[i] = n[i] / d[i];
+  qf[i] = (float)n[i] / (float)d[i];
+}

@@ -94,7 +94,7 @@ def div_scale(s0, s1, s2, ftype) -> tuple[np.ndarray, np.ndarray]:
   U = u32 if bits == 32 else u64
   with np.errstate(all="ignore"):
     e1, e2 = _exp(s1, bits, mant), _exp(s2, bits, mant)
-    rden = _denorm(f64(1.0) / s1.astype(f64), f64)   # the reciprocal is checked in double precision
+    rden = _denorm(f64(1.0) / s1.astype(f64), ftype)   # computed in double, checked against the type's denormal range
     qden = _denorm(s2 / s1, ftype)
     up, down = np.ldexp(s0, sc).astype(ftype), np.ldexp(s0, -sc).astype(ftype)
     is_s1, is_s2 = s0.view(U) == s1.view(U), s0.view(U) == s2.view(U)
@@ -107,8 +107,10 @@ def div_scale(s0, s1, s2, ftype) -> tuple[np.ndarray, np.ndarray]:
     c5 = rest & qden; rest &= ~c5
     c6 = rest & (e2 <= tiny)
     d = np.where(zero, ftype(np.nan), s0)
-    d = np.where(((c1 | c3) & is_s1) | c2 | c6 | (c5 & is_s2), up, d)
-    d = np.where(c4, down, d)
+    # a quotient near the largest value: the denominator up; a denormal reciprocal and quotient: the denominator down,
+    # so its reciprocal is normal and the quotient 2^sc times too large (div_fmas scales it back, VCC set)
+    d = np.where((c1 & is_s1) | c2 | c6 | (c5 & is_s2), up, d)
+    d = np.where(c4 | (c3 & is_s1), down, d)
   return d.astype(ftype), c1 | c3 | c5
 
 def div_fmas(s0, s1, s2, vcc, ftype) -> np.ndarray:
