@@ -407,7 +407,6 @@ class Builder:
     return cexpr.evaluate(node, lambda n: self.value(n, stack), call, self.sizeof)
 
   def build(self) -> Model:
-    ci = self.ci
     self.collect()
     keep = re.compile(self.r.keep) if self.r.keep else None
     drop = re.compile(self.r.drop) if self.r.drop else None

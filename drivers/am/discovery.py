@@ -74,7 +74,7 @@ def parse(blob: bytes) -> Discovery:
   base64 = ih["version"] >= 4 and bool(ih["_anon0"][0] & 1)   # the union holds base_addr_64_bit in bit 0
   ips: list[IPBlock] = []
   for die in range(ih["num_dies"]):
-    die_id, die_off = ih["die_info"][2 * die], ih["die_info"][2 * die + 1]
+    die_off = ih["die_info"][2 * die + 1]   # die_info holds (die id, offset) pairs; the die header names its id
     dh = F.DIE_HDR.parse(blob, die_off, what="IP discovery die")
     if dh["die_id"] != die: raise RawGPUError(f"IP discovery: die {die} has id {dh['die_id']}")
     pos = die_off + F.DIE_HDR.size
