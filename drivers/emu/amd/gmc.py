@@ -408,8 +408,19 @@ class VMMemory:
   def atomic(self, op: str, addrs: np.ndarray, values: np.ndarray, size: int, cmp: np.ndarray | None = None) -> np.ndarray:
     a, u, k, p = self._split(addrs, size, True)
     if p is None: raise self.MemoryFault(int(a[0]) if len(a) else 0, True)
-    if u < 0 or u == PEER: raise self.MemoryFault(int(a[0]), True)   # atomics spanning backings / across the bus: not modelled
-    return self.flat[u].atomic(op, p, values, size, cmp)
+    if u == PEER or (u < 0 and (k == PEER).any()): raise self.MemoryFault(int(a[0]), True)   # atomics across the bus: not modelled
+    if u >= 0: return self.flat[u].atomic(op, p, values, size, cmp)
+    # lanes on VRAM and on host memory: each backing's lanes in order (no address is in both)
+    vals = np.broadcast_to(np.asarray(values), (len(a),) + np.shape(values)[1:])
+    cmps = None if cmp is None else np.broadcast_to(np.asarray(cmp), (len(a),) + np.shape(cmp)[1:])
+    out = None
+    for kind in (VRAM, HOST):
+      m = k == kind
+      if not m.any(): continue
+      r = self.flat[kind].atomic(op, p[m], vals[m], size, None if cmps is None else cmps[m])
+      if out is None: out = np.empty((len(a),) + r.shape[1:], r.dtype)
+      out[m] = r
+    return out
 
   def scalar_load(self, addrs: np.ndarray, size: int) -> np.ndarray:
     """A scalar load (s_load, s_buffer_load): it reaches memory through the SQC's data cache, not the TCP."""
