@@ -178,3 +178,16 @@ def test_division_at_the_edges_of_the_range(target):
   finite = np.isfinite(wantf) & (wantf != 0)
   with np.errstate(invalid="ignore"): ok = np.where(finite, np.abs(qf - wantf) <= 3 * np.spacing(np.abs(wantf)), (qf.view(np.uint32) == wantf.view(np.uint32)) | (np.isnan(qf) & np.isnan(wantf)))
   assert ok.all(), [(n[k], d[k], wantf[k], qf[k]) for k in np.flatnonzero(~ok)[:6]]
+
+def test_more_cross_lane_moves_and_apertures(target):
+  """v_writelane, DPP8 and v_permlanex16 against numpy; the LDS and private aperture checks of generic pointers."""
+  mcpu, ks = target
+  wave = 64 if ks["lanes2"].props >> 10 & 1 == 0 else 32
+  a = np.random.default_rng(9).integers(-1000, 1000, 256).astype(np.int32)
+  out = run(target, "lanes2", [a, np.zeros(6 * 256, np.int32)], (1, 1, 1), (256, 1, 1))[1].reshape(256, 6)
+  i = np.arange(256)
+  lane, base = i % wave, i - i % wave
+  np.testing.assert_array_equal(out[:, 0], np.where(lane == 7, a[base + 3], a))
+  np.testing.assert_array_equal(out[:, 1], a[(i & ~7) | (7 - (i & 7))])
+  np.testing.assert_array_equal(out[:, 2], a[i ^ 16])              # identity selects: the same lane of the other row
+  assert (out[:, 3] == 1).all() and (out[:, 4] == 1).all() and (out[:, 5] == 0).all()

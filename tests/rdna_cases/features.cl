@@ -144,3 +144,18 @@ __kernel void divide_pairs(__global const double *n, __global const double *d, _
   q[i] = n[i] / d[i];
   qf[i] = (float)n[i] / (float)d[i];
 }
+
+// more cross-lane moves: v_writelane, DPP8, v_permlanex16; and the LDS/private aperture tests on generic pointers
+__kernel void lanes2(__global const int *a, __global int *out) {
+  __local int shared_word;
+  int priv[2] = {1, 2};
+  int v = a[GID];
+  int w = v, s = __builtin_amdgcn_readlane(v, 3);
+  __asm__ volatile("v_writelane_b32 %0, %1, 7" : "+v"(w) : "s"(s));   // lane 7 takes lane 3's value (no clang-19 builtin)
+  out[6 * GID + 0] = w;
+  out[6 * GID + 1] = __builtin_amdgcn_mov_dpp8(v, 0x053977);   // reverse each group of 8 lanes: 7,6,5,4,3,2,1,0
+  out[6 * GID + 2] = __builtin_amdgcn_permlanex16(0, v, 0x76543210u, 0xfedcba98u, false, false);   // the other row
+  out[6 * GID + 3] = __builtin_amdgcn_is_shared((__generic void *)&shared_word);
+  out[6 * GID + 4] = __builtin_amdgcn_is_private((__generic void *)(priv + (v & 1)));
+  out[6 * GID + 5] = __builtin_amdgcn_is_shared((__generic void *)(a + GID)) | __builtin_amdgcn_is_private((__generic void *)(a + GID));
+}
