@@ -68,6 +68,8 @@ static inline uint32 udiv(uint32 a, uint32 b) { OPAQUE(a); OPAQUE(b); return b =
 static inline uint32 umod(uint32 a, uint32 b) { OPAQUE(a); OPAQUE(b); return b == 0 ? a : a % b; }
 static inline int64 ldiv_(int64 a, int64 b) { return b == 0 || b == -1 ? a : a / b; }
 static inline uint64 uldiv(uint64 a, uint64 b) { return b == 0 ? a : a / b; }
+/* a half's bits; every NaN one pattern (C does not specify a NaN's sign or payload) */
+static inline short h2s(_Float16 h) { union { _Float16 h; short s; } v; v.h = h; return h != h ? (short)0x7e00 : v.s; }
 """.replace("@WG@", str(WG))
 
 class Gen:
@@ -77,7 +79,7 @@ class Gen:
     # the flush-mode variant (test_emu_rdna_flush.py) has no f32 division and no denormal literal: gcc folds
     # constants without knowing the run-time MXCSR, so a folded 1e-40f would not be flushed on the host
     self.flush = flush
-    self.vars = {"int": ["a", "b"], "float": ["x", "y"], "double": ["p"], "int64": ["q"], "uint32": ["u"]}
+    self.vars = {"int": ["a", "b"], "float": ["x", "y"], "double": ["p"], "int64": ["q"], "uint32": ["u"], "half": ["h"]}
     self.n = 0
 
   def lit(self, t: str) -> str:
@@ -86,6 +88,8 @@ class Gen:
     if t == "uint32": return f"{r.choice([0, 1, 5, 0xff, 0x80000000, 0xffffffff, 12345])}u"
     if t == "int64": return f"{r.choice([0, 1, -1, 3, 1 << 40, -(1 << 35), 123456789012345])}L"
     if t == "float": return r.choice(["0.5f", "1.0f", "-2.0f", "3.25f", "1e-3f", "1e20f", "-0.0f", "7.0f", "2e-38f" if self.flush else "1e-40f", "0.1f"])
+    if t == "half": return r.choice(["(_Float16)0.5f", "(_Float16)1.0f", "(_Float16)-2.0f", "(_Float16)65504.0f", "(_Float16)6e-8f",
+                                     "(_Float16)-0.0f", "(_Float16)0.1f", "(_Float16)3.0e-5f"])
     return r.choice(["0.5", "1.0", "-3.0", "1e-300", "2.5e10", "0.1", "-0.0"])
 
   def var(self, t: str) -> str:
@@ -134,6 +138,12 @@ class Gen:
       if k == 11: return f"(float)({e('uint32')})"
       sgn = e()  # the sign of a NaN is not specified by C: only ordered values donate their sign
       return f"__builtin_copysignf({e()}, ({sgn}) != ({sgn}) ? 1.0f : ({sgn}))"
+    if t == "half":   # each operation rounded to half on both sides (the host: -fexcess-precision=16); no division,
+      k = r.randrange(6)   # which LLVM computes through an f32 reciprocal to within an ulp
+      if k < 3: return f"({e()} {r.choice(['+', '-', '*'])} {e()})"
+      if k == 3: return f"(_Float16)({e('float')})"
+      if k == 4: return f"({e('int')} > {e('int')} ? {e()} : {e()})"
+      return f"(_Float16)((float)({e()}) {r.choice(['<', '>', '=='])} (float)({e()}))"
     k = r.randrange(9)
     if k < 3: return f"({e()} {r.choice(['+', '-', '*'])} {e()})"
     if k == 3: return f"({e()} / {e()})"
@@ -170,7 +180,7 @@ def kernel_source(seed: int, flush: bool = False) -> str:
   # (s_cselect, s_addc/s_subb, s_cmp, SALU float on gfx12, ...); a separate stream keeps the other seeds' kernels
   at = "(GRP * 37)" if random.Random(seed * 31 + 7).random() < 0.35 else "gid"
   decl = (f"int gid = GRP * WG + TID; int a = ii[{at}], b = ii[({at} * 7 + 3) % {N}]; float x = ff[{at}], y = ff[({at} + 5) % {N}]; "
-          f"double p = dd[{at}]; int64 q = ll[{at}]; uint32 u = (uint32)ii[({at} + 1) % {N}];")
+          f"double p = dd[{at}]; int64 q = ll[{at}]; uint32 u = (uint32)ii[({at} + 1) % {N}]; _Float16 h = (_Float16)ff[({at} + 3) % {N}];")
   use_lds = r.random() < 0.6
   phases = []
   if use_lds:
@@ -197,6 +207,10 @@ def kernel_source(seed: int, flush: bool = False) -> str:
          [f"of[gid * {NOUT} + {k}] = {g2.expr('float')};" for k in range(NOUT)] + \
          [f"od[gid * {NOUT} + 0] = {g2.expr('double')}; ol[gid * {NOUT} + 0] = {g2.expr('int64')};"] + \
          [f"os[gid * {NOUT} + {k}] = (short)({g3.expr('int')}); ob[gid * {NOUT} + {k}] = (uchar)({g3.expr('int')});" for k in range(2)]
+  if not flush:   # half precision, from a stream of its own (the host rounds it in software, which FTZ/DAZ does not reach)
+    g4 = Gen(seed * 1299709 + 11, flush)
+    halves = [f"h = {g4.expr('half')};" for _ in range(3)]
+    outs += halves + [f"os[gid * {NOUT} + 2] = h2s(h); os[gid * {NOUT} + 3] = h2s({g4.expr('half')});"]
   phases.append(body + atom + outs)
   src = f"KDEF(k{seed}) {{\n  LDS_DECL\n"
   src += "\n  SYNC\n".join(f"  PHASE({k}) {{ {decl}\n    " + "\n    ".join(ph) + "\n  }" for k, ph in enumerate(phases))
@@ -214,7 +228,7 @@ def host_library(srcs: list[tuple[int, str, bool]], ftz: bool = False) -> ctypes
     f"k{seed}(ph, t, g, lds_i, lds_f, lds_s, lds_b, ii, ff, dd, ll, oi, of, od, ol, acc, ss, os, ob); {off} }}" for seed, _, nph in srcs)
   # -msse4.1: floor/ceil/trunc/rint become roundss, which honours DAZ (glibc's integer-bit versions do not);
   # -fno-math-errno: sqrt is sqrtsd alone, not sqrtsd then glibc's sqrt for a negative input (which ignores DAZ)
-  flags = ["-O1", *(["-msse4.1"] if ftz else []), "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-fno-math-errno"]
+  flags = ["-O1", *(["-msse4.1"] if ftz else []), "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-fno-math-errno", "-fexcess-precision=16"]
   key = hashlib.sha256((text + " ".join(flags)).encode()).hexdigest()[:20]
   os.makedirs(CACHE, exist_ok=True)
   so = os.path.join(CACHE, f"host_{key}.so")
