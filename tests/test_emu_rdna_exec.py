@@ -191,3 +191,12 @@ def test_more_cross_lane_moves_and_apertures(target):
   np.testing.assert_array_equal(out[:, 1], a[(i & ~7) | (7 - (i & 7))])
   np.testing.assert_array_equal(out[:, 2], a[i ^ 16])              # identity selects: the same lane of the other row
   assert (out[:, 3] == 1).all() and (out[:, 4] == 1).all() and (out[:, 5] == 0).all()
+
+def test_uniform_half_bits_and_constants(target):
+  """f16 values in the halves of a uniform word, f16 literals and inline constants (on gfx12 the scalar unit's s_cvt_hi,
+  s_cmp_*_f16 and s_add_f16 with -1.0: an inline constant of a 16-bit operand is the f16 value, not f32's low half)."""
+  w = np.array([0x3c00bc01, 0xc1003800, 0x7bff3800, 0x00013c00], np.uint32)
+  o, c = run(target, "uniform_half_bits", [w, np.zeros(4, np.float32), np.zeros(4, np.uint32)], (4, 1, 1), (32, 1, 1))[1:]
+  lo = (w & 0xffff).astype(np.uint16).view(np.float16)
+  np.testing.assert_array_equal(o, (w >> 16).astype(np.uint16).view(np.float16).astype(np.float32))
+  np.testing.assert_array_equal(c, (lo < -1).astype(np.uint32) + 2 * (lo == 0.5) + 4 * ((lo + np.float16(-1)) == np.float16(-0.5)))

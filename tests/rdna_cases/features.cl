@@ -159,3 +159,12 @@ __kernel void lanes2(__global const int *a, __global int *out) {
   out[6 * GID + 4] = __builtin_amdgcn_is_private((__generic void *)(priv + (v & 1)));
   out[6 * GID + 5] = __builtin_amdgcn_is_shared((__generic void *)(a + GID)) | __builtin_amdgcn_is_private((__generic void *)(a + GID));
 }
+
+// halves taken from the two halves of a uniform word (s_cvt_hi_f32_f16 on gfx12), compared with f16 literals and
+// added to an inline constant (gfx12: s_cmp_*_f16, s_add_f16 with -1.0 encoded as an f16 inline constant)
+__kernel void uniform_half_bits(__global const uint *w, __global float *o, __global uint *c) {
+  uint g = __builtin_amdgcn_workgroup_id_x(), v = w[g];
+  o[g] = (float)__builtin_bit_cast(_Float16, (ushort)(v >> 16));
+  _Float16 lo = __builtin_bit_cast(_Float16, (ushort)v);
+  c[g] = (lo < (_Float16)-1.0f) + 2 * (lo == (_Float16)0.5f) + 4 * ((lo + (_Float16)-1.0f) == (_Float16)-0.5f);
+}

@@ -132,8 +132,13 @@ def _bcast(st: State, v):
 
 def _f_bits(x, ty: str):
   """An SGPR's bits as an operand of type ty (a 16-bit one is the low half)."""
-  if ty in ("f16", "i16", "u16"): return (x & u32(0xffff)).astype(np.uint16).view(C.TYPES[ty])
-  return x.view(C.TYPES[ty])
+  if ty in ("f16", "i16", "u16"): return (np.asarray(x).astype(u32) & u32(0xffff)).astype(np.uint16).view(C.TYPES[ty])
+  return np.asarray(x).view(C.TYPES[ty])
+
+def _fsrc(i: Inst, k: str, ty: str):
+  """A scalar float instruction's operand, read as its type: an inline constant of a 16-bit operand is the f16 value
+  (-1.0 is 0xbc00 there, not the low half of f32 -1.0)."""
+  return C.raw_src(i, i.f[k], 16 if ty in ("f16", "i16", "u16") else 32, False, ty[0] == "f")
 
 def _salu_float(i: Inst, n: str):
   """gfx12 scalar float: the VALU operation of the same name on the scalar operands, under the wave's MODE (its round
@@ -143,7 +148,7 @@ def _salu_float(i: Inst, n: str):
   if n.startswith("s_cmp_"):
     ty, fn = C.CMP["v_" + n[2:]]
     fl = C.fpmode.flush_cmp(C.TYPES[ty])
-    a, b = _src(i, "src0", 32), _src(i, "src1", 32)
+    a, b = _fsrc(i, "src0", ty), _fsrc(i, "src1", ty)
     def cmp(st):
       x, y = (fl(st, _f_bits(_bcast(st, r(st)), ty)[:, None]) for r in (a, b))
       st.wscc(np.asarray(fn(x, y))[:, 0])
@@ -157,7 +162,8 @@ def _salu_float(i: Inst, n: str):
   elif n == "s_fmaak_f32": fields = ["src0", "src1", "lit"]
   else: fields = ["src0", "src1"][:len(stys)]
   k = u32(i.lit or 0)
-  reads = [(lambda st: k) if fl == "lit" else (lambda st, r=f[fl]: st.s[r]) if fl == "sdst" else _src(i, fl, 32) for fl in fields]
+  reads = [(lambda st: k) if fl == "lit" else (lambda st, r=f[fl]: st.s[r]) if fl == "sdst" else _fsrc(i, fl, t) for fl, t in zip(fields, stys)]
+  if hi: reads = [_fsrc(i, "src0", "f32")]   # all 32 bits: the f16 is the high half
   d, T = f["sdst"], C.TYPES[dty]
   def run(st):
     xs = [_bcast(st, r(st)) for r in reads]
