@@ -200,3 +200,13 @@ def test_uniform_half_bits_and_constants(target):
   lo = (w & 0xffff).astype(np.uint16).view(np.float16)
   np.testing.assert_array_equal(o, (w >> 16).astype(np.uint16).view(np.float16).astype(np.float32))
   np.testing.assert_array_equal(c, (lo < -1).astype(np.uint32) + 2 * (lo == 0.5) + 4 * ((lo + np.float16(-1)) == np.float16(-0.5)))
+
+def test_function_calls_below_the_entry_point(target):
+  """Non-inlined functions that LLVM placed before the kernel: s_getpc/s_swappc_b64 into them, a stack array in
+  scratch, s_setpc_b64 back, nested (the emulator used to fetch code only from the entry point on)."""
+  a = np.random.default_rng(3).integers(-1000, 1000, 64).astype(np.int32)
+  out, side = run(target, "calls", [a, np.zeros(64, np.int32), np.zeros(64, np.int32)], (1, 1, 1), (64, 1, 1))[1:]
+  mix = lambda x, y: x * 3 + y
+  np.testing.assert_array_equal(out, [mix(x, x + 1) + mix(x + 2, x) + (mix(x, 7) if x & 1 else 0) for x in a.tolist()])
+  last = [(x, 7) if x & 1 else (x + 2, x) for x in a.tolist()]   # the last call's arguments, as it left side[]
+  np.testing.assert_array_equal(side, [[p, q, p ^ q, p + q][p & 3] for p, q in last])

@@ -168,3 +168,16 @@ __kernel void uniform_half_bits(__global const uint *w, __global float *o, __glo
   _Float16 lo = __builtin_bit_cast(_Float16, (ushort)v);
   c[g] = (lo < (_Float16)-1.0f) + 2 * (lo == (_Float16)0.5f) + 4 * ((lo + (_Float16)-1.0f) == (_Float16)-0.5f);
 }
+
+// calls: LLVM places non-inlined functions before the kernel in .text, so s_swappc_b64 jumps below the entry point;
+// the callee keeps an array on the stack (scratch) and returns with s_setpc_b64
+__attribute__((noinline)) int mix(int a, int b, __global int *side) {
+  int t[4] = {a, b, a ^ b, a + b};
+  side[__builtin_amdgcn_workitem_id_x()] = t[a & 3];
+  return a * 3 + b;
+}
+__attribute__((noinline)) int twice(int a, __global int *side) { return mix(a, a + 1, side) + mix(a + 2, a, side); }
+__kernel void calls(__global const int *in, __global int *out, __global int *side) {
+  int i = GID;
+  out[i] = twice(in[i], side) + (in[i] & 1 ? mix(in[i], 7, side) : 0);
+}

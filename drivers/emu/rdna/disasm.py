@@ -32,7 +32,8 @@ def _src(i: Inst, name: str, count: int, fp16: bool = False) -> str:
   n = i.f[name]
   if n == 255:
     v = i.lit or 0
-    return f"0x{v:x}"
+    sv = v - (1 << 32) if v >> 31 else v
+    return str(sv) if -16 <= sv <= 64 else f"0x{v:x}"   # LLVM prints a literal an inline integer could hold as one
   if fp16 and n == 248: return "0.15915494"
   return reg(n, count)
 

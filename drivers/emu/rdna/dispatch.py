@@ -78,11 +78,25 @@ def _decode_regs(arch: str, rsrc1: int, rsrc2: int, initiator: int, tmpring_size
 MAX_INST_BYTES = 32   # more than the longest RDNA encoding with its literal: what a decode needs in hand
 
 class Program:
-  """Decoded and compiled basic blocks of one code image at `addr`, built lazily per start PC. Its code is what the
-  instruction fetch has read so far: a block that runs past it reads further (an instruction-cache miss)."""
+  """Decoded and compiled basic blocks of one code image at `addr`, built lazily per start PC (an offset from addr).
+  Its code is what the instruction fetch has read so far: a block that runs past it reads further (an instruction-cache
+  miss), and a call or jump below addr (LLVM places functions before the kernel too) reads the pages down to it."""
   def __init__(self, arch: str, addr: int, code: bytes, lanes: int):
-    self.arch, self.addr, self.code, self.L, self.fam = arch, addr, code, lanes, family(arch)
+    self.arch, self.addr, self.L, self.fam = arch, addr, lanes, family(arch)
+    self.buf, self.off = code, 0   # the fetched bytes, from addr - off on
     self.blocks: dict[int, tuple[list, bool]] = {}
+
+  @property
+  def code(self) -> bytes:
+    """The fetched bytes from addr on."""
+    return self.buf[self.off:]
+
+  def _fetch_below(self, pc: int, mem: GPUMemory) -> None:
+    """Read the pages from the one holding addr + pc up to what is fetched; an unmapped page leaves them unread."""
+    start = (self.addr + pc) & ~0xfff
+    want = self.addr - self.off - start
+    got = _prefetch(mem, start, want)
+    if len(got) >= want: self.buf, self.off = got[:want] + self.buf, self.off + want
 
   def block(self, pc: int, mem: GPUMemory | None = None) -> tuple[list, bool]:
     b = self.blocks.get(pc)
@@ -95,10 +109,14 @@ class Program:
     """(the block at pc, whether to keep it: a block that ends at unmapped code is built again next time)."""
     fns = []
     while True:
-      if mem is not None and pc + MAX_INST_BYTES > len(self.code):
-        self.code += _prefetch(mem, self.addr + len(self.code), pc + MAX_INST_BYTES - len(self.code))
+      if mem is not None and pc < -self.off: self._fetch_below(pc, mem)
+      if mem is not None and pc + self.off + MAX_INST_BYTES > len(self.buf):
+        self.buf += _prefetch(mem, self.addr - self.off + len(self.buf), pc + self.off + MAX_INST_BYTES - len(self.buf))
       try:
-        i = decode_at(self.arch, self.code, pc)
+        if pc < -self.off: raise CodeEnds("code below what could be fetched")
+        i = decode_at(self.arch, self.buf, pc + self.off)
+        i.addr = pc                      # PCs count from addr, whatever was fetched below it
+        if i.y is not None: i.y.addr = pc
         fn = compile_inst(i, self.L, self.fam)
       except (DecodeError, EmuFault) as e:
         if mem is not None and isinstance(e, CodeEnds):   # past the fetched code, and the prefetch found no more
@@ -116,7 +134,7 @@ class Program:
 
   def _fetch_fault(self, pc: int):
     """The wave reaches code on an unmapped page: the fetch of it faults (reported, as the SQC's instruction path)."""
-    def fetch_fault(st, addr=self.addr + len(self.code)):
+    def fetch_fault(st, addr=self.addr + pc if pc < -self.off else self.addr + len(self.code)):
       _first_fetch(st.mem, addr, 4)   # raises MemoryFault: the page is still unmapped
       raise EmuFault(f"illegal instruction at {pc:#x}: the code at {addr:#x} was not there when it was decoded", pc)
     fetch_fault.terminator = True
@@ -157,7 +175,7 @@ def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int) -> Program:
   p = _CACHE.get(key)
   code = _code(mem, addr, len(p.code) if p is not None else 0)
   if not code: raise EmuFault("page fault", addr)
-  if p is None or p.code != code:
+  if p is None or p.code != code or (p.off and _prefetch(mem, addr - p.off, p.off) != p.buf[:p.off]):   # code below too
     if len(_CACHE) > 64: _CACHE.clear()
     p = _CACHE[key] = Program(arch, addr, code, lanes)
   return p
