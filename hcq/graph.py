@@ -230,7 +230,6 @@ class Graph:
     self.last = value
     return value
 
-
   def _input_checks(self, name: str) -> list:
     """What a value of input `name` must pass before anything is written (kernel arguments check in their writer)."""
     out = []
@@ -271,11 +270,12 @@ class Graph:
           words[at] = words[at[0]]
         out.append(value)
       return out
+    others = [(kv2, meta2, prg2, _kind(prg2, meta2) == _kind(prg, meta)) for kv2, meta2, prg2, _ in sites[1:]]
     def each_site(v, t):
       prg._pack_one(kv, meta, v, t)
       raw = bytes(kv[meta.offset:meta.offset + meta.size])
-      for kv2, meta2, prg2, _ in sites[1:]:
-        if _kind(prg2, meta2) == _kind(prg, meta): kv2[meta2.offset:meta2.offset + meta2.size] = raw
+      for kv2, meta2, prg2, same_bytes in others:
+        if same_bytes: kv2[meta2.offset:meta2.offset + meta2.size] = raw
         else: prg2._pack_one(kv2, meta2, v, t)
     out.append(each_site)
     return out

@@ -245,35 +245,21 @@ def bench_launch(ctx: Ctx) -> None:
     dev.wait_timeline(g.replay(dst=bufs[0]))
     if bufs[0].numpy(np.uint32)[0] != 7: raise AssertionError("the graph's fill_u32 did not write its value")
     flip = iter(range(1 << 30))
-    def replay() -> float:
-      t0 = time.perf_counter()
-      ticket = g.replay(dst=bufs[next(flip) & 1])  # new input each replay: the kernargs of 100 launches are patched
-      dt = time.perf_counter() - t0
-      dev.wait_timeline(ticket)
-      return dt / 100
-    ctx.figure("graph-100", "host_time_per_kernel", "us", samples(replay, ctx.warmup, ctx.repeats), dev=dev)
-    def replay_plain() -> float:
-      """The same with the doorbell and HDP flush plain stores (see _PlainMMIO): the driver's own cost."""
-      with _PlainMMIO(dev):
-        t0 = time.perf_counter()
-        ticket = g.replay(dst=bufs[next(flip) & 1])
-        dt = time.perf_counter() - t0
-      dev.wait_timeline(ticket)
-      return dt / 100
-    ctx.figure("graph-100", "host_time_per_kernel, MMIO as plain stores", "us", samples(replay_plain, ctx.warmup, ctx.repeats), dev=dev)
-    three = [g, graph_of_100(), graph_of_100()]
-    def replay_three(plain: bool) -> float:
-      """Three 100-launch graphs replayed back to back, as a model's step split into graphs runs: the first replay
-      after the wait finds the host's caches cold, the next two warm."""
+    def replay(graphs: list, plain: bool) -> float:
+      """The graphs replayed back to back with a new input (the kernargs of all their launches are patched), host
+      time per kernel; plain: the doorbell and HDP flush plain stores (see _PlainMMIO), the driver's own cost.
+      After the wait for the last replay the host's caches are cold for the first graph, warm for the next."""
       with _PlainMMIO(dev) if plain else contextlib.nullcontext():
         dst = bufs[next(flip) & 1]
         t0 = time.perf_counter()
-        for gr in three: ticket = gr.replay(dst=dst)
+        for gr in graphs: ticket = gr.replay(dst=dst)
         dt = time.perf_counter() - t0
       dev.wait_timeline(ticket)
-      return dt / 300
-    ctx.figure("3 x graph-100", "host_time_per_kernel", "us", samples(lambda: replay_three(False), ctx.warmup, ctx.repeats), dev=dev)
-    ctx.figure("3 x graph-100", "host_time_per_kernel, MMIO as plain stores", "us", samples(lambda: replay_three(True), ctx.warmup, ctx.repeats), dev=dev)
+      return dt / (100 * len(graphs))
+    three = [g, graph_of_100(), graph_of_100()]   # as a model's step split into graphs runs
+    for case, graphs in (("graph-100", [g]), ("3 x graph-100", three)):
+      for metric, plain in (("host_time_per_kernel", False), ("host_time_per_kernel, MMIO as plain stores", True)):
+        ctx.figure(case, metric, "us", samples(lambda: replay(graphs, plain), ctx.warmup, ctx.repeats), dev=dev)
 
 
 @benchmark("signal")

@@ -501,16 +501,20 @@ def _wmma(i: Inst, L: int, fam: str) -> Fn:
 def _nop(i: Inst, L: int, fam: str) -> Fn:
   return lambda st: None
 
+def wave_result_to_sgpr(st: State, d: int, val, dty: str) -> None:
+  """One value per wave (an operation on scalar operands, shaped (waves, 1) or a constant) into SGPR d; a 16-bit
+  value is zero-extended."""
+  st.ws(d, _dst_bits(np.broadcast_to(val, (st.W, 1))[:, 0], dty).astype(u32))
+
 def _scalar_trans(i: Inst, L: int, fam: str) -> Fn:
   """v_s_{exp,log,rcp,rsq,sqrt}_{f32,f16} (gfx12): the VALU transcendental of a scalar operand into the SGPR vdst
-  names, one value per wave whatever EXEC holds; a 16-bit result is zero-extended, as this model's SALU f16 results."""
+  names, one value per wave whatever EXEC holds (as SALU float writes its results)."""
   name = "v_" + i.name[len("v_s_"):]
   dty, stys, fn = VOPS[name]
   fn = fpmode.modal(name, dty, stys, fn, TYPES)
   src, d = typed_src(i, i.f["src0"], stys[0], 0), i.f["vdst"]
   def run(st):
-    with np.errstate(all="ignore"): r = np.broadcast_to(fn(st, src(st)), (st.W, 1))[:, 0]
-    st.ws(d, _dst_bits(r, dty).astype(u32))
+    with np.errstate(all="ignore"): wave_result_to_sgpr(st, d, fn(st, src(st)), dty)
   return run
 
 _SPECIAL_VALU = {

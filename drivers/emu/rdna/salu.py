@@ -130,46 +130,32 @@ def _write(st: State, d: int, w: int, val) -> None:
 def _bcast(st: State, v):
   return np.broadcast_to(v, (st.W,))
 
-def _f_bits(x, ty: str):
-  """An SGPR's bits as an operand of type ty (a 16-bit one is the low half)."""
-  if ty in ("f16", "i16", "u16"): return (np.asarray(x).astype(u32) & u32(0xffff)).astype(np.uint16).view(C.TYPES[ty])
-  return np.asarray(x).view(C.TYPES[ty])
-
-def _fsrc(i: Inst, k: str, ty: str):
-  """A scalar float instruction's operand, read as its type: an inline constant of a 16-bit operand is the f16 value
-  (-1.0 is 0xbc00 there, not the low half of f32 -1.0)."""
-  return C.raw_src(i, i.f[k], 16 if ty in ("f16", "i16", "u16") else 32, False, ty[0] == "f")
-
 def _salu_float(i: Inst, n: str):
   """gfx12 scalar float: the VALU operation of the same name on the scalar operands, under the wave's MODE (its round
   and denormal controls govern SALU float as they do VALU float: LLVM moves uniform float math, denormal-flushing
-  or not, to the SALU); compares set SCC; a 16-bit result is zero-extended in the SGPR."""
+  or not, to the SALU); compares set SCC; a 16-bit result is zero-extended in the SGPR. Operands are read as their
+  type, as VALU operands are: an inline constant of a 16-bit operand is the f16 value."""
   f = i.f
   if n.startswith("s_cmp_"):
     ty, fn = C.CMP["v_" + n[2:]]
     fl = C.fpmode.flush_cmp(C.TYPES[ty])
-    a, b = _fsrc(i, "src0", ty), _fsrc(i, "src1", ty)
-    def cmp(st):
-      x, y = (fl(st, _f_bits(_bcast(st, r(st)), ty)[:, None]) for r in (a, b))
-      st.wscc(np.asarray(fn(x, y))[:, 0])
-    return cmp
-  hi = n == "s_cvt_hi_f32_f16"
-  vname = "v_cvt_f32_f16" if hi else "v_" + n[2:]
+    a, b = C.typed_src(i, f["src0"], ty, 0), C.typed_src(i, f["src1"], ty, 1)
+    return lambda st: st.wscc(np.broadcast_to(fn(fl(st, a(st)), fl(st, b(st))), (st.W, 1))[:, 0])
+  if n == "s_cvt_hi_f32_f16":   # the f16 in the high half of all 32 bits of the operand (a literal's too)
+    vname, hi = "v_cvt_f32_f16", C.raw_src(i, f["src0"], 32, True, True)
+    srcs = [lambda st: (np.asarray(hi(st)) >> u32(16)).astype(np.uint16).view(np.float16)]
+  else:
+    vname = "v_" + n[2:]
+    stys = C.VOPS[vname][1]
+    if n.startswith("s_fmac_"): regs = [f["src0"], f["src1"], f["sdst"]]   # the destination is the addend
+    elif n == "s_fmamk_f32": regs = [f["src0"], 255, f["src1"]]          # 255: the literal K
+    elif n == "s_fmaak_f32": regs = [f["src0"], f["src1"], 255]
+    else: regs = [f[k] for k in ("src0", "src1")[:len(stys)]]
+    srcs = [C.typed_src(i, r, t, k) for k, (r, t) in enumerate(zip(regs, stys))]
   dty, stys, fn = C.VOPS[vname]
-  fn = C.fpmode.modal(vname, dty, stys, fn, C.TYPES)
-  if n.startswith("s_fmac_"): fields = ["src0", "src1", "sdst"]            # the destination is the addend
-  elif n == "s_fmamk_f32": fields = ["src0", "lit", "src1"]
-  elif n == "s_fmaak_f32": fields = ["src0", "src1", "lit"]
-  else: fields = ["src0", "src1"][:len(stys)]
-  k = u32(i.lit or 0)
-  reads = [(lambda st: k) if fl == "lit" else (lambda st, r=f[fl]: st.s[r]) if fl == "sdst" else _fsrc(i, fl, t) for fl, t in zip(fields, stys)]
-  if hi: reads = [_fsrc(i, "src0", "f32")]   # all 32 bits: the f16 is the high half
-  d, T = f["sdst"], C.TYPES[dty]
+  fn, d = C.fpmode.modal(vname, dty, stys, fn, C.TYPES), f["sdst"]
   def run(st):
-    xs = [_bcast(st, r(st)) for r in reads]
-    if hi: xs = [x >> u32(16) for x in xs]
-    with np.errstate(all="ignore"): v = np.asarray(np.broadcast_to(fn(st, *[_f_bits(x, t)[:, None] for x, t in zip(xs, stys)]), (st.W, 1)), T)[:, 0]
-    _write(st, d, 32, (v.view(np.uint16) if T().itemsize == 2 else v.view(u32)).astype(u32))
+    with np.errstate(all="ignore"): C.wave_result_to_sgpr(st, d, fn(st, *[s(st) for s in srcs]), dty)
   return run
 
 def compile_salu(i: Inst, L: int, fam: str):
