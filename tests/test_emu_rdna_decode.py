@@ -10,8 +10,8 @@ from rawgpu.drivers.emu.rdna.decode import decode_at, DecodeError
 from rawgpu.drivers.emu.rdna.disasm import disasm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ())]
-IDS = ["gfx1100", "gfx1100-w64", "gfx1201"]
+TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ()), ("gfx942", ())]
+IDS = ["gfx1100", "gfx1100-w64", "gfx1201", "gfx942"]
 
 def norm(t: str) -> str: return re.sub(r"\s+", " ", t.strip())
 
@@ -23,7 +23,7 @@ def _sources() -> str:
 @pytest.mark.parametrize("target", TARGETS, ids=IDS)
 def test_code_objects_match_objdump(target):
   mcpu, flags = target
-  w64 = bool(flags)
+  w64 = bool(flags) or mcpu == "gfx942"   # CDNA3 is wave64 only
   bad, total = [], 0
   for src, extra in zip(_sources(), [(), ("-fwrapv", "-cl-fp32-correctly-rounded-divide-sqrt")]):
     for more in ((), ("-mllvm", "-amdgpu-atomic-optimizer-strategy=DPP")):
@@ -157,6 +157,63 @@ buffer_gl0_inv
 global_wb scope:SCOPE_SE
 """
 
+# CDNA3 (gfx942) spellings and forms: GFX9 mnemonics, M0 as operand 124, SMEM with SOE/IMM, sc0/nt/sc1, SDWA, the
+# GFX9-only DPP controls
+ASM_GFX9 = """
+s_load_dword s3, s[0:1], 0x1c
+s_load_dwordx4 s[4:7], s[0:1], -0x10 glc
+s_load_dwordx2 s[2:3], s[2:3], s4 offset:0x0
+s_load_dword s2, s[4:5], s6
+s_load_dword s2, s[4:5], m0
+s_mov_b32 m0, s2
+s_mov_b32 s2, m0
+s_waitcnt vmcnt(0) lgkmcnt(0)
+s_waitcnt vmcnt(33)
+s_waitcnt expcnt(2)
+v_add_u32_e32 v1, m0, v2
+v_add_co_u32_e32 v1, vcc, s2, v3
+v_addc_co_u32_e64 v1, s[4:5], v2, v3, s[6:7]
+v_cmpx_le_i32_e32 vcc, v1, v2
+v_cmpx_gt_u32_e64 s[4:5], v1, v2
+v_cmp_eq_u32_e64 s[2:3], m0, v2
+v_readlane_b32 m0, v1, 3
+v_mad_u64_u32 v[0:1], s[2:3], v2, v3, v[4:5]
+v_lshl_add_u64 v[0:1], v[2:3], 2, v[4:5]
+v_pk_fma_f16 v1, v2, v3, v4 op_sel:[1,0,0] neg_lo:[0,1,0]
+v_fma_f32 v1, -v2, |v3|, s4 clamp
+v_add_f32_sdwa v1, -v2, |v3| clamp dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:BYTE_1 src1_sel:DWORD
+v_add_f32_sdwa v1, v2, v3 mul:2 dst_sel:BYTE_0 dst_unused:UNUSED_SEXT src0_sel:WORD_0 src1_sel:DWORD
+v_and_b32_sdwa v4, sext(v4), s0 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1 src1_sel:DWORD
+v_cmp_le_i32_sdwa s[4:5], v1, sext(v20) src0_sel:DWORD src1_sel:WORD_1
+v_cmp_lt_f16_sdwa vcc, v1, v2 src0_sel:WORD_1 src1_sel:WORD_0
+v_mov_b32_sdwa v1, s2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD
+v_cvt_f32_f16_sdwa v3, v3 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_1
+v_mov_b32_dpp v1, v2 wave_shr:1 row_mask:0xf bank_mask:0xf bound_ctrl:1
+v_mov_b32_dpp v1, v2 wave_ror:1 row_mask:0xf bank_mask:0xf
+v_mov_b32_dpp v1, v2 wave_shl:1 row_mask:0xf bank_mask:0xf
+v_mov_b32_dpp v1, v2 wave_rol:1 row_mask:0xf bank_mask:0xf
+v_add_u32_dpp v1, v1, v1 row_bcast:15 row_mask:0xa bank_mask:0xf
+v_max_i32_dpp v1, v1, v1 row_bcast:31 row_mask:0xc bank_mask:0xf
+v_add_f32_dpp v1, -v2, |v3| quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf
+ds_read2_b32 v[2:3], v1 offset0:2 offset1:3
+ds_write2st64_b32 v1, v2, v3 offset1:4
+ds_read_b32 v1, v2 offset:64
+ds_add_rtn_u32 v1, v2, v3
+ds_bpermute_b32 v1, v2, v3
+global_load_dword v1, v[2:3], off
+global_load_dword v1, v2, s[4:5] offset:-8 sc0 nt sc1
+global_store_dwordx2 v1, v[2:3], s[4:5] offset:16
+global_atomic_add v1, v2, v3, s[4:5] sc0
+global_atomic_cmpswap_x2 v[0:1], v2, v[4:7], s[2:3] sc0
+flat_load_dword v1, v[2:3] offset:8
+flat_atomic_add v1, v[2:3], v4 sc0
+scratch_store_dword v1, v2, off
+scratch_store_dword off, v2, s4 offset:4 sc0 sc1
+scratch_load_dword v1, off, off offset:32
+buffer_inv sc1
+buffer_wbl2 sc0 sc1
+"""
+
 def _mc(mcpu: str, lines: list[str], w64: bool) -> list[tuple[str, bytes]]:
   need(MC)
   attr = ["-mattr=+wavefrontsize64"] if w64 else []
@@ -175,16 +232,17 @@ def _mc(mcpu: str, lines: list[str], w64: bool) -> list[tuple[str, bytes]]:
   assert len(dis) == len(out), r.stderr
   return list(zip(dis, out))
 
-@pytest.mark.parametrize("mcpu", ["gfx1100", "gfx1201"])
+@pytest.mark.parametrize("mcpu", ["gfx1100", "gfx1201", "gfx942"])
 def test_instruction_list_matches_llvm_mc(mcpu):
-  lines = [ln for ln in ASM.strip().splitlines() if ln.strip()]
-  got = _mc(mcpu, lines, False)
+  w64 = mcpu == "gfx942"
+  lines = [ln for ln in (ASM + (ASM_GFX9 if w64 else "")).strip().splitlines() if ln.strip()]
+  got = _mc(mcpu, lines, w64)
   assert len(got) > 80
   bad = []
   for text, enc in got:
     try:
       i = decode_at(mcpu, enc + b"\0" * 16, 0)
-      mine, size = disasm(mcpu, i), i.size
+      mine, size = disasm(mcpu, i, w64), i.size
     except DecodeError as e:
       mine, size = f"<{e}>", 0
     if norm(mine) != norm(text) or size != len(enc): bad.append(f"llvm {text!r} {enc.hex()} mine {mine!r} ({size} bytes)")
@@ -198,4 +256,4 @@ def test_prepare_loads_the_arch_tables_and_refuses_other_archs():
   tables.cache_clear()
   rdna.prepare("gfx1201")
   assert tables.cache_info().currsize == 1 and tables.cache_info().misses == 1
-  with pytest.raises(ValueError, match="unsupported architecture 'gfx942'"): rdna.prepare("gfx942")
+  with pytest.raises(ValueError, match="unsupported architecture 'gfx90a'"): rdna.prepare("gfx90a")

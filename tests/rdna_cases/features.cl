@@ -153,8 +153,14 @@ __kernel void lanes2(__global const int *a, __global int *out) {
   int w = v, s = __builtin_amdgcn_readlane(v, 3);
   __asm__ volatile("v_writelane_b32 %0, %1, 7" : "+v"(w) : "s"(s));   // lane 7 takes lane 3's value (no clang-19 builtin)
   out[6 * GID + 0] = w;
+#ifdef __gfx942__   // CDNA3 has neither DPP8 nor v_permlanex16: the same permutations through ds_bpermute
+  uint lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+  out[6 * GID + 1] = __builtin_amdgcn_ds_bpermute(4 * ((lane & ~7u) | (7 - (lane & 7))), v);
+  out[6 * GID + 2] = __builtin_amdgcn_ds_bpermute(4 * (lane ^ 16), v);
+#else
   out[6 * GID + 1] = __builtin_amdgcn_mov_dpp8(v, 0x053977);   // reverse each group of 8 lanes: 7,6,5,4,3,2,1,0
   out[6 * GID + 2] = __builtin_amdgcn_permlanex16(0, v, 0x76543210u, 0xfedcba98u, false, false);   // the other row
+#endif
   out[6 * GID + 3] = __builtin_amdgcn_is_shared((__generic void *)&shared_word);
   out[6 * GID + 4] = __builtin_amdgcn_is_private((__generic void *)(priv + (v & 1)));
   out[6 * GID + 5] = __builtin_amdgcn_is_shared((__generic void *)(a + GID)) | __builtin_amdgcn_is_private((__generic void *)(a + GID));

@@ -1,7 +1,11 @@
-"""Instruction decoder for RDNA3 (gfx11) and RDNA4 (gfx12): bytes -> Inst, and Inst -> LLVM assembly text.
+"""Instruction decoder for RDNA3 (gfx11), RDNA4 (gfx12) and CDNA3 (gfx940-942, family "gfx9"): bytes -> Inst.
 
-Encodings (field positions) follow AMD's RDNA3/RDNA4 ISA guides; opcode numbers and mnemonics come from the
-generated optables_gfx1x.py (LLVM's disassembler). The text form mirrors llvm-objdump so tests can compare the two.
+Encodings (field positions) follow AMD's ISA guides; opcode numbers and mnemonics come from the generated
+optables_<family>.py (LLVM's disassembler). disasm.py prints an Inst as llvm-objdump does, so tests compare the two.
+
+CDNA3 instructions are decoded into the gfx11 field names and register numbering, so one execution model serves all:
+its M0 (scalar operand 124) becomes 125 as on gfx11, an unused SADDR/SOFFSET (0x7f, or SMEM without SOE) becomes 124
+(gfx11's NULL), and the cache bits sc0/nt land in glc/slc.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
@@ -17,7 +21,8 @@ def tables(fam: str) -> dict:
 def family(arch: str) -> str:
   if arch.startswith("gfx11"): return "gfx11"
   if arch.startswith("gfx12"): return "gfx12"
-  raise ValueError(f"unsupported architecture {arch!r}: the RDNA emulator models gfx11xx and gfx12xx")
+  if arch in ("gfx940", "gfx941", "gfx942"): return "gfx9"
+  raise ValueError(f"unsupported architecture {arch!r}: the emulator models gfx11xx, gfx12xx and gfx940-gfx942")
 
 @dataclass
 class Inst:
@@ -30,6 +35,7 @@ class Inst:
   lit: int | None = None         # 32-bit literal, if any
   dpp: int | None = None         # DPP16 word, if any
   dpp8: int | None = None        # DPP8 word, if any
+  sdwa: int | None = None        # SDWA word (gfx9), if any
   ops: tuple = ()                # (field, register count, register file) in printed order, from the table
   vop3: bool = False             # VOP1/2/C opcode in the VOP3 encoding
   y: "Inst | None" = None        # VOPD: the Y half (this Inst is the X half)
@@ -44,9 +50,26 @@ def _bits(w: int, lo: int, n: int) -> int: return (w >> lo) & ((1 << n) - 1)
 
 def _sext(v: int, n: int) -> int: return v - (1 << n) if v >> (n - 1) & 1 else v
 
+def _vop_short(w0: int) -> tuple[str, int, dict[str, int]]:
+  """VOP1 / VOPC / VOP2 (the same on all three families)."""
+  top = w0 >> 25
+  if top == 0x3f: return "vop1", _bits(w0, 9, 8), {"vdst": _bits(w0, 17, 8), "src0": _bits(w0, 0, 9)}
+  if top == 0x3e: return "vopc", _bits(w0, 17, 8), {"src1": _bits(w0, 9, 8) + 256, "src0": _bits(w0, 0, 9)}
+  return "vop2", top, {"vdst": _bits(w0, 17, 8), "src1": _bits(w0, 9, 8) + 256, "src0": _bits(w0, 0, 9)}
+
+def _scalar(w0: int) -> tuple[str, int, dict[str, int]]:
+  """Scalar ALU and program control: SOP1 / SOPC / SOPP / SOPK / SOP2 (the same on all three families)."""
+  top9 = w0 >> 23
+  if top9 == 0x17d: return "sop1", _bits(w0, 8, 8), {"sdst": _bits(w0, 16, 7), "src0": _bits(w0, 0, 8)}
+  if top9 == 0x17e: return "sopc", _bits(w0, 16, 7), {"src1": _bits(w0, 8, 8), "src0": _bits(w0, 0, 8)}
+  if top9 == 0x17f: return "sopp", _bits(w0, 16, 7), {"simm16": _bits(w0, 0, 16)}
+  if w0 >> 28 == 0xb: return "sopk", _bits(w0, 23, 5), {"sdst": _bits(w0, 16, 7), "simm16": _bits(w0, 0, 16)}
+  return "sop2", _bits(w0, 23, 7), {"sdst": _bits(w0, 16, 7), "src1": _bits(w0, 8, 8), "src0": _bits(w0, 0, 8)}
+
 def decode_at(arch: str, code: bytes, pc: int) -> Inst:
   """Decode the instruction at byte offset pc of code. Raises DecodeError for an encoding LLVM does not know."""
   fam = family(arch)
+  if fam == "gfx9": return _decode_gfx9(code, pc)
   tabs = tables(fam)
   if pc % 4: raise DecodeError("misaligned program counter")
   if pc + 4 > len(code): raise CodeEnds("fetch outside code")
@@ -56,19 +79,9 @@ def decode_at(arch: str, code: bytes, pc: int) -> Inst:
   w0 = dw(0)
   f: dict[str, int] = {}
   srcs: list[str] = []
-  if w0 >> 31 == 0:  # VOP1 / VOPC / VOP2
-    top = w0 >> 25
-    if top == 0x3f: fmt, op, f = "vop1", _bits(w0, 9, 8), {"vdst": _bits(w0, 17, 8), "src0": _bits(w0, 0, 9)}
-    elif top == 0x3e: fmt, op, f = "vopc", _bits(w0, 17, 8), {"src1": _bits(w0, 9, 8) + 256, "src0": _bits(w0, 0, 9)}
-    else: fmt, op, f = "vop2", top, {"vdst": _bits(w0, 17, 8), "src1": _bits(w0, 9, 8) + 256, "src0": _bits(w0, 0, 9)}
-    srcs, size = ["src0"], 4
-  elif w0 >> 30 == 0b10:  # scalar ALU and program control
-    top9 = w0 >> 23
-    if top9 == 0x17d: fmt, op, f = "sop1", _bits(w0, 8, 8), {"sdst": _bits(w0, 16, 7), "src0": _bits(w0, 0, 8)}
-    elif top9 == 0x17e: fmt, op, f = "sopc", _bits(w0, 16, 7), {"src1": _bits(w0, 8, 8), "src0": _bits(w0, 0, 8)}
-    elif top9 == 0x17f: fmt, op, f = "sopp", _bits(w0, 16, 7), {"simm16": _bits(w0, 0, 16)}
-    elif w0 >> 28 == 0xb: fmt, op, f = "sopk", _bits(w0, 23, 5), {"sdst": _bits(w0, 16, 7), "simm16": _bits(w0, 0, 16)}
-    else: fmt, op, f = "sop2", _bits(w0, 23, 7), {"sdst": _bits(w0, 16, 7), "src1": _bits(w0, 8, 8), "src0": _bits(w0, 0, 8)}
+  if w0 >> 31 == 0: (fmt, op, f), srcs, size = _vop_short(w0), ["src0"], 4
+  elif w0 >> 30 == 0b10:
+    fmt, op, f = _scalar(w0)
     srcs, size = [s for s in ("src0", "src1") if s in f], 4
   else:
     enc = w0 >> 26
@@ -160,6 +173,100 @@ def decode_at(arch: str, code: bytes, pc: int) -> Inst:
     f["src0"] = (extra & 0xff) + 256
     inst.size = size = size + 4
   if need_lit:
+    inst.lit = dw(size // 4)
+    inst.size = size + 4
+  return inst
+
+M0_GFX9, OFF_GFX9 = 124, 0x7f
+
+def _sgpr_gfx9(n: int) -> int:
+  """A CDNA3 scalar operand number in gfx11's numbering (only M0 moves; 125 is reserved there)."""
+  if n == 125: raise DecodeError("reserved scalar operand 125")
+  return 125 if n == M0_GFX9 else n
+
+def _decode_gfx9(code: bytes, pc: int) -> Inst:
+  tabs = tables("gfx9")
+  if pc % 4: raise DecodeError("misaligned program counter")
+  if pc + 4 > len(code): raise CodeEnds("fetch outside code")
+  def dw(i: int) -> int:
+    if pc + 4 * i + 4 > len(code): raise CodeEnds("instruction runs past the end of the code")
+    return struct.unpack_from("<I", code, pc + 4 * i)[0]
+  w0 = dw(0)
+  f: dict[str, int] = {}
+  srcs: list[str] = []
+  size, enc = 4, w0 >> 26
+  if w0 >> 31 == 0: (fmt, op, f), srcs = _vop_short(w0), ["src0"]   # the 32-bit encodings are gfx11's
+  elif w0 >> 30 == 0b10:
+    fmt, op, f = _scalar(w0)
+    srcs = [s for s in ("src0", "src1") if s in f]
+  elif w0 >> 23 == 0x1a7:  # VOP3P
+    w1 = dw(1)
+    fmt, op, size = "vop3p", _bits(w0, 16, 7), 8
+    f = {"vdst": _bits(w0, 0, 8), "neg_hi": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 3),
+         "opsel_hi": _bits(w1, 27, 2) | _bits(w0, 14, 1) << 2, "clamp": _bits(w0, 15, 1),
+         "src0": _bits(w1, 0, 9), "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9), "neg": _bits(w1, 29, 3)}
+  elif enc == 0x34:  # VOP3 / VOP3B
+    w1 = dw(1)
+    fmt, op, size = "vop3", _bits(w0, 16, 10), 8
+    f = {"vdst": _bits(w0, 0, 8), "abs": _bits(w0, 8, 3), "opsel": _bits(w0, 11, 4), "clamp": _bits(w0, 15, 1),
+         "sdst": _bits(w0, 8, 7), "src0": _bits(w1, 0, 9), "src1": _bits(w1, 9, 9), "src2": _bits(w1, 18, 9),
+         "omod": _bits(w1, 27, 2), "neg": _bits(w1, 29, 3)}
+  elif enc == 0x36:  # DS: the opcode sits one bit lower than on gfx11
+    w1 = dw(1)
+    fmt, op, size = "ds", _bits(w0, 17, 8), 8
+    f = {"offset0": _bits(w0, 0, 8), "offset1": _bits(w0, 8, 8), "gds": _bits(w0, 16, 1),
+         "addr": _bits(w1, 0, 8), "data0": _bits(w1, 8, 8), "data1": _bits(w1, 16, 8), "vdst": _bits(w1, 24, 8)}
+  elif enc == 0x30:  # SMEM: IMM selects an immediate offset, SOE adds the SGPR in SOFFSET
+    w1 = dw(1)
+    fmt, op, size = "smem", _bits(w0, 18, 8), 8
+    imm, soe = _bits(w0, 17, 1), _bits(w0, 14, 1)
+    f = {"sbase": _bits(w0, 0, 6) << 1, "sdata": _bits(w0, 6, 7), "glc": _bits(w0, 16, 1), "dlc": 0, "imm": imm & soe,
+         "offset": _sext(_bits(w1, 0, 21), 21) if imm else 0,
+         "soffset": _sgpr_gfx9(_bits(w1, 25, 7)) if soe else (124 if imm else _sgpr_gfx9(_bits(w1, 0, 7)))}
+  elif enc == 0x37:  # FLAT / SCRATCH / GLOBAL
+    w1 = dw(1)
+    seg = _bits(w0, 14, 2)
+    if seg == 3: raise DecodeError("reserved flat segment")
+    fmt, op, size = ("flat", "scratch", "global")[seg], _bits(w0, 18, 7), 8
+    saddr = _bits(w1, 16, 7)
+    f = {"offset": _sext(_bits(w0, 0, 13), 13) if seg else _bits(w0, 0, 12), "dlc": 0, "glc": _bits(w0, 16, 1),
+         "slc": _bits(w0, 17, 1), "sc1": _bits(w0, 25, 1), "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8),
+         "saddr": 124 if saddr == OFF_GFX9 or seg == 0 else _sgpr_gfx9(saddr), "vdst": _bits(w1, 24, 8),
+         "sve": _bits(w0, 13, 1) if seg == 1 else 0, "lds": _bits(w0, 13, 1) if seg != 1 else 0}
+  elif enc == 0x38:  # MUBUF: only the cache controls are used by compute code we run
+    w1 = dw(1)
+    fmt, op, size = "mubuf", _bits(w0, 18, 7), 8
+    f = {"offset": _bits(w0, 0, 12), "glc": _bits(w0, 14, 1), "sc1": _bits(w0, 15, 1), "slc": _bits(w0, 17, 1),
+         "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8), "srsrc": _bits(w1, 16, 5) << 2, "soffset": _sgpr_gfx9(_bits(w1, 24, 8))}
+  else:
+    raise DecodeError(f"unknown encoding {w0:#010x}")
+  ent = tabs.get(fmt, {}).get(op)
+  if ent is None: raise DecodeError(f"unknown {fmt} opcode {op}")
+  name, ops = ent
+  for k in ("src0", "src1", "src2"):   # 9-bit operands below 128 name scalar registers
+    if k in f and f[k] < 128: f[k] = _sgpr_gfx9(f[k])
+  if fmt in ("sop1", "sop2", "sopk"): f["sdst"] = _sgpr_gfx9(f["sdst"])
+  if fmt == "smem": f["sdata"] = _sgpr_gfx9(f["sdata"])
+  if fmt == "vop3":
+    f["sdst"] = _sgpr_gfx9(f["sdst"])
+    if any(fl == "vdst" and rf == "s" for fl, _, rf in ops): f["vdst"] = _sgpr_gfx9(f["vdst"])
+  inst = Inst(pc, size, fmt, op, name, f, ops=ops, vop3=fmt == "vop3" and op < 448)   # VOPC/VOP2/VOP1 in VOP3 form
+  if fmt in ("vop3", "vop3p") and any(f[s] == 255 for s in ("src0", "src1", "src2")):
+    raise DecodeError(f"{name}: a literal constant in a VOP3 encoding (GFX9 has none)")
+  if fmt in ("vop1", "vop2", "vopc") and f["src0"] in (249, 250):   # SDWA / DPP: a second word with the real src0
+    extra = dw(1)
+    if f["src0"] == 250: inst.dpp = extra
+    else:
+      inst.sdwa = extra
+      if extra >> 11 & 3 == 3 or any((extra >> b & 7) == 7 for b in (8, 16, 24)) and fmt != "vopc":
+        raise DecodeError("reserved SDWA selector")
+    f["src0"] = (extra & 0xff) + (256 if f["src0"] == 250 or not extra >> 23 & 1 else 0)   # SDWA S0 selects an SGPR
+    if f["src0"] < 128: f["src0"] = _sgpr_gfx9(f["src0"])
+    if inst.sdwa is not None and fmt != "vop1" and extra >> 31 & 1: f["src1"] = _sgpr_gfx9(f["src1"] - 256)   # S1
+    if inst.sdwa is not None and fmt == "vopc":   # SD: the lane mask goes to SDST, else to VCC
+      f["sdst"] = _sgpr_gfx9(_bits(extra, 8, 7)) if extra >> 15 & 1 else 106
+    inst.size = size = size + 4
+  if any(f.get(s) == 255 for s in srcs) or name in ("v_madmk_f32", "v_madak_f32", "v_fmamk_f32", "v_fmaak_f32", "s_setreg_imm32_b32"):
     inst.lit = dw(size // 4)
     inst.size = size + 4
   return inst

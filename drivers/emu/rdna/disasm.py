@@ -1,8 +1,9 @@
 """Inst -> LLVM-style assembly text (the subset of llvm-objdump's syntax our tests compare against)."""
 from __future__ import annotations
-import functools
+import functools, re
 
 from rawgpu.drivers.emu.rdna.decode import Inst, family, tables
+from rawgpu.drivers.emu.rdna import sdwa
 
 @functools.cache
 def _vop3_names(fam: str) -> set[str]:
@@ -38,6 +39,10 @@ def _src(i: Inst, name: str, count: int, fp16: bool = False) -> str:
   return reg(n, count)
 
 def _mods(i: Inst, k: int, text: str) -> str:
+  if i.sdwa is not None:
+    _sel, sext, neg, ab = sdwa.src_mods(i.sdwa, k)
+    if sext: text = f"sext({text})"
+    return ("-" if neg else "") + (f"|{text}|" if ab else text)
   sd = any(o[0] == "sdst" for o in i.ops)  # VOP3SD: the sdst field sits where abs would
   neg, ab = i.f.get("neg", 0) >> k & 1, i.f.get("abs", 0) >> k & 1 if i.fmt == "vop3" and not sd else 0
   if i.fmt == "vop3p":
@@ -49,23 +54,28 @@ def _mods(i: Inst, k: int, text: str) -> str:
   if neg: text = f"-{text}"
   return text
 
+_DPP_GFX9 = {0x130: "wave_shl:1", 0x134: "wave_rol:1", 0x138: "wave_shr:1", 0x13c: "wave_ror:1", 0x142: "row_bcast:15",
+             0x143: "row_bcast:31"}
+
 def _dpp16(ctrl: int) -> str:
   if ctrl <= 0xff: return "quad_perm:[" + ",".join(str(ctrl >> (2 * k) & 3) for k in range(4)) + "]"
   for lo, nm in ((0x101, "row_shl"), (0x111, "row_shr"), (0x121, "row_ror")):
     if lo <= ctrl <= lo + 14: return f"{nm}:{ctrl - lo + 1}"
+  if ctrl in _DPP_GFX9: return _DPP_GFX9[ctrl]
   if ctrl == 0x140: return "row_mirror"
   if ctrl == 0x141: return "row_half_mirror"
   if 0x150 <= ctrl <= 0x15f: return f"row_share:{ctrl - 0x150}"
   if 0x160 <= ctrl <= 0x16f: return f"row_xmask:{ctrl - 0x160}"
   return f"dpp_ctrl:{ctrl:#x}"
 
-def _waitcnt(v: int) -> str:
-  vm, exp, lgkm = v >> 10 & 0x3f, v & 7, v >> 4 & 0x3f
+def _waitcnt(v: int, fam: str) -> str:
+  if fam == "gfx9": vm, exp, lgkm, vm_max, lgkm_max = (v & 0xf) | (v >> 14 & 3) << 4, v >> 4 & 7, v >> 8 & 0xf, 0x3f, 0xf
+  else: vm, exp, lgkm, vm_max, lgkm_max = v >> 10 & 0x3f, v & 7, v >> 4 & 0x3f, 0x3f, 0x3f
   parts = []
-  if vm != 0x3f: parts.append(f"vmcnt({vm})")
+  if vm != vm_max: parts.append(f"vmcnt({vm})")
   if exp != 7: parts.append(f"expcnt({exp})")
-  if lgkm != 0x3f: parts.append(f"lgkmcnt({lgkm})")
-  return " ".join(parts) if parts else "vmcnt(63) expcnt(7) lgkmcnt(63)"
+  if lgkm != lgkm_max: parts.append(f"lgkmcnt({lgkm})")
+  return " ".join(parts) if parts else f"vmcnt({vm_max}) expcnt(7) lgkmcnt({lgkm_max})"
 
 _DEP = ["NO_DEP", "VALU_DEP_1", "VALU_DEP_2", "VALU_DEP_3", "VALU_DEP_4", "TRANS32_DEP_1", "TRANS32_DEP_2",
         "TRANS32_DEP_3", "FMA_ACCUM_CYCLE_1", "SALU_CYCLE_1", "SALU_CYCLE_2", "SALU_CYCLE_3"]
@@ -81,7 +91,7 @@ def _delay_alu(v: int) -> str:
 def _sopp(i: Inst, fam: str) -> str:
   v, n = i.f["simm16"], i.name
   if n in ("s_endpgm", "s_barrier", "s_code_end", "s_icache_inv", "s_endpgm_saved", "s_wait_idle") and v == 0: return n
-  if n == "s_waitcnt": return f"{n} {_waitcnt(v)}"
+  if n == "s_waitcnt": return f"{n} {_waitcnt(v, fam)}"
   if n == "s_delay_alu": return f"{n} {_delay_alu(v)}"
   if n.startswith("s_branch") or n.startswith("s_cbranch"): return f"{n} {v}"  # llvm-objdump prints it unsigned
   if n == "s_sendmsg" and v == 3: return f"{n} sendmsg(MSG_DEALLOC_VGPRS)"
@@ -92,7 +102,7 @@ def _flat(i: Inst, fam: str) -> str:
   f, n = i.f, i.name
   out = []
   seg = i.fmt
-  if "_atomic_" in n and (f["glc"] if fam == "gfx11" else f["th"] & 1):  # returning atomics name their vdst first
+  if "_atomic_" in n and (f["th"] & 1 if fam == "gfx12" else f["glc"]):  # returning atomics name their vdst first
     cnt = next(c for fl, c, _ in i.ops if fl == "data")
     out.append(reg(f["vdst"] + 256, cnt // 2 if "cmpswap" in n else cnt))
   for fld, cnt, _ in i.ops:
@@ -106,11 +116,14 @@ def _flat(i: Inst, fam: str) -> str:
     out.append("off" if f["saddr"] == 124 else reg(f["saddr"], 1 if seg == "scratch" else 2))
   text = f"{n} " + ", ".join(out) if out else n
   if f["offset"]: text += f" offset:{f['offset']}"
-  if fam == "gfx11":
-    for k in ("glc", "slc", "dlc"):
-      if f[k]: text += f" {k}"
-  else: text += _th_scope(n, f["th"], f["scope"])
-  return text
+  return text + _cache_bits(i, fam)
+
+def _cache_bits(i: Inst, fam: str) -> str:
+  """The cache-policy bits of a memory instruction as LLVM prints them (gfx940: sc0 nt sc1; gfx12: th/scope)."""
+  f = i.f
+  if fam == "gfx12": return _th_scope(i.name, f["th"], f["scope"])
+  if fam == "gfx9": return "".join(f" {nm}" for k, nm in (("glc", "sc0"), ("slc", "nt"), ("sc1", "sc1")) if f.get(k))
+  return "".join(f" {k}" for k in ("glc", "slc", "dlc") if f[k])
 
 _TH = ["RT", "NT", "HT", "LU", "NT_RT", "RT_NT", "NT_HT", "RT_WB"]
 
@@ -138,7 +151,7 @@ def _ds(i: Inst) -> str:
     out.append(reg(f[fld] + 256, cnt))
   text = f"{i.name} " + ", ".join(out) if out else i.name
   if i.name == "ds_swizzle_b32": return text + f" offset:{_swizzle(f['offset0'] | f['offset1'] << 8)}"
-  if "2addr" in i.name or i.name.endswith("st64"):
+  if "2addr" in i.name or i.name.endswith("st64") or re.match(r"ds_(read|write|wrxchg)2(st64)?_", i.name):
     if f["offset0"]: text += f" offset0:{f['offset0']}"
     if f["offset1"]: text += f" offset1:{f['offset1']}"
   else:
@@ -151,15 +164,13 @@ def _smem(i: Inst, fam: str) -> str:
   f = i.f
   out = [reg(f[fld], cnt) for fld, cnt, _ in i.ops]
   if f["soffset"] != 124:
-    out.append(reg(f["soffset"]) + f" offset:0x{f['offset'] & 0xffffffff:x}" if f["offset"] else reg(f["soffset"]))
+    with_imm = f["offset"] or f.get("imm")   # gfx9 prints the immediate of SOE+IMM even when it is 0
+    out.append(reg(f["soffset"]) + f" offset:0x{f['offset'] & 0xffffffff:x}" if with_imm else reg(f["soffset"]))
   elif fam == "gfx11" and not f["offset"]: out.append("null")
   else: out.append(f"0x{f['offset']:x}" if f["offset"] >= 0 else f"-0x{-f['offset']:x}")
   text = f"{i.name} " + ", ".join(out)
-  if fam == "gfx11":
-    for k in ("glc", "dlc"):
-      if f[k]: text += f" {k}"
-  else: text += _th_scope(i.name, f["th"], f["scope"])
-  return text
+  if fam == "gfx12": return text + _th_scope(i.name, f["th"], f["scope"])
+  return text + "".join(f" {k}" for k in ("glc", "dlc") if f[k])
 
 _MASK_SRC2 = ("v_cndmask_b32", "v_cndmask_b16", "v_add_co_ci_u32", "v_sub_co_ci_u32", "v_subrev_co_ci_u32")
 
@@ -168,6 +179,7 @@ def _valu(i: Inst, fam: str, w64: bool) -> str:
   fp16 = "f16" in i.name
   k = 0
   for fld, cnt, rf in i.ops:
+    if fld == "vcc" and i.sdwa is not None and i.fmt == "vopc": out.append(reg(f["sdst"], 2)); continue
     if fld == "vcc": out.append("vcc" if w64 else "vcc_lo"); continue
     if fld in ("vdst", "vdstx", "vdsty"):
       if rf == "s" and i.fmt == "vop3" and i.op < 256: cnt = 2 if w64 else 1  # VOPC e64 writes a lane mask
@@ -179,7 +191,8 @@ def _valu(i: Inst, fam: str, w64: bool) -> str:
   name = i.name
   if "fmamk" in name: out.insert(2, f"0x{i.lit:x}")   # the constant K sits between the sources
   elif "fmaak" in name: out.append(f"0x{i.lit:x}")
-  if i.dpp is not None or i.dpp8 is not None:
+  if i.sdwa is not None: name += "_sdwa"
+  elif i.dpp is not None or i.dpp8 is not None:
     name += "_dpp" if not i.vop3 else "_e64_dpp"
   elif i.fmt in ("vop1", "vop2", "vopc") and name in _vop3_names(fam) and "fmamk" not in name and "fmaak" not in name:
     name += "_e32"  # LLVM names the encoding only where both exist
@@ -189,6 +202,12 @@ def _valu(i: Inst, fam: str, w64: bool) -> str:
     if f["clamp"]: text += " clamp"
     if f["omod"]: text += [" ", " mul:2", " mul:4", " div:2"][f["omod"]]
   if i.fmt == "vop3p": text += _vop3p_mods(i)
+  if i.sdwa is not None:
+    w = i.sdwa
+    if i.fmt != "vopc":   # VOPC keeps its lane-mask destination in these bits
+      if w >> 13 & 1: text += " clamp"
+      if w >> 14 & 3: text += [" ", " mul:2", " mul:4", " div:2"][w >> 14 & 3]
+    text += " " + sdwa.text(w, sum(1 for o in i.ops if o[0] in ("src0", "src1")), i.fmt == "vopc")
   if i.dpp is not None:
     d = i.dpp
     text += f" {_dpp16(d >> 8 & 0x1ff)} row_mask:{d >> 28 & 0xf:#x} bank_mask:{d >> 24 & 0xf:#x}"
@@ -229,5 +248,5 @@ def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
   if i.fmt == "smem": return _smem(i, fam)
   if i.fmt == "vopdx":
     return _valu(i, fam, wave64) + " :: " + _valu(i.y, fam, wave64)
-  if i.fmt == "mubuf" and not i.ops: return i.name
+  if i.fmt == "mubuf" and not i.ops: return i.name + (_cache_bits(i, fam) if fam == "gfx9" else "")
   return _valu(i, fam, wave64)

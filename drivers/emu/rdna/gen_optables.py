@@ -4,7 +4,7 @@ Development tool, not imported at run time. For every encoding format and every 
 instruction whose register fields hold distinct, recognisable registers, disassemble all probes with
 `llvm-mc-19 -disassemble -show-encoding`, and record the mnemonic and which fields it prints, with their register
 counts. The facts are LLVM's; the tables are generated, never edited by hand.
-Run: python -m rawgpu.drivers.emu.rdna.gen_optables
+Run: python -m rawgpu.drivers.emu.rdna.gen_optables [gfx9|gfx11|gfx12 ...]   (default: all three)
 """
 from __future__ import annotations
 import os, re, subprocess
@@ -12,6 +12,21 @@ import os, re, subprocess
 # register numbers the probes put in each field, so the printed text says which field is which operand
 V_SRC0, V_SRC1, V_SRC2, V_DST, V_DSTY, V_SRC0Y, V_SRC1Y = 10, 20, 30, 40, 41, 11, 21
 S_DST, S_SRC0, S_SRC1, S_BASE = 16, 24, 8, 4
+
+def _short(z) -> dict[str, tuple[int, callable, list[set[str]]]]:
+  """The 32-bit scalar and VOP1/VOP2/VOPC encodings, laid out alike on every family."""
+  return {
+    "sop2": (128, lambda op, o: [(0b10 << 30) | (op << 23) | (z(S_DST, "sdst", o) << 16) | (S_SRC1 << 8) | S_SRC0], [set(), {"sdst"}]),
+    "sopk": (32, lambda op, o: [(0b1011 << 28) | (op << 23) | (z(S_DST, "sdst", o) << 16) | 0x1234], [set(), {"sdst"}]),
+    "sop1": (256, lambda op, o: [(0b101111101 << 23) | (z(S_DST, "sdst", o) << 16) | (op << 8) | z(S_SRC0, "src0", o)],
+             [set(), {"sdst"}, {"src0"}, {"sdst", "src0"}]),
+    "sopc": (128, lambda op, o: [(0b101111110 << 23) | (op << 16) | (S_SRC1 << 8) | S_SRC0], [set()]),
+    "sopp": (128, lambda op, o: [(0b101111111 << 23) | (op << 16)], [set()]),
+    "vop1": (256, lambda op, o: [(0b0111111 << 25) | (z(V_DST, "vdst", o) << 17) | (op << 9) | z(V_SRC0 + 256, "src0", o)],
+             [set(), {"vdst"}, {"src0"}, {"vdst", "src0"}]),
+    "vop2": (64, lambda op, o: [(op << 25) | (V_DST << 17) | (V_SRC1 << 9) | (V_SRC0 + 256)], [set()]),
+    "vopc": (256, lambda op, o: [(0b0111110 << 25) | (op << 17) | (V_SRC1 << 9) | (V_SRC0 + 256)], [set()]),
+  }
 
 def _probes(arch: str) -> dict[str, tuple[int, callable, list[set[str]]]]:
   """format -> (opcode count, build(op, omitted fields) -> dwords, the sets of fields to omit, tried in order).
@@ -26,17 +41,9 @@ def _probes(arch: str) -> dict[str, tuple[int, callable, list[set[str]]]]:
             (V_DST << 24) | ((V_DSTY >> 1) << 17) | (z(V_SRC1Y, "src1y", o) << 9) | (V_SRC0Y + 256)]
   src = [set(), {"src2"}, {"src1", "src2"}, {"src0", "src1", "src2"}, {"vdst", "src1", "src2"}, {"vdst", "src2"},
          {"vdst", "src0", "src1", "src2"}]
+  if arch == "gfx9": return _probes_gfx9(z, src)
   p: dict[str, tuple[int, callable, list[set[str]]]] = {
-    "sop2": (128, lambda op, o: [(0b10 << 30) | (op << 23) | (z(S_DST, "sdst", o) << 16) | (S_SRC1 << 8) | S_SRC0], [set(), {"sdst"}]),
-    "sopk": (32, lambda op, o: [(0b1011 << 28) | (op << 23) | (z(S_DST, "sdst", o) << 16) | 0x1234], [set(), {"sdst"}]),
-    "sop1": (256, lambda op, o: [(0b101111101 << 23) | (z(S_DST, "sdst", o) << 16) | (op << 8) | z(S_SRC0, "src0", o)],
-             [set(), {"sdst"}, {"src0"}, {"sdst", "src0"}]),
-    "sopc": (128, lambda op, o: [(0b101111110 << 23) | (op << 16) | (S_SRC1 << 8) | S_SRC0], [set()]),
-    "sopp": (128, lambda op, o: [(0b101111111 << 23) | (op << 16)], [set()]),
-    "vop1": (256, lambda op, o: [(0b0111111 << 25) | (z(V_DST, "vdst", o) << 17) | (op << 9) | z(V_SRC0 + 256, "src0", o)],
-             [set(), {"vdst"}, {"src0"}, {"vdst", "src0"}]),
-    "vop2": (64, lambda op, o: [(op << 25) | (V_DST << 17) | (V_SRC1 << 9) | (V_SRC0 + 256)], [set()]),
-    "vopc": (256, lambda op, o: [(0b0111110 << 25) | (op << 17) | (V_SRC1 << 9) | (V_SRC0 + 256)], [set()]),
+    **_short(z),
     "vop3": (1024, vop3, src),
     "vop3.s": (1024, lambda op, o: vop3(op, o, S_SRC1, 28), src),
     "vop3.w": (1024, lambda op, o: vop3(op, o, S_SRC1, V_SRC2 + 256, S_SRC0), src),
@@ -65,6 +72,33 @@ def _probes(arch: str) -> dict[str, tuple[int, callable, list[set[str]]]]:
       p[name] = (128, lambda op, o, seg=seg: [(0b111011 << 26) | (seg << 24) | (op << 14) | 124,
                  (z(V_SRC1, "data", o) << 23) | (1 << 17) * (seg == 1) | z(V_DST, "vdst", o), V_SRC0],
                  [set(), {"vdst"}, {"data"}])
+  return p
+
+def _probes_gfx9(z, src) -> dict[str, tuple[int, callable, list[set[str]]]]:
+  """CDNA3 (gfx940-942) encodings (the GCN/Vega layout): the scalar and VOP1/2/C words as on gfx11, VOP3 behind
+  110100, SMEM 110000 (IMM set, an immediate offset), DS with its opcode at bit 17, FLAT with the segment at bit 14
+  (scratch with SVE, w0 bit 13, so its VGPR address prints; SADDR 0x7f is off, flat leaves it 0), MUBUF 111000 with a 7-bit opcode."""
+  def vop3(op, o, s1=V_SRC1 + 256, s2=V_SRC2 + 256, s0=V_SRC0 + 256):
+    return [(0b110100 << 26) | (op << 16) | z(V_DST, "vdst", o), (z(s2, "src2", o) << 18) | (z(s1, "src1", o) << 9) | z(s0, "src0", o)]
+  p = {
+    **_short(z),
+    "vop3": (1024, vop3, src),
+    "vop3.s": (1024, lambda op, o: vop3(op, o, S_SRC1, 28), src),
+    "vop3.w": (1024, lambda op, o: vop3(op, o, S_SRC1, V_SRC2 + 256, S_SRC0), src),
+    "vop3p": (128, lambda op, o: [(0b110100111 << 23) | (op << 16) | (1 << 14) | V_DST,
+                                  (3 << 27) | (z(V_SRC2 + 256, "src2", o) << 18) | (z(V_SRC1 + 256, "src1", o) << 9) | (V_SRC0 + 256)],
+              src[:3]),
+    "ds": (256, lambda op, o: [(0b110110 << 26) | (op << 17), (z(V_DST, "vdst", o) << 24) | (z(V_SRC2, "data1", o) << 16)
+                               | (z(V_SRC1, "data0", o) << 8) | V_SRC0],
+           [set(), {"data1"}, {"data0", "data1"}, {"vdst"}, {"vdst", "data1"}, {"vdst", "data0", "data1"}]),
+    "smem": (256, lambda op, o: [(0b110000 << 26) | (op << 18) | (1 << 17) | (z(S_DST, "sdata", o) << 6) | (S_BASE >> 1), 0x10],
+             [set(), {"sdata"}]),
+    "mubuf": (128, lambda op, o: [(0b111000 << 26) | (op << 18), (S_BASE >> 2 << 16) | (V_SRC1 << 8) | V_SRC0], [set()]),
+  }
+  for seg, name in enumerate(("flat", "scratch", "global")):
+    p[name] = (128, lambda op, o, seg=seg: [(0b110111 << 26) | (op << 18) | (seg << 14) | (1 << 13) * (seg == 1),
+               (z(V_DST, "vdst", o) << 24) | (0x7f << 16) * (seg > 0) | (z(V_SRC1, "data", o) << 8) | V_SRC0],
+               [set(), {"vdst"}, {"data"}])
   return p
 
 REG = re.compile(r"^(v|s|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
@@ -121,7 +155,7 @@ def disassemble(mcpu: str, probes: list[list[int]]) -> list[str | None]:
   return out
 
 def generate(arch: str) -> dict[str, dict[int, tuple[str, tuple]]]:
-  mcpu = {"gfx11": "gfx1100", "gfx12": "gfx1201"}[arch]
+  mcpu = {"gfx9": "gfx942", "gfx11": "gfx1100", "gfx12": "gfx1201"}[arch]
   tables: dict[str, dict[int, tuple[str, tuple]]] = {}
   probes = _probes(arch)
   for i in range(max(len(v[2]) for v in probes.values())):  # fewest omitted fields first, over all probe kinds
@@ -137,9 +171,9 @@ def generate(arch: str) -> dict[str, dict[int, tuple[str, tuple]]]:
         tab[op] = (re.sub(r"_e(32|64)$", "", name), ops)
   return {k: dict(sorted(v.items())) for k, v in tables.items()}
 
-def main() -> None:
+def main(archs: list[str]) -> None:
   here = os.path.dirname(os.path.abspath(__file__))
-  for arch in ("gfx11", "gfx12"):
+  for arch in archs or ("gfx9", "gfx11", "gfx12"):
     t = generate(arch)
     with open(os.path.join(here, f"optables_{arch}.py"), "w") as f:
       f.write(f'"""Opcode tables for {arch}, generated by gen_optables.py from llvm-mc-19. Do not edit."""\n')
@@ -153,4 +187,5 @@ def main() -> None:
     print(arch, {k: len(v) for k, v in t.items()})
 
 if __name__ == "__main__":
-  main()
+  import sys
+  main(sys.argv[1:])
