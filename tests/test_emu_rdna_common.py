@@ -138,7 +138,8 @@ def launch(k: Kernel, mcpu: str, args: list, grid: tuple[int, int, int], block: 
   tmpring = 0
   if k.private_size:
     r2 |= 1                                                            # SCRATCH_EN
-    tmpring = (-(-(k.private_size * L) // 256)) << 12
+    unit = 1024 if mcpu.startswith("gfx9") else 256                    # WAVESIZE units: 256 dwords on GFX9, 64 after
+    tmpring = (-(-(k.private_size * L) // unit)) << 12
   regs = DispatchRegs(arch=mcpu, pgm_addr=base + (k.entry - k.text_addr), rsrc1=r1, rsrc2=r2, rsrc3=r3, user_data=user,
                       num_thread=block, grid=grid, dispatch_initiator=1 | (wave32 << 15), tmpring_size=tmpring)
   res = run_dispatch(mem, regs, max_instructions=max_instructions)

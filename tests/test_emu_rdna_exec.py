@@ -10,8 +10,8 @@ import pytest
 from test_emu_rdna_common import compile_cl, kernels, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ())]
-IDS = ["gfx1100", "gfx1100-w64", "gfx1201"]
+TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ()), ("gfx942", ())]
+IDS = ["gfx1100", "gfx1100-w64", "gfx1201", "gfx942"]
 
 def _src() -> str:
   with open(os.path.join(HERE, "rdna_cases", "features.cl")) as f: return f.read()
@@ -90,6 +90,16 @@ def test_cas_loop(target):
 def test_float_atomic_add(target):
   a = np.random.default_rng(6).integers(-50, 50, 512).astype(np.float32)
   assert run(target, "fatomic", [a, np.zeros(1, np.float32)], (2, 1, 1), (256, 1, 1))[1][0] == a.sum()
+
+def test_float_atomics_on_lds_and_global_memory(target):
+  """ds_add_rtn_f32 and global_atomic_add_f32 add floats (they once ran as integer adds of the bits); with positive
+  addends the last add of a group returns its sum less its own value."""
+  a = np.random.default_rng(16).integers(1, 50, 512).astype(np.float32)
+  s = run(target, "fatomic_scoped", [a, np.zeros(513, np.float32)], (2, 1, 1), (256, 1, 1))[1]
+  assert s[0] == a.sum()
+  for g in range(2):
+    part = slice(256 * g, 256 * (g + 1))
+    assert (s[1:][part] + a[part]).max() == a[part].sum()
 
 def test_matmul_2d_groups(target):
   n = 32

@@ -108,13 +108,14 @@ class AMDBackend:
     """COMPUTE_TMPRING_SIZE and the scratch base for prg: per-lane private memory, one slot per wave in flight."""
     if not prg.scratch: return 0, 0
     wave = 32 if prg.wave32 else 64
-    wave_bytes = (prg.scratch * wave + 255) // 256 * 256          # WAVESIZE counts 256-byte (64-dword) units on gfx11+
+    unit = 1024 if self.gfx < 10 else 256      # WAVESIZE counts 1 KiB (256-dword) units on gfx9, 256 bytes on gfx11+
+    wave_bytes = (prg.scratch * wave + unit - 1) // unit * unit
     waves = min(SCRATCH_WAVES, 0xfff)
     need = waves * wave_bytes
     if self._scratch is None or self._scratch.size < need:
       if self._scratch is not None: self._scratch.free()
       self._scratch = self.dev.alloc(need)
-    return self.gc["regCOMPUTE_TMPRING_SIZE"].encode(WAVES=waves, WAVESIZE=wave_bytes // 256), self._scratch.va
+    return self.gc["regCOMPUTE_TMPRING_SIZE"].encode(WAVES=waves, WAVESIZE=wave_bytes // unit), self._scratch.va
 
   def maps(self, buf: Buffer) -> bool:
     """Whether a kernel of this device may take buf of another device (mapped with Device.map); the launch about to

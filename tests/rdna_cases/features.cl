@@ -67,6 +67,18 @@ __kernel void fatomic(__global const float *a, __global float *s) {
   __atomic_fetch_add(s, a[GID], __ATOMIC_RELAXED);
 }
 
+// float atomics at workgroup scope on LDS (ds_add_rtn_f32 everywhere) and at device scope on global memory (gfx942:
+// global_atomic_add_f32; RDNA: a cmpswap loop); each work-item also keeps the LDS value its add returned
+__kernel void fatomic_scoped(__global const float *a, __global float *s) {
+  __local float acc;
+  if (TID == 0) acc = 0.0f;
+  BARRIER();
+  float old = __scoped_atomic_fetch_add(&acc, a[GID], __ATOMIC_RELAXED, __MEMORY_SCOPE_WRKGRP);
+  BARRIER();
+  if (TID == 0) __scoped_atomic_fetch_add(s, acc, __ATOMIC_RELAXED, __MEMORY_SCOPE_DEVICE);
+  s[1 + GID] = old;
+}
+
 // naive matmul, one output per work-item, 2D workgroups
 __kernel void matmul(__global const float *A, __global const float *B, __global float *C, int n) {
   int col = __builtin_amdgcn_workgroup_id_x() * 16 + __builtin_amdgcn_workitem_id_x();

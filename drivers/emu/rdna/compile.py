@@ -10,7 +10,7 @@ import numpy as np
 from rawgpu.drivers.emu.rdna.decode import Inst
 from rawgpu.drivers.emu.rdna.state import State, EmuFault
 from rawgpu.drivers.emu.rdna.valu import VOPS, CMP, TYPES, WIDTH, BITS
-from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, mem_ops, salu, wmma
+from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, gfx9, mem_ops, salu, sdwa, wmma
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i32, i64 = np.uint16, np.uint32, np.uint64, np.int32, np.int64
@@ -101,8 +101,9 @@ def _dst_bits(val, ty: str):
   if a.dtype != T: a = a.astype(T)
   return a.view(BITS[WIDTH[ty]]) if WIDTH[ty] > 1 else a
 
-def vdst(i: Inst, r: int, ty: str, hi: bool = False) -> Callable[[State, object], None]:
-  """Writer of a VALU result of type ty into VGPR r (16-bit results go to the low or high half)."""
+def vdst(i: Inst, r: int, ty: str, hi: bool = False, zero_hi: bool = False) -> Callable[[State, object], None]:
+  """Writer of a VALU result of type ty into VGPR r (16-bit results go to the low or high half; zero_hi: the low
+  half, with the high half cleared, as most GFX9 16-bit operations do)."""
   w = WIDTH[ty]
   clamp = i.fmt == "vop3" and i.f.get("clamp") and ty[0] == "f"
   omod = i.f.get("omod", 0) if i.fmt == "vop3" and ty[0] == "f" else 0
@@ -115,6 +116,7 @@ def vdst(i: Inst, r: int, ty: str, hi: bool = False) -> Callable[[State, object]
       b = _dst_bits(post(val), ty)
       st.wv(r, (b & u64(0xffffffff)).astype(u32)); st.wv(r + 1, (b >> u64(32)).astype(u32))
     return wr
+  if w == 16 and zero_hi: return lambda st, val: st.wv(r, _dst_bits(post(val), ty).astype(u32))
   if w == 16:
     def wr(st, val):
       b = _dst_bits(post(val), ty).astype(u32)
@@ -138,6 +140,12 @@ def _dpp_index(ctrl: int, L: int) -> tuple[np.ndarray, np.ndarray]:
   elif 0x101 <= ctrl <= 0x10f: s = ctrl - 0x100; src = lane + s; valid = rl + s < 16
   elif 0x111 <= ctrl <= 0x11f: s = ctrl - 0x110; src = lane - s; valid = rl - s >= 0
   elif 0x121 <= ctrl <= 0x12f: s = ctrl - 0x120; src = row * 16 + (rl - s) % 16
+  elif ctrl in (0x130, 0x134, 0x138, 0x13c):   # GFX9 whole-wave shifts (shl/rol read lane + 1) and rotates
+    step = 1 if ctrl in (0x130, 0x134) else -1
+    src = lane + step
+    valid = (src >= 0) & (src < L) if ctrl in (0x130, 0x138) else valid
+  elif ctrl == 0x142: src = row * 16 - 1; valid = row >= 1                 # GFX9 row_bcast:15: the previous row's lane 15
+  elif ctrl == 0x143: src = np.full(L, 31); valid = row >= 2               # GFX9 row_bcast:31: lane 31 to rows 2 and 3
   elif ctrl == 0x140: src = row * 16 + 15 - rl
   elif ctrl == 0x141: src = (lane & ~7) | (7 - (lane & 7))
   elif 0x150 <= ctrl <= 0x15f: src = row * 16 + (ctrl - 0x150)
@@ -167,7 +175,8 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
   name = _split(i.name)
   f = i.f
   if i.fmt == "vopdx": return _vopd(i, L, fam)
-  if name in CMP: return _vopc(i, name, L)
+  if i.sdwa is not None: return _sdwa(i, name, L)
+  if name in CMP: return _vopc(i, name, L, fam)
   special = _SPECIAL_VALU.get(name)
   if special: return special(i, L, fam)
   if name.startswith("v_pk_") or name.startswith("v_fma_mix"): return _vop3p(i, name, L)
@@ -195,7 +204,8 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
         v, ok = rd(st); holder["ok"] = ok
         return v
       srcs[0] = s0
-  wr = vdst(i, f["vdst"], dty, hi=bool(opsel & 8) and WIDTH[dty] == 16)
+  hi = bool(opsel & 8) and WIDTH[dty] == 16
+  wr = vdst(i, f["vdst"], dty, hi=hi, zero_hi=fam == "gfx9" and not hi and name not in gfx9.KEEPS_HIGH_HALF)
   if i.dpp is not None:
     bc = (i.dpp >> 19) & 1
     def run_dpp(st):
@@ -221,7 +231,7 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
     with np.errstate(all="ignore"): wr(st, fn(st, s0(st), s1(st), s2(st)))
   return run3
 
-def _vopc(i: Inst, name: str, L: int) -> Fn:
+def _vopc(i: Inst, name: str, L: int, fam: str) -> Fn:
   ty, fn = CMP[name]
   cls = "class" in name
   a = typed_src(i, i.f["src0"], ty, 0)
@@ -229,13 +239,60 @@ def _vopc(i: Inst, name: str, L: int) -> Fn:
   if i.dpp is not None or i.dpp8 is not None:
     rd, _ = dpp_wrap(i, a, L)
     a = (lambda st, rd=rd: rd(st)[0]) if i.dpp is not None else rd
-  dst = 126 if name.startswith("v_cmpx") else (i.f["vdst"] if i.fmt == "vop3" else 106)
+  mask = i.f["vdst"] if i.fmt == "vop3" else 106
+  # a v_cmpx writes EXEC; on GFX9 also the lane mask it names (VCC for e32), before EXEC changes
+  dsts = ((mask, 126) if fam == "gfx9" else (126,)) if name.startswith("v_cmpx") else (mask,)
   fl = fpmode.flush_cmp(TYPES[ty]) if ty[0] == "f" else (lambda st, x: x)
   fb = fl if not cls else (lambda st, x: x)
   if cls: fl = lambda st, x: x                           # v_cmp_class sees denormals as they are
   def run(st):
     with np.errstate(all="ignore"): r = np.broadcast_to(fn(fl(st, a(st)), fb(st, b(st))), (st.W, st.L))
-    st.wmask(dst, r)
+    for d in dsts: st.wmask(d, r)
+  return run
+
+def _sdwa(i: Inst, name: str, L: int) -> Fn:
+  """GFX9 SDWA: each source is the selected byte/word of its register (zero- or sign-extended, float neg/abs after),
+  the result goes to the selected part of the destination (sdwa.place); VOPC writes its mask to SDST or VCC."""
+  w, f = i.sdwa, i.f
+  if i.fmt == "vopc":
+    if name not in CMP: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled in SDWA", i.addr)
+    ty, fn = CMP[name]
+    stys = (ty, "u32" if "class" in name else ty)
+  else:
+    if name not in VOPS or len(VOPS[name][1]) > 2 or name.startswith(("v_fmac", "v_mac")):
+      raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled in SDWA", i.addr)
+    dty, stys, fn = VOPS[name]
+    fn = fpmode.modal(name, dty, stys, fn, TYPES)
+  def source(k: int, ty: str) -> Fn:
+    raw = raw_src(i, f[f"src{k}"], 32, True)
+    sel, sext, neg, ab = sdwa.src_mods(w, k)
+    T, width = TYPES[ty], WIDTH[ty]
+    if width == 64: raise EmuFault(f"illegal instruction at {i.addr:#x}: a 64-bit operand in SDWA", i.addr)
+    def rd(st):
+      x = np.asarray(sdwa.select(raw(st), sel, sext), u32)
+      x = x.astype(u16).view(T) if width == 16 else x.view(T)
+      if ty[0] == "f":
+        if ab: x = np.abs(x)
+        if neg: x = -x
+      return x
+    return rd
+  srcs = [source(k, t) for k, t in enumerate(stys)]
+  if i.fmt == "vopc":
+    dsts = (f["sdst"], 126) if name.startswith("v_cmpx") else (f["sdst"],)
+    fl = fpmode.flush_cmp(TYPES[ty]) if ty[0] == "f" and "class" not in name else (lambda st, x: x)
+    def runc(st):
+      with np.errstate(all="ignore"): r = np.broadcast_to(fn(fl(st, srcs[0](st)), fl(st, srcs[1](st))), (st.W, st.L))
+      for d in dsts: st.wmask(d, r)
+    return runc
+  d, dsel, unused = f["vdst"], w >> 8 & 7, w >> 11 & 3
+  clamp, omod = bool(w >> 13 & 1) and dty[0] == "f", w >> 14 & 3 if dty[0] == "f" else 0
+  def run(st):
+    with np.errstate(all="ignore"):
+      val = fn(st, *[s(st) for s in srcs])
+      if omod: val = val * TYPES[dty]([1, 2, 4, 0.5][omod])
+      if clamp: val = np.where(np.isnan(val), TYPES[dty](0), np.clip(val, 0, 1))
+    bits = np.broadcast_to(_dst_bits(val, dty), (st.W, st.L)).astype(u32)
+    st.wv(d, sdwa.place(bits, st.v[d], dsel, unused))
   return run
 
 def _mask_src(i: Inst, n: int) -> Callable[[State], np.ndarray]:
@@ -629,6 +686,7 @@ def _vop3p(i: Inst, name: str, L: int) -> Fn:
 
 # ---- everything else --------------------------------------------------------------------------------------------
 def compile_inst(i: Inst, L: int, fam: str) -> Fn:
+  if fam == "gfx9": i = gfx9.as_gfx11(i)
   if i.fmt in ("vop1", "vop2", "vopc", "vop3", "vop3p", "vopdx"): return compile_valu(i, L, fam)
   if i.fmt in ("sop1", "sop2", "sopc", "sopk", "sopp"): return salu.compile_salu(i, L, fam)
   if i.fmt in ("smem", "ds", "flat", "global", "scratch", "mubuf"): return mem_ops.compile_mem(i, L, fam)

@@ -65,15 +65,16 @@ def _decode_regs(arch: str, rsrc1: int, rsrc2: int, initiator: int, tmpring_size
   gc = _gc(arch)
   r1, r2 = gc["COMPUTE_PGM_RSRC1"].decode(rsrc1), gc["COMPUTE_PGM_RSRC2"].decode(rsrc2)
   di, tmp = gc["COMPUTE_DISPATCH_INITIATOR"].decode(initiator), gc["COMPUTE_TMPRING_SIZE"].decode(tmpring_size)
-  wave32 = bool(di["CS_W32_EN"])
-  granule = 8 if wave32 else 4                                 # VGPR allocation granule, gfx10+ (AMDGPUUsage)
+  gfx9 = family(arch) == "gfx9"
+  wave32 = bool(di.get("CS_W32_EN", 0))                        # GFX9 has no such bit: wave64 only
+  granule = 8 if wave32 or gfx9 else 4     # VGPR allocation granule (AMDGPUUsage): gfx940's unified VGPR/AGPR file: 8
   return Fields(
-    vgprs=min(256, (r1["VGPRS"] + 1) * granule), float_mode=r1["FLOAT_MODE"],
+    vgprs=min(512 if gfx9 else 256, (r1["VGPRS"] + 1) * granule), float_mode=r1["FLOAT_MODE"],
     scratch_en=bool(r2["SCRATCH_EN"]), user_sgprs=r2["USER_SGPR"], trap_present=bool(r2.get("TRAP_PRESENT", 0)),
     tgid_en=(bool(r2["TGID_X_EN"]), bool(r2["TGID_Y_EN"]), bool(r2["TGID_Z_EN"])), tg_size_en=bool(r2["TG_SIZE_EN"]),
     tidig_cnt=r2["TIDIG_COMP_CNT"], lds_bytes=r2["LDS_SIZE"] * 512,   # LDS granule: 128 dwords
     wave32=wave32, thread_dims=bool(di["USE_THREAD_DIMENSIONS"]),
-    scratch_wave_bytes=tmp["WAVESIZE"] * 256)                  # 64-dword units
+    scratch_wave_bytes=tmp["WAVESIZE"] * (1024 if gfx9 else 256))   # 256-dword units on GFX9, 64-dword units after
 
 MAX_INST_BYTES = 32   # more than the longest RDNA encoding with its literal: what a decode needs in hand
 
@@ -235,7 +236,7 @@ def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
     if fl.tgid_en[k]: st.s[n] = ids[k].astype(u32); n += 1
   if fl.tg_size_en:  # workgroup info: wave id in group [4:0]... first-wave bit [10:6], waves in group [15:12]?
     st.s[n] = ((np.arange(W) % wpg).astype(u32) << u32(6)) | u32(wpg); n += 1
-  if fl.scratch_en and fam == "gfx11":
+  if fl.scratch_en and fam != "gfx12":
     st.s[n] = (np.arange(W) * fl.scratch_wave_bytes).astype(u32); n += 1
   if fam == "gfx12":  # architected SGPRs: workgroup ids in TTMP9 and TTMP7 (AMDGPUUsage)
     st.s[108 + 9] = ids[0].astype(u32)

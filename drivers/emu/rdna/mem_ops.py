@@ -29,10 +29,9 @@ def _atomic_kind(rest: str) -> tuple[str, int]:
   m = re.match(r"(.*?)(?:_rtn)?_([bfiu])(32|64)$", rest)
   if not m: raise KeyError(rest)
   op, t, w = m.group(1), m.group(2), int(m.group(3))
-  key = op if op in ATOMIC_NAMES else f"{op}_{t}{w}"
-  if key not in ATOMIC_NAMES:
-    key = f"{op}_{'i' if t == 'i' else 'u'}{w}"
-  return ATOMIC_NAMES[key], w // 8
+  for key in (f"{op}_{t}{w}", op, f"{op}_{'i' if t == 'i' else 'u'}{w}"):   # add_f32 is a float add, add_u32 an add
+    if key in ATOMIC_NAMES: return ATOMIC_NAMES[key], w // 8
+  raise KeyError(rest)
 
 _LOAD = {"b32": (4, 1, None), "b64": (4, 2, None), "b96": (4, 3, None), "b128": (4, 4, None), "u8": (1, 1, "u"),
          "i8": (1, 1, "i"), "u16": (2, 1, "u"), "i16": (2, 1, "i"), "d16_b16": (2, 1, "lo"), "d16_hi_b16": (2, 1, "hi"),
@@ -231,7 +230,7 @@ def _vmem(i: Inst, L: int, fam: str):
   seg = i.fmt
   kind, _, rest = n.partition("_")[2].partition("_")
   ra, rdat, rd, sa, off = f["addr"], f["data"], f["vdst"], f["saddr"], f["offset"]
-  rtn = (f.get("glc", 0) if fam == "gfx11" else f.get("th", 0) & 1) if kind == "atomic" else True
+  rtn = (f.get("th", 0) & 1 if fam == "gfx12" else f.get("glc", 0)) if kind == "atomic" else True
   def addrs(st, idx):
     """(per-lane address or private offset for the active lanes)"""
     if seg == "scratch":

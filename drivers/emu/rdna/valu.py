@@ -278,6 +278,7 @@ op("v_add3_u32", "u32", "u32 u32 u32", lambda a, b, c: a + b + c)
 op("v_xad_u32", "u32", "u32 u32 u32", lambda a, b, c: (a ^ b) + c)
 op("v_sad_u32", "u32", "u32 u32 u32", lambda a, b, c: _sad(a, b) + c)
 op("v_lshlrev_b64", "u64", "u32 u64", lambda s, x: x << (np.asarray(s, u32) & u32(63)).astype(u64))
+op("v_lshl_add_u64", "u64", "u64 u32 u64", lambda x, s, c: (x << (np.asarray(s, u32) & u32(7)).astype(u64)) + c)   # gfx940/gfx12
 op("v_lshrrev_b64", "u64", "u32 u64", lambda s, x: x >> (np.asarray(s, u32) & u32(63)).astype(u64))
 op("v_add_f64", "f64", "f64 f64", lambda a, b: a + b)
 op("v_sub_nc_u64", "u64", "u64 u64", lambda a, b: a - b)

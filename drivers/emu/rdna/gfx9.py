@@ -1,0 +1,67 @@
+"""CDNA3 (gfx940-942) on the RDNA execution model.
+
+The decoder already gives CDNA3 instructions gfx11's field names and register numbering; here their GFX9 mnemonics
+become the gfx11 operation of the same meaning (s_load_dwordx2 -> s_load_b64, v_add_u32 -> v_add_nc_u32,
+ds_read2_b32 -> ds_load_2addr_b32, ...). What GFX9 does differently is modelled where the operation is compiled,
+keyed on the family: v_cmpx also writes its lane mask to VCC/SDST, 16-bit VALU results zero the register's high half,
+SDWA operands and results (sdwa.py), the GFX9-only DPP controls, and DS_CMPST's operand order (handled here).
+"""
+from __future__ import annotations
+import dataclasses, re
+
+from rawgpu.drivers.emu.rdna.decode import Inst
+
+_NAMES = {
+  "v_add_u32": "v_add_nc_u32", "v_sub_u32": "v_sub_nc_u32", "v_subrev_u32": "v_subrev_nc_u32",
+  "v_add_i32": "v_add_nc_i32", "v_sub_i32": "v_sub_nc_i32", "v_add_u16": "v_add_nc_u16", "v_sub_u16": "v_sub_nc_u16",
+  "v_add_i16": "v_add_nc_i16", "v_sub_i16": "v_sub_nc_i16", "v_addc_co_u32": "v_add_co_ci_u32",
+  "v_subb_co_u32": "v_sub_co_ci_u32", "v_subbrev_co_u32": "v_subrev_co_ci_u32",
+  "v_cvt_pkrtz_f16_f32": "v_cvt_pk_rtz_f16_f32", "v_mul_lo_i32": "v_mul_lo_u32", "v_ffbh_u32": "v_clz_i32_u32",
+  "v_ffbl_b32": "v_ctz_i32_b32", "v_ffbh_i32": "v_cls_i32",
+  "s_ff1_i32_b32": "s_ctz_i32_b32", "s_ff1_i32_b64": "s_ctz_i32_b64", "s_flbit_i32_b32": "s_clz_i32_u32",
+  "s_flbit_i32_b64": "s_clz_i32_u64", "s_flbit_i32": "s_cls_i32", "s_flbit_i32_i64": "s_cls_i32_i64",
+  "buffer_inv": "buffer_gl0_inv", "buffer_wbl2": "buffer_gl0_inv", "buffer_wbinvl1": "buffer_gl0_inv",
+  "buffer_wbinvl1_vol": "buffer_gl0_inv", "s_dcache_inv_vol": "s_dcache_inv", "s_dcache_wb_vol": "s_dcache_wb",
+  "ds_cmpst_b32": "ds_cmpstore_b32", "ds_cmpst_b64": "ds_cmpstore_b64", "ds_cmpst_rtn_b32": "ds_cmpstore_rtn_b32",
+  "ds_cmpst_rtn_b64": "ds_cmpstore_rtn_b64", "ds_wrxchg_rtn_b32": "ds_storexchg_rtn_b32",
+  "ds_wrxchg_rtn_b64": "ds_storexchg_rtn_b64",
+}
+# FLAT/GLOBAL/SCRATCH and SMEM element names
+_MEM = {"dword": "b32", "dwordx2": "b64", "dwordx3": "b96", "dwordx4": "b128", "dwordx8": "b256", "dwordx16": "b512",
+        "ubyte": "u8", "sbyte": "i8", "ushort": "u16", "sshort": "i16", "byte": "b8", "short": "b16",
+        "ubyte_d16": "d16_u8", "ubyte_d16_hi": "d16_hi_u8", "sbyte_d16": "d16_i8", "sbyte_d16_hi": "d16_hi_i8",
+        "short_d16": "d16_b16", "short_d16_hi": "d16_hi_b16", "byte_d16_hi": "d16_hi_b8"}
+# FLAT/GLOBAL atomics: GFX9 name -> (gfx11 name, with _x2 for 64 bits)
+_ATOMIC = {"add": "add_u", "sub": "sub_u", "swap": "swap_b", "cmpswap": "cmpswap_b", "smin": "min_i", "umin": "min_u",
+           "smax": "max_i", "umax": "max_u", "and": "and_b", "or": "or_b", "xor": "xor_b", "inc": "inc_u", "dec": "dec_u"}
+# 16-bit operations that keep the register's high half on GFX9 (the ones with op_sel); the others zero it
+KEEPS_HIGH_HALF = {"v_fma_f16", "v_mad_f16", "v_mad_u16", "v_mad_i16", "v_div_fixup_f16", "v_fma_mixlo_f16",
+                   "v_fma_mixhi_f16", "v_mad_mixlo_f16", "v_mad_mixhi_f16"}
+
+
+def canonical(name: str) -> str:
+  """The gfx11 mnemonic of the same operation (unchanged where GFX9 spells it alike)."""
+  if name in _NAMES: return _NAMES[name]
+  if m := re.match(r"(global|flat|scratch)_(load|store)_(\w+)$", name):
+    return f"{m.group(1)}_{m.group(2)}_{_MEM.get(m.group(3), m.group(3))}"
+  if m := re.match(r"s_(buffer_)?load_(dword\w*)$", name): return f"s_{m.group(1) or ''}load_{_MEM.get(m.group(2), m.group(2))}"
+  if m := re.match(r"(global|flat)_atomic_(\w+?)(_x2)?$", name):
+    op = m.group(2)
+    if op in _ATOMIC: return f"{m.group(1)}_atomic_{_ATOMIC[op]}{64 if m.group(3) else 32}"
+    return name
+  if m := re.match(r"ds_(read|write)(2st64|2)?_(\w+)$", name):
+    kind = "load" if m.group(1) == "read" else "store"
+    two = {"2": "_2addr", "2st64": "_2addr_stride64"}.get(m.group(2) or "", "")
+    return f"ds_{kind}{two}_{m.group(3)}"
+  if m := re.match(r"s_(and|or)n([12])_(\w+)$", name): return f"s_{m.group(1)}_not{int(m.group(2)) - 1}_{m.group(3)}"
+  return name
+
+
+def as_gfx11(i: Inst) -> Inst:
+  """The instruction under its gfx11 name; DS_CMPST takes the comparand in DATA0 and the new value in DATA1, the
+  reverse of gfx11's DS_CMPSTORE."""
+  name = canonical(i.name)
+  if name == i.name: return i
+  f = i.f
+  if i.name.startswith("ds_cmpst"): f = {**f, "data0": f["data1"], "data1": f["data0"]}
+  return dataclasses.replace(i, name=name, f=f)
