@@ -17,8 +17,9 @@ WG, GROUPS, NOUT = 64, 4, 4
 N = WG * GROUPS
 SEEDS = range(int(os.environ.get("RAWGPU_RDNA_SEEDS", "60")))
 # seeds beyond the default range that found emulator bugs: an f16 inline constant read as f32's low half (185), f64
-# division by a huge value (195), a 16-bit operand's literal (247), f32 division of huge values with flushing (410)
-FOUND = [185, 195, 247, 410]
+# division by a huge value (195), a 16-bit operand's literal (247), f32 division of huge values with flushing (410);
+# on gfx942: SDWA carry ops (422), v_fma_mixlo_f16 rounding once instead of an f32 fma then f16 (468)
+FOUND = [185, 195, 247, 410, 422, 468]
 BATCH = 20   # kernels per code object: clang runs a few times, not once per kernel
 
 PRELUDE = r"""
@@ -263,7 +264,7 @@ def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.view(u) == b.view(u)) | (np.isnan(a) & np.isnan(b)) | ((a == 0) & (b == 0))
   return a == b
 
-TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ())]
+TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ()), ("gfx942", ())]
 FLAGS = ("-fwrapv", "-cl-fp32-correctly-rounded-divide-sqrt")
 
 def batches():

@@ -258,6 +258,13 @@ def _sdwa(i: Inst, name: str, L: int) -> Fn:
     if name not in CMP: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled in SDWA", i.addr)
     ty, fn = CMP[name]
     stys = (ty, "u32" if "class" in name else ty)
+  elif name in CARRY_OPS:   # VOP2 SDWA: the carry in and out is VCC
+    dty, stys = "u32", ("u32", "u32")
+    cin = "_ci_" in name
+    def fn(st, x, y):
+      d, carry = carry_math(name, x, y, st.unpack(106) if cin else None)
+      st.wmask(106, np.broadcast_to(carry, (st.W, st.L)))
+      return d
   else:
     if name not in VOPS or len(VOPS[name][1]) > 2 or name.startswith(("v_fmac", "v_mac")):
       raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled in SDWA", i.addr)
@@ -326,28 +333,27 @@ def _carry_op(i: Inst, L: int, fam: str) -> Fn:
   if "_ci_" in name: cin = _mask_src(i, f["src2"] if vop3 else 106)
   cout = f["sdst"] if vop3 else 106
   r = f["vdst"]
-  sub, rev = "sub" in name, "subrev" in name
   def run(st):
-    x, y = a(st), b(st)
-    if rev: x, y = y, x
-    if sub:
-      d = x - y
-      carry = y > x
-      if cin:
-        c = cin(st)
-        carry = carry | (d < c)
-        d = d - c
-    else:
-      d = x + y
-      carry = d < x
-      if cin:
-        c = cin(st)
-        d2 = d + c
-        carry = carry | (d2 < d)
-        d = d2
+    d, carry = carry_math(name, a(st), b(st), cin(st) if cin else None)
     st.wmask(cout, np.broadcast_to(carry, (st.W, st.L)))
     st.wv(r, d)
   return run
+
+CARRY_OPS = ("v_add_co_u32", "v_sub_co_u32", "v_subrev_co_u32", "v_add_co_ci_u32", "v_sub_co_ci_u32", "v_subrev_co_ci_u32")
+
+def carry_math(name: str, x, y, c):
+  """(result, carry or borrow out) of a 32-bit add/sub with an optional carry/borrow in c (lane bools)."""
+  if "subrev" in name: x, y = y, x
+  if "sub" in name:
+    d, carry = x - y, y > x
+    if c is not None: carry, d = carry | (d < c), d - c
+    return d, carry
+  d = x + y
+  carry = d < x
+  if c is not None:
+    d2 = d + c
+    carry, d = carry | (d2 < d), d2
+  return d, carry
 
 def _mad64(i: Inst, L: int, fam: str) -> Fn:
   f = i.f
@@ -575,8 +581,7 @@ def _scalar_trans(i: Inst, L: int, fam: str) -> Fn:
   return run
 
 _SPECIAL_VALU = {
-  "v_cndmask_b32": _cndmask, "v_add_co_u32": _carry_op, "v_sub_co_u32": _carry_op, "v_subrev_co_u32": _carry_op,
-  "v_add_co_ci_u32": _carry_op, "v_sub_co_ci_u32": _carry_op, "v_subrev_co_ci_u32": _carry_op,
+  "v_cndmask_b32": _cndmask, **{n: _carry_op for n in CARRY_OPS},
   "v_mad_u64_u32": _mad64, "v_mad_i64_i32": _mad64, "v_mad_co_u64_u32": _mad64, "v_mad_co_i64_i32": _mad64, "v_div_scale_f32": _div_scale, "v_div_scale_f64": _div_scale,
   "v_div_fmas_f32": _div_fmas, "v_div_fmas_f64": _div_fmas, "v_div_fixup_f32": _div_fixup, "v_div_fixup_f64": _div_fixup,
   "v_div_fixup_f16": _div_fixup, "v_readlane_b32": _readlane, "v_readfirstlane_b32": _readfirstlane,
@@ -634,7 +639,8 @@ _PK = {
 }
 
 def _fma_mix(i: Inst, name: str, L: int) -> Fn:
-  """v_fma_mix*: each source is f32, or (op_sel_hi) an f16 half picked by op_sel; one f32 fma; f32 or f16 result."""
+  """v_fma_mix*: each source is f32, or (op_sel_hi) an f16 half picked by op_sel; one f32 fma; f32 or f16 result
+  (the f32 result rounded again)."""
   f = i.f
   raws = [raw_src(i, f[k], 32, True, True) for k in ("src0", "src1", "src2")]
   for k, fl in enumerate(("src0", "src1", "src2")):
@@ -652,15 +658,58 @@ def _fma_mix(i: Inst, name: str, L: int) -> Fn:
     with np.errstate(all="ignore"):
       a, b, c = src(st, 0), src(st, 1), src(st, 2)
       if name == "v_fma_mix_f32": st.wv(r, fpmath.fma_narrow(a, b, c, f32).view(u32)); return
-      h = fpmath.fma_narrow(a, b, c, f16)
+      h = fpmath.fma_narrow(a, b, c, f32).astype(f16)   # the ISA: f32_to_f16(fma(...)) of an f32 fma: two roundings
       if f["clamp"]: h = np.clip(h, f16(0), f16(1))
       bits = np.asarray(h, f16).view(u16).astype(u32)
       old = st.v[r]
       st.wv(r, (old & u32(0xffff)) | (bits << u32(16)) if name == "v_fma_mixhi_f16" else (old & u32(0xffff0000)) | bits)
   return run
 
+def _pk32_src(i: Inst, n: int) -> Callable[[State], tuple]:
+  """A 64-bit packed-f32 operand as its (low, high) dwords: a VGPR or SGPR pair; an inline constant or literal
+  gives its 32-bit value to both halves."""
+  if n >= 256: return lambda st: (st.v[n - 256], st.v[n - 255])
+  if n < 128: return lambda st: (st.s[n][:, None], st.s[n + 1][:, None])
+  c = const_value(n, i.lit, 32, True)
+  if c is None: raise EmuFault(f"illegal operand {n} at {i.addr:#x}", i.addr)
+  k = u32(c)
+  return lambda st: (k, k)
+
+_PK32 = {"v_pk_add_f32": "v_add_f32", "v_pk_mul_f32": "v_mul_f32", "v_pk_fma_f32": "v_fma_f32"}
+
+def _pk32(i: Inst, name: str, L: int) -> Fn:
+  """gfx90a/gfx940 packed f32 and v_pk_mov_b32 on register pairs: op_sel[k] picks the dword of source k for the low
+  result, op_sel_hi[k] for the high one; neg_lo/neg_hi negate them. Each half is the f32 operation under MODE."""
+  f, d = i.f, i.f["vdst"]
+  if name == "v_pk_mov_b32":
+    a, b = _pk32_src(i, f["src0"]), _pk32_src(i, f["src1"])
+    lo_sel, hi_sel = f["opsel"] & 1, f["opsel"] >> 1 & 1
+    def mov(st):
+      lo, hi = a(st)[lo_sel], b(st)[hi_sel]
+      st.wv(d, np.broadcast_to(lo, (st.W, st.L))); st.wv(d + 1, np.broadcast_to(hi, (st.W, st.L)))
+    return mov
+  scalar = _PK32[name]
+  dty, stys, fn = VOPS[scalar]
+  fn = fpmode.modal(scalar, dty, stys, fn, TYPES)
+  srcs = [_pk32_src(i, f[k]) for k in ("src0", "src1", "src2")[:len(stys)]]
+  def half(st, vals, sel: int, neg: int):
+    out = []
+    for k, v in enumerate(vals):
+      x = np.asarray(v[sel >> k & 1], u32).view(f32)
+      out.append(-x if neg >> k & 1 else x)
+    return out
+  def run(st):
+    vals = [s(st) for s in srcs]
+    with np.errstate(all="ignore"):
+      lo = fn(st, *half(st, vals, f["opsel"], f["neg"]))
+      hi = fn(st, *half(st, vals, f["opsel_hi"], f["neg_hi"]))
+    st.wv(d, np.broadcast_to(np.asarray(lo, f32).view(u32), (st.W, st.L)))
+    st.wv(d + 1, np.broadcast_to(np.asarray(hi, f32).view(u32), (st.W, st.L)))
+  return run
+
 def _vop3p(i: Inst, name: str, L: int) -> Fn:
   if name.startswith("v_fma_mix"): return _fma_mix(i, name, L)
+  if name in _PK32 or name == "v_pk_mov_b32": return _pk32(i, name, L)
   if name not in _PK: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled", i.addr)
   ty, n, fn = _PK[name]
   fn = fpmode.modal(name, ty, (ty,) * n, fn, TYPES)

@@ -258,7 +258,8 @@ def _decode_gfx9(code: bytes, pc: int) -> Inst:
     if f["src0"] == 250: inst.dpp = extra
     else:
       inst.sdwa = extra
-      if extra >> 11 & 3 == 3 or any((extra >> b & 7) == 7 for b in (8, 16, 24)) and fmt != "vopc":
+      sels = {"vop1": (8, 16), "vop2": (8, 16, 24), "vopc": (16, 24)}[fmt]   # VOPC keeps SDST where dst_sel/unused are
+      if any((extra >> b & 7) == 7 for b in sels) or (fmt != "vopc" and extra >> 11 & 3 == 3):
         raise DecodeError("reserved SDWA selector")
     f["src0"] = (extra & 0xff) + (256 if f["src0"] == 250 or not extra >> 23 & 1 else 0)   # SDWA S0 selects an SGPR
     if f["src0"] < 128: f["src0"] = _sgpr_gfx9(f["src0"])
