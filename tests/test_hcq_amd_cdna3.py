@@ -327,3 +327,19 @@ def test_backend_on_gc_9_4_3_flushes_hdp_and_decodes_gfx9_history():
 
 def test_backend_on_gfx9_without_nbio_base_is_a_clear_error():
   with pytest.raises(RawGPUError, match="NBIO register base"): _gfx9_backend({"gc": GC_BASE})
+
+
+@pytest.mark.parametrize("ver,unit", [((9, 4, 3), 1024), ((11, 0, 0), 256)], ids=["gfx9", "gfx11"])
+def test_scratch_wave_size_counts_the_generation_s_units(ver, unit):
+  """COMPUTE_TMPRING_SIZE.WAVESIZE counts 1 KiB units on gfx9 and 256 bytes on gfx11+ (LLVM's SPI_TMPRING_SIZE tests:
+  private size * lanes aligned to 1024 before gfx11, to 256 after); the scratch buffer holds WAVES slots of that size."""
+  from rawgpu.hcq.amd.backend import AMDBackend
+  gc, allocs = ip_regs("gc", *ver), []
+  def alloc(n):
+    allocs.append(n)
+    return SimpleNamespace(size=n, va=0x7000_0000, free=lambda: None)
+  be = SimpleNamespace(gfx=ver[0], gc=gc, _scratch=None, dev=SimpleNamespace(alloc=alloc))
+  tmpring, va = AMDBackend.scratch_for(be, SimpleNamespace(scratch=100, wave32=False))   # 100 bytes a lane, wave64
+  f = gc["regCOMPUTE_TMPRING_SIZE"].decode(tmpring)
+  assert va == 0x7000_0000 and (f["WAVESIZE"] - 1) * unit < 100 * 64 <= f["WAVESIZE"] * unit
+  assert allocs == [f["WAVES"] * f["WAVESIZE"] * unit]
