@@ -45,6 +45,7 @@ examples:
   rawgpu decode sdma dump.txt --json
   rawgpu decode isa kernels/gfx1100/vadd.hsaco
   rawgpu decode isa code.bin --arch gfx1201
+  rawgpu decode isa kernels/gfx942/reduce.hsaco      CDNA3 code objects too
 
 exit codes: 0 ok, 1 failure (unreadable or malformed input), 2 bad usage, 3 the decoder is not in this build
 """
@@ -83,7 +84,9 @@ def _words(data: bytes) -> list[int]:
 
 
 def _isa(data: bytes, arch: str | None) -> list[dict]:
-  from rawgpu.drivers.emu.rdna.decode import decode_all
+  """Lane masks print as SGPR pairs in wave64 code: each kernel's descriptor says which it is (CDNA3 is always wave64;
+  raw bytes count as wave32 on RDNA)."""
+  from rawgpu.drivers.emu.rdna.decode import decode_all, family
   from rawgpu.drivers.emu.rdna.disasm import disasm
   if data[:4] == b"\x7fELF":
     from rawgpu.hcq.amd.elf import load_code_object
@@ -93,10 +96,13 @@ def _isa(data: bytes, arch: str | None) -> list[dict]:
     out = []
     for name, k in sorted(co.kernels.items(), key=lambda kv: kv[1].code_offset):
       end = min([e for e in ends if e > k.code_offset] + [o.code_offset for o in co.kernels.values() if o.code_offset > k.code_offset] or [len(co.image)])
-      out += [{"kernel": name, "offset": i.addr, "text": disasm(arch, i)} for i in decode_all(arch, co.image, k.code_offset, end)]
+      w64 = not k.descriptor.wave32
+      out += [{"kernel": name, "offset": i.addr, "text": disasm(arch, i, w64)} for i in decode_all(arch, co.image, k.code_offset, end)]
     return out
   if arch is None: raise RawGPUError("raw instruction bytes need --arch (e.g. --arch gfx1100)")
-  return [{"kernel": None, "offset": i.addr, "text": disasm(arch, i)} for i in decode_all(arch, data)]
+  try: w64 = family(arch) == "gfx9"
+  except ValueError as e: raise RawGPUError(str(e)) from None
+  return [{"kernel": None, "offset": i.addr, "text": disasm(arch, i, w64)} for i in decode_all(arch, data)]
 
 
 def cmd_decode(args) -> int:
@@ -154,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
   b.add_argument("--only", nargs="+", choices=ORDER, metavar="NAME", help=f"only these benchmarks ({', '.join(ORDER)})")
   b.add_argument("--quick", action="store_true", help="tiny sizes and few repeats: checks that everything runs, not how fast")
   b.set_defaults(fn=cmd_bench)
-  c = sub.add_parser("decode", help="decode PM4 or SDMA command streams, disassemble RDNA code", epilog=DECODE_EPILOG, formatter_class=fmt,
+  c = sub.add_parser("decode", help="decode PM4 or SDMA command streams, disassemble RDNA and CDNA3 code", epilog=DECODE_EPILOG, formatter_class=fmt,
                      description="Print command packets or instructions one per line.")
   c.add_argument("stream", choices=["pm4", "sdma", "isa"], help="what the input holds")
   c.add_argument("file", help="input file (- for stdin)")
@@ -177,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     return 1
   except KeyboardInterrupt:
     return 130
+  except BrokenPipeError:   # the reader went away (rawgpu decode ... | head): not an error; stop writing quietly
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 if __name__ == "__main__": sys.exit(main())

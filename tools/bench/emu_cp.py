@@ -1,4 +1,4 @@
-"""Play the command processor for the RDNA executor alone: lay a code object, its kernargs and buffers out in a
+"""Play the command processor for the CU executor alone (RDNA and CDNA3): lay a code object, its kernargs and buffers out in a
 FlatMemory, program the dispatch registers from the kernel descriptor, and time run_dispatch. This measures the
 emulator's speed without the rest of the stack (boot, rings, packets). Register fields come from the generated tables."""
 from __future__ import annotations
@@ -76,11 +76,11 @@ def prepare(arch: str, obj: str, kernel: str, args: list, grid: tuple[int, int, 
   for name, _, n in kd.user_sgprs():
     if name == "user_sgpr_kernarg_segment_ptr": user += [(BASE + karg_at) & 0xffffffff, (BASE + karg_at) >> 32]
     else: user += [0] * n  # no dispatch packet, queue or scratch: the benchmark kernels use none of them
-  gc = ip_regs("gc", int(arch[3:-2]), 0, 0)
+  gc = ip_regs("gc", *((9, 4, 3) if arch.startswith("gfx94") else (int(arch[3:-2]), 0, 0)))   # gfx942: GC 9.4.3
   lds = max(kd.group_segment_fixed_size, k.meta.group_segment_fixed_size)
   rsrc2 = kd.compute_pgm_rsrc2 | _field(gc["regCOMPUTE_PGM_RSRC2"], "LDS_SIZE", _up(lds, 512) // 512)  # the CP fills LDS_SIZE
   init = gc["regCOMPUTE_DISPATCH_INITIATOR"]
-  initiator = _field(init, "COMPUTE_SHADER_EN", 1) | (_field(init, "CS_W32_EN", 1) if kd.wave32 else 0)
+  initiator = _field(init, "COMPUTE_SHADER_EN", 1) | (_field(init, "CS_W32_EN", 1) if kd.wave32 else 0)   # gfx9: wave64 only
   if max(kd.private_segment_fixed_size, k.meta.private_segment_fixed_size): raise ValueError(f"{kernel} needs scratch, which this harness does not set up")
   regs = DispatchRegs(arch=arch, pgm_addr=BASE + k.code_offset, rsrc1=kd.compute_pgm_rsrc1, rsrc2=rsrc2, rsrc3=kd.compute_pgm_rsrc3,
                       user_data=user, num_thread=block, grid=grid, dispatch_initiator=initiator)

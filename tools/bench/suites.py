@@ -59,8 +59,9 @@ def _code_regions(arch: str) -> list[tuple[bytes, int, int]]:
 
 @benchmark("emu")
 def bench_emu(ctx: Ctx) -> None:
-  """the emulated GPU: RDNA decode and disassembly speed; vector add, matmul and a reduction on MOCKPCI"""
-  for arch in ("gfx1100", "gfx1201"):
+  """the emulated GPU: RDNA and CDNA3 decode and disassembly speed, the executor alone; vector add, matmul and a
+  reduction on MOCKPCI"""
+  for arch in ("gfx1100", "gfx1201", "gfx942"):
     try:
       with ctx.needs("the RDNA decoder (rawgpu.drivers.emu.rdna)"):
         from rawgpu.drivers.emu.rdna.decode import decode_all
@@ -73,7 +74,7 @@ def bench_emu(ctx: Ctx) -> None:
     def dec() -> None:
       for img, a, b in regions * reps: decode_all(arch, img, a, b)
     ctx.figure(f"decode {arch}", "decode", "instructions/s", samples(dec, ctx.warmup, ctx.repeats), work=len(insts) * reps, arch=arch)
-    ctx.figure(f"disasm {arch}", "disassemble", "instructions/s", samples(lambda: [disasm(arch, i) for i in insts], ctx.warmup, ctx.repeats), work=len(insts), arch=arch)
+    ctx.figure(f"disasm {arch}", "disassemble", "instructions/s", samples(lambda: [disasm(arch, i, arch == "gfx942") for i in insts], ctx.warmup, ctx.repeats), work=len(insts), arch=arch)
     _emu_executor(ctx, arch)
   spec = ctx.dev_spec if ctx.dev_spec and ctx.dev_spec.upper().startswith("MOCKPCI") else MOCK
   cases = (("MOCKPCI vadd f32", _emu_vadd), ("MOCKPCI matmul f32", _emu_matmul), ("MOCKPCI reduce f32", _emu_reduce))
@@ -84,7 +85,7 @@ def bench_emu(ctx: Ctx) -> None:
 
 
 def _emu_executor(ctx: Ctx, arch: str) -> None:
-  """The RDNA executor alone (this harness plays the command processor): the speed goals' three kernels."""
+  """The CU executor alone (this harness plays the command processor): the speed goals' three kernels."""
   rng = np.random.default_rng(4)
   n, m, r = ctx.size(1 << 12, 1 << 20), ctx.size(32, 256), ctx.size(1 << 12, 1 << 22)
   vec = lambda k: rng.random(k, dtype=np.float32)
