@@ -212,6 +212,20 @@ scratch_store_dword off, v2, s4 offset:4 sc0 sc1
 scratch_load_dword v1, off, off offset:32
 buffer_inv sc1
 buffer_wbl2 sc0 sc1
+v_accvgpr_read_b32 v1, a2
+v_accvgpr_write_b32 a1, v2
+v_accvgpr_write_b32 a1, 7
+v_accvgpr_mov_b32 a1, a2
+v_mfma_f32_16x16x16_f16 a[0:3], v[2:3], v[4:5], a[0:3]
+v_mfma_f32_16x16x16_f16 v[0:3], a[2:3], a[4:5], 0
+v_mfma_f32_32x32x8_f16 a[0:15], v[2:3], v[4:5], a[0:15] cbsz:1 abid:1 blgp:2
+v_mfma_f32_16x16x4_f32 a[0:3], v2, v3, a[0:3]
+v_mfma_i32_16x16x32_i8 v[0:3], v[4:5], v[6:7], v[0:3]
+ds_read_b32 a1, v2
+ds_write_b32 v1, a2
+global_store_dword v0, a1, s[2:3]
+global_load_dwordx4 a[0:3], v0, s[2:3] offset:48
+scratch_load_dword a3, off, s0
 """
 
 def _mc(mcpu: str, lines: list[str], w64: bool) -> list[tuple[str, bytes]]:

@@ -10,7 +10,7 @@ import numpy as np
 from rawgpu.drivers.emu.rdna.decode import Inst
 from rawgpu.drivers.emu.rdna.state import State, EmuFault
 from rawgpu.drivers.emu.rdna.valu import VOPS, CMP, TYPES, WIDTH, BITS
-from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, gfx9, mem_ops, salu, sdwa, wmma
+from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, gfx9, mem_ops, mfma, salu, sdwa, wmma
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i32, i64 = np.uint16, np.uint32, np.uint64, np.int32, np.int64
@@ -561,6 +561,23 @@ def _wmma(i: Inst, L: int, fam: str) -> Fn:
     for k in range(nacc): st.wv(d0 + k, new[k])
   return run
 
+def _mfma(i: Inst, L: int, fam: str) -> Fn:
+  """CDNA3 v_mfma_*: see mfma.py for the layouts. A and B come from VGPRs or AGPRs, C from them or a constant."""
+  name, f = _split(i.name), i.f
+  if any(f.get(k) for k in ("cbsz", "abid", "blgp")):
+    raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} with cbsz/abid/blgp is not modelled", i.addr)
+  if f["src0"] < 256 or f["src1"] < 256: raise EmuFault(f"illegal operand at {i.addr:#x}: MFMA A and B are vector registers", i.addr)
+  nab, nc = mfma.operand_registers(name)
+  a0, b0, c0, d0 = f["src0"] - 256, f["src1"] - 256, f["src2"] - 256, f["vdst"]
+  cconst = const_value(f["src2"], i.lit, 32, "i32" not in name) if f["src2"] < 256 else None
+  if f["src2"] < 256 and cconst is None: raise EmuFault(f"illegal operand {f['src2']} at {i.addr:#x}", i.addr)
+  def run(st):
+    regs = lambda base, n: np.stack([st.v[base + k] for k in range(n)], -1)
+    cw = regs(c0, nc) if cconst is None else np.full((st.W, st.L, nc), u32(cconst), u32)
+    d = mfma.mfma(name, regs(a0, nab), regs(b0, nab), cw)
+    for k in range(nc): st.wv(d0 + k, d[:, :, k])
+  return run
+
 def _nop(i: Inst, L: int, fam: str) -> Fn:
   return lambda st: None
 
@@ -589,6 +606,7 @@ _SPECIAL_VALU = {
   "v_permlane16_b32": _permlane, "v_permlanex16_b32": _permlane, "v_swap_b32": _swap, "v_nop": _nop,
   "v_pipeflush": _nop, "v_cndmask_b16": _cndmask, "v_permlane64_b32": _permlane64,
   **{f"v_s_{o}_{t}": _scalar_trans for o in ("exp", "log", "rcp", "rsq", "sqrt") for t in ("f32", "f16")},
+  **{n: _mfma for n in mfma.SHAPES},
   **{n: _dot for n in ("v_dot2_f32_f16", "v_dot2_f32_bf16", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4",
                        "v_dot8_u32_u4", "v_dot2_f16_f16", "v_dot2_bf16_bf16")},
   **{f"v_wmma_{o}_16x16x16_{k}": _wmma for o, k in (("f32", "f16"), ("f32", "bf16"), ("f16", "f16"), ("bf16", "bf16"),
@@ -734,8 +752,8 @@ def _vop3p(i: Inst, name: str, L: int) -> Fn:
   return run
 
 # ---- everything else --------------------------------------------------------------------------------------------
-def compile_inst(i: Inst, L: int, fam: str) -> Fn:
-  if fam == "gfx9": i = gfx9.as_gfx11(i)
+def compile_inst(i: Inst, L: int, fam: str, acc: int = 0) -> Fn:
+  if fam == "gfx9": i = gfx9.as_gfx11(i, acc)
   if i.fmt in ("vop1", "vop2", "vopc", "vop3", "vop3p", "vopdx"): return compile_valu(i, L, fam)
   if i.fmt in ("sop1", "sop2", "sopc", "sopk", "sopp"): return salu.compile_salu(i, L, fam)
   if i.fmt in ("smem", "ds", "flat", "global", "scratch", "mubuf"): return mem_ops.compile_mem(i, L, fam)

@@ -184,6 +184,26 @@ def _sgpr_gfx9(n: int) -> int:
   if n == 125: raise DecodeError("reserved scalar operand 125")
   return 125 if n == M0_GFX9 else n
 
+AGPR = 512   # added to a VGPR number (vdst, data: 0-255; sources: 256-511) that names an AGPR
+
+def _mark_agprs(name: str, fmt: str, f: dict[str, int], w0: int) -> None:
+  """CDNA's accumulation registers: an operand that names AGPR n gets n + AGPR (a source 256 + AGPR + n). FLAT and DS
+  say so with their ACC bit (the data and destination registers), MFMA with ACC_CD (C and D: w0 bit 15, where VOP3P
+  has clamp) and ACC (A, B: where op_sel_hi[1:0] is); v_accvgpr_* name them by definition."""
+  def agpr(k: str) -> None:
+    if k in f and (f[k] >= 256 or k not in ("src0", "src1", "src2")): f[k] += AGPR
+  if fmt in ("flat", "global", "scratch", "ds") and f.pop("acc"):
+    for k in ("vdst", "data", "data0", "data1"): agpr(k)
+  elif name.startswith(("v_mfma", "v_smfmac")):
+    f["cbsz"], f["abid"], f["blgp"] = f.pop("neg_hi"), f.pop("opsel") | f["opsel_hi"] >> 2 << 3, f.pop("neg")
+    acc_ab, acc_cd = f.pop("opsel_hi") & 3, f.pop("clamp")
+    if acc_cd: agpr("vdst"); agpr("src2")
+    if acc_ab & 1: agpr("src0")
+    if acc_ab & 2: agpr("src1")
+  elif name == "v_accvgpr_read_b32": agpr("src0")
+  elif name == "v_accvgpr_write_b32": agpr("vdst")
+  elif name == "v_accvgpr_mov_b32": agpr("vdst"); agpr("src0")
+
 def _decode_gfx9(code: bytes, pc: int) -> Inst:
   tabs = tables("gfx9")
   if pc % 4: raise DecodeError("misaligned program counter")
@@ -214,7 +234,7 @@ def _decode_gfx9(code: bytes, pc: int) -> Inst:
   elif enc == 0x36:  # DS: the opcode sits one bit lower than on gfx11
     w1 = dw(1)
     fmt, op, size = "ds", _bits(w0, 17, 8), 8
-    f = {"offset0": _bits(w0, 0, 8), "offset1": _bits(w0, 8, 8), "gds": _bits(w0, 16, 1),
+    f = {"offset0": _bits(w0, 0, 8), "offset1": _bits(w0, 8, 8), "gds": _bits(w0, 16, 1), "acc": _bits(w0, 25, 1),
          "addr": _bits(w1, 0, 8), "data0": _bits(w1, 8, 8), "data1": _bits(w1, 16, 8), "vdst": _bits(w1, 24, 8)}
   elif enc == 0x30:  # SMEM: IMM selects an immediate offset, SOE adds the SGPR in SOFFSET
     w1 = dw(1)
@@ -232,7 +252,7 @@ def _decode_gfx9(code: bytes, pc: int) -> Inst:
     f = {"offset": _sext(_bits(w0, 0, 13), 13) if seg else _bits(w0, 0, 12), "dlc": 0, "glc": _bits(w0, 16, 1),
          "slc": _bits(w0, 17, 1), "sc1": _bits(w0, 25, 1), "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8),
          "saddr": 124 if saddr == OFF_GFX9 or seg == 0 else _sgpr_gfx9(saddr), "vdst": _bits(w1, 24, 8),
-         "sve": _bits(w0, 13, 1) if seg == 1 else 0, "lds": _bits(w0, 13, 1) if seg != 1 else 0}
+         "sve": _bits(w0, 13, 1) if seg == 1 else 0, "lds": _bits(w0, 13, 1) if seg != 1 else 0, "acc": _bits(w1, 23, 1)}
   elif enc == 0x38:  # MUBUF: only the cache controls are used by compute code we run
     w1 = dw(1)
     fmt, op, size = "mubuf", _bits(w0, 18, 7), 8
@@ -250,6 +270,7 @@ def _decode_gfx9(code: bytes, pc: int) -> Inst:
   if fmt == "vop3":
     f["sdst"] = _sgpr_gfx9(f["sdst"])
     if any(fl == "vdst" and rf == "s" for fl, _, rf in ops): f["vdst"] = _sgpr_gfx9(f["vdst"])
+  _mark_agprs(name, fmt, f, w0)
   inst = Inst(pc, size, fmt, op, name, f, ops=ops, vop3=fmt == "vop3" and op < 448)   # VOPC/VOP2/VOP1 in VOP3 form
   if fmt in ("vop3", "vop3p") and any(f[s] == 255 for s in ("src0", "src1", "src2")):
     raise DecodeError(f"{name}: a literal constant in a VOP3 encoding (GFX9 has none)")

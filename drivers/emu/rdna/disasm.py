@@ -17,6 +17,8 @@ SPECIAL = {106: "vcc_lo", 107: "vcc_hi", 124: "null", 125: "m0", 126: "exec_lo",
 
 def reg(n: int, count: int = 1) -> str:
   """Register operand text for a 9-bit source encoding n covering count registers."""
+  if n >= 768:   # CDNA AGPR (decode.AGPR added to a source's 256 + n)
+    return f"a{n - 768}" if count == 1 else f"a[{n - 768}:{n - 768 + count - 1}]"
   if n >= 256:
     return f"v{n - 256}" if count == 1 else f"v[{n - 256}:{n - 256 + count - 1}]"
   if n <= 105:
@@ -220,6 +222,7 @@ def _valu(i: Inst, fam: str, w64: bool) -> str:
 
 def _vop3p_mods(i: Inst) -> str:
   f = i.f
+  if i.name.startswith(("v_mfma", "v_smfmac")): return "".join(f" {k}:{f[k]}" for k in ("cbsz", "abid", "blgp") if f[k])
   n = sum(1 for o in i.ops if o[0].startswith("src"))
   lst = lambda v: "[" + ",".join(str(v >> k & 1) for k in range(n)) + "]"
   mix = i.name.startswith("v_fma_mix")

@@ -46,11 +46,13 @@ class Fields:
   """The register fields the emulator acts on (positions from the gc_11/12 sh_mask headers and AMDGPUUsage)."""
   vgprs: int; user_sgprs: int; tgid_en: tuple[bool, bool, bool]; tg_size_en: bool; tidig_cnt: int
   lds_bytes: int; scratch_en: bool; trap_present: bool; float_mode: int; wave32: bool; thread_dims: bool
-  scratch_wave_bytes: int
+  scratch_wave_bytes: int; accum_offset: int = 0   # CDNA: the first AGPR's place in the unified register file
 
 def _gc(arch: str):
-  """The generated GC register table for the architecture's graphics IP version (gfx1100 -> GC 11.0.0)."""
+  """The generated GC register table for the architecture's graphics IP version (gfx1100 -> GC 11.0.0; CDNA3's
+  gfx940-942 -> GC 9.4.3, the MI300 register headers)."""
   from rawgpu.autogen.regs import ip_regs
+  if family(arch) == "gfx9": return ip_regs("gc", 9, 4, 3)
   n = arch[3:]
   major, minor, step = int(n[:-2]), int(n[-2], 16), int(n[-1], 16)
   return ip_regs("gc", major, minor, step)
@@ -58,10 +60,10 @@ def _gc(arch: str):
 def decode_regs(r: DispatchRegs) -> Fields:
   """All bit-field decoding of rsrc1/2/3, DISPATCH_INITIATOR and TMPRING_SIZE in one place, with the field layout
   from rawgpu.autogen.regs (the gc_11/gc_12 sh_mask headers)."""
-  return _decode_regs(r.arch, r.rsrc1, r.rsrc2, r.dispatch_initiator, r.tmpring_size)
+  return _decode_regs(r.arch, r.rsrc1, r.rsrc2, r.rsrc3, r.dispatch_initiator, r.tmpring_size)
 
 @functools.lru_cache(maxsize=256)   # a program launches with the same values again and again
-def _decode_regs(arch: str, rsrc1: int, rsrc2: int, initiator: int, tmpring_size: int) -> Fields:
+def _decode_regs(arch: str, rsrc1: int, rsrc2: int, rsrc3: int, initiator: int, tmpring_size: int) -> Fields:
   gc = _gc(arch)
   r1, r2 = gc["COMPUTE_PGM_RSRC1"].decode(rsrc1), gc["COMPUTE_PGM_RSRC2"].decode(rsrc2)
   di, tmp = gc["COMPUTE_DISPATCH_INITIATOR"].decode(initiator), gc["COMPUTE_TMPRING_SIZE"].decode(tmpring_size)
@@ -74,7 +76,8 @@ def _decode_regs(arch: str, rsrc1: int, rsrc2: int, initiator: int, tmpring_size
     tgid_en=(bool(r2["TGID_X_EN"]), bool(r2["TGID_Y_EN"]), bool(r2["TGID_Z_EN"])), tg_size_en=bool(r2["TG_SIZE_EN"]),
     tidig_cnt=r2["TIDIG_COMP_CNT"], lds_bytes=r2["LDS_SIZE"] * 512,   # LDS granule: 128 dwords
     wave32=wave32, thread_dims=bool(di["USE_THREAD_DIMENSIONS"]),
-    scratch_wave_bytes=tmp["WAVESIZE"] * (1024 if gfx9 else 256))   # 256-dword units on GFX9, 64-dword units after
+    scratch_wave_bytes=tmp["WAVESIZE"] * (1024 if gfx9 else 256),   # 256-dword units on GFX9, 64-dword units after
+    accum_offset=(gc["COMPUTE_PGM_RSRC3"].decode(rsrc3)["ACCUM_OFFSET"] + 1) * 4 if gfx9 else 0)
 
 MAX_INST_BYTES = 32   # more than the longest RDNA encoding with its literal: what a decode needs in hand
 
@@ -82,8 +85,8 @@ class Program:
   """Decoded and compiled basic blocks of one code image at `addr`, built lazily per start PC (an offset from addr).
   Its code is what the instruction fetch has read so far: a block that runs past it reads further (an instruction-cache
   miss), and a call or jump below addr (LLVM places functions before the kernel too) reads the pages down to it."""
-  def __init__(self, arch: str, addr: int, code: bytes, lanes: int):
-    self.arch, self.addr, self.L, self.fam = arch, addr, lanes, family(arch)
+  def __init__(self, arch: str, addr: int, code: bytes, lanes: int, acc: int = 0):
+    self.arch, self.addr, self.L, self.fam, self.acc = arch, addr, lanes, family(arch), acc
     self.buf, self.off = code, 0   # the fetched bytes, from addr - off on
     self.blocks: dict[int, tuple[list, bool]] = {}
 
@@ -118,7 +121,7 @@ class Program:
         i = decode_at(self.arch, self.buf, pc + self.off)
         i.addr = pc                      # PCs count from addr, whatever was fetched below it
         if i.y is not None: i.y.addr = pc
-        fn = compile_inst(i, self.L, self.fam)
+        fn = compile_inst(i, self.L, self.fam, self.acc)
       except (DecodeError, EmuFault) as e:
         if mem is not None and isinstance(e, CodeEnds):   # past the fetched code, and the prefetch found no more
           fns.append((self._fetch_fault(pc), pc, pc + 4))
@@ -169,16 +172,17 @@ def _code(mem: GPUMemory, addr: int, n: int) -> bytes:
   except MemoryFault: return b""
   return out + _prefetch(mem, addr + len(out), n - len(out)) if n > len(out) else out
 
-def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int) -> Program:
+def program_for(mem: GPUMemory, arch: str, addr: int, lanes: int, acc: int = 0) -> Program:
   """The decoded program at addr: the one decoded before if memory still holds the bytes it was decoded from,
-  else one decoded afresh from the first page on (the rest is fetched as the waves reach it)."""
-  key = (arch, lanes, addr)
+  else one decoded afresh from the first page on (the rest is fetched as the waves reach it). acc: where CDNA's
+  AGPRs start in the register file (the kernel's ACCUM_OFFSET), compiled into the code's register numbers."""
+  key = (arch, lanes, addr, acc)
   p = _CACHE.get(key)
   code = _code(mem, addr, len(p.code) if p is not None else 0)
   if not code: raise EmuFault("page fault", addr)
   if p is None or p.code != code or (p.off and _prefetch(mem, addr - p.off, p.off) != p.buf[:p.off]):   # code below too
     if len(_CACHE) > 64: _CACHE.clear()
-    p = _CACHE[key] = Program(arch, addr, code, lanes)
+    p = _CACHE[key] = Program(arch, addr, code, lanes, acc)
   return p
 
 _SHAPES: dict[tuple, State] = {}   # the initial State of small dispatches by launch shape (see init_state)
@@ -323,7 +327,7 @@ def dispatch_slices(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int
     fl = decode_regs(regs)
     st = init_state(mem, regs, fl)
     if st.W == 0: return DispatchResult(True, None, None, 0)
-    prog = program_for(mem, regs.arch, regs.pgm_addr, st.L)
+    prog = program_for(mem, regs.arch, regs.pgm_addr, st.L, fl.accum_offset)
     st.pc_base = regs.pgm_addr
     yield from run_waves(st, prog, max_instructions, slice_s)
     return DispatchResult(True, None, None, st.count)

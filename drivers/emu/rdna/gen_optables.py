@@ -101,7 +101,7 @@ def _probes_gfx9(z, src) -> dict[str, tuple[int, callable, list[set[str]]]]:
                [set(), {"vdst"}, {"data"}])
   return p
 
-REG = re.compile(r"^(v|s|ttmp)(?:(\d+)|\[(\d+):(\d+)\])$")
+REG = re.compile(r"^(v|s|ttmp|a)(?:(\d+)|\[(\d+):(\d+)\])$")   # a: CDNA's AGPRs, recorded as vector operands
 
 def _fields(fmt: str) -> dict[tuple[str, int], str]:
   """(register file, first register) -> the field the probe put it in."""
@@ -125,8 +125,9 @@ def _parse(fmt: str, text: str) -> tuple[str, tuple[tuple[str, int], ...]]:
     if m:
       lo = int(m.group(2) if m.group(2) is not None else m.group(3))
       n = 1 if m.group(2) is not None else int(m.group(4)) - lo + 1
-      f = fields.get((m.group(1), lo))
-      if f: ops.append((f, n, m.group(1)))
+      rf = "v" if m.group(1) == "a" else m.group(1)   # an AGPR field is a VGPR field the instruction reads as AGPR
+      f = fields.get((rf, lo))
+      if f: ops.append((f, n, rf))
     elif tok in ("vcc_lo", "vcc"): ops.append(("vcc", 1 if tok == "vcc_lo" else 2, "s"))
   return name, tuple(ops)
 

@@ -9,7 +9,7 @@ SDWA operands and results (sdwa.py), the GFX9-only DPP controls, and DS_CMPST's 
 from __future__ import annotations
 import dataclasses, re
 
-from rawgpu.drivers.emu.rdna.decode import Inst
+from rawgpu.drivers.emu.rdna.decode import AGPR, Inst
 
 _NAMES = {
   "v_add_u32": "v_add_nc_u32", "v_sub_u32": "v_sub_nc_u32", "v_subrev_u32": "v_subrev_nc_u32",
@@ -25,6 +25,7 @@ _NAMES = {
   "ds_cmpst_b32": "ds_cmpstore_b32", "ds_cmpst_b64": "ds_cmpstore_b64", "ds_cmpst_rtn_b32": "ds_cmpstore_rtn_b32",
   "ds_cmpst_rtn_b64": "ds_cmpstore_rtn_b64", "ds_wrxchg_rtn_b32": "ds_storexchg_rtn_b32",
   "ds_wrxchg_rtn_b64": "ds_storexchg_rtn_b64",
+  "v_accvgpr_read_b32": "v_mov_b32", "v_accvgpr_write_b32": "v_mov_b32", "v_accvgpr_mov_b32": "v_mov_b32",
 }
 # FLAT/GLOBAL/SCRATCH and SMEM element names
 _MEM = {"dword": "b32", "dwordx2": "b64", "dwordx3": "b96", "dwordx4": "b128", "dwordx8": "b256", "dwordx16": "b512",
@@ -57,11 +58,14 @@ def canonical(name: str) -> str:
   return name
 
 
-def as_gfx11(i: Inst) -> Inst:
-  """The instruction under its gfx11 name; DS_CMPST takes the comparand in DATA0 and the new value in DATA1, the
+def as_gfx11(i: Inst, acc: int = 0) -> Inst:
+  """The instruction under its gfx11 name, with its AGPR operands (decode.AGPR + n) made the unified register file's
+  acc + n (acc: the kernel's ACCUM_OFFSET). DS_CMPST takes the comparand in DATA0 and the new value in DATA1, the
   reverse of gfx11's DS_CMPSTORE."""
-  name = canonical(i.name)
-  if name == i.name: return i
-  f = i.f
+  name, f = canonical(i.name), i.f
+  if any(v >= AGPR and (k in _VGPR_FIELDS or k in _SRC_FIELDS and v >= 256 + AGPR) for k, v in f.items()):
+    f = {k: v - AGPR + acc if (k in _VGPR_FIELDS and v >= AGPR) or (k in _SRC_FIELDS and v >= 256 + AGPR) else v for k, v in f.items()}
   if i.name.startswith("ds_cmpst"): f = {**f, "data0": f["data1"], "data1": f["data0"]}
-  return dataclasses.replace(i, name=name, f=f)
+  return i if name == i.name and f is i.f else dataclasses.replace(i, name=name, f=f)
+
+_VGPR_FIELDS, _SRC_FIELDS = ("vdst", "data", "data0", "data1"), ("src0", "src1", "src2")

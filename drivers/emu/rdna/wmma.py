@@ -19,22 +19,23 @@ from rawgpu.drivers.emu.rdna.dot import to_bf16
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, i64 = np.uint16, np.uint32, np.int64
-ELEM_BITS = {"f16": 16, "bf16": 16, "iu8": 8, "iu4": 4}
+ELEM_BITS = {"f16": 16, "bf16": 16, "iu8": 8, "iu4": 4, "f32": 32}
 
-def _elements(words: np.ndarray, kind: str, signed: bool) -> np.ndarray:
-  """(W, L, nregs) uint32 -> (W, L, n) element values (float64 or int64), low bits first."""
+def elements(words: np.ndarray, kind: str, signed: bool) -> np.ndarray:
+  """(W, L, nregs) uint32 -> (W, L, n) element values (float64 or int64), low bits first (also CDNA's MFMA)."""
   bits = ELEM_BITS[kind]
   per = 32 // bits
   e = np.stack([(words >> u32(bits * k)) & u32((1 << bits) - 1) for k in range(per)], -1)
   e = e.reshape(*words.shape[:2], -1)
   if kind == "f16": return e.astype(u16).view(f16).astype(f64)
   if kind == "bf16": return (e << u32(16)).view(f32).astype(f64)
+  if kind == "f32": return e.view(f32).astype(f64)
   e = e.astype(i64)
   return np.where(e >= 1 << (bits - 1), e - (1 << bits), e) if signed else e
 
 def operand(words: np.ndarray, kind: str, signed: bool, gfx12: bool, is_b: bool) -> np.ndarray:
   """A as (W, M, K) or B as (W, K, N) from the lanes' registers."""
-  e = _elements(words, kind, signed)                       # (W, 32, n)
+  e = elements(words, kind, signed)                       # (W, 32, n)
   m = e[:, :16, :] if not gfx12 else np.concatenate([e[:, :16, :], e[:, 16:, :]], 2)   # (W, 16 rows/cols, 16 K)
   return np.swapaxes(m, 1, 2) if is_b else m
 

@@ -1,0 +1,55 @@
+// CDNA3 matrix cores: one MFMA per kernel, its operands loaded from row-major matrices in the layouts of AMD's matrix
+// instruction calculator (CBSZ = ABID = BLGP = 0), so the result is A x B + C whatever registers LLVM picks (AGPRs here).
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+typedef half half4 __attribute__((ext_vector_type(4)));
+typedef short short4 __attribute__((ext_vector_type(4)));
+typedef float float4_ __attribute__((ext_vector_type(4)));
+typedef float float16_ __attribute__((ext_vector_type(16)));
+typedef int int4_ __attribute__((ext_vector_type(4)));
+typedef int int16_ __attribute__((ext_vector_type(16)));
+#define LANE ((int)__builtin_amdgcn_workitem_id_x())
+// A is M x K, B is K x N, C and D are M x N, all row-major; lane l holds A[l % M][(l / M) * E + j], B[(l / N) * E + j][l % N]
+// and D register r at row (r / 4) * (256 / N) + 4 * (l / N) + r % 4, column l % N (AMD's matrix instruction calculator)
+#define AIDX(M, K, E, j) ((LANE % (M)) * (K) + (LANE / (M)) * (E) + (j))
+#define BIDX(N, E, j) ((((LANE / (N)) * (E) + (j)) * (N)) + LANE % (N))
+#define DIDX(N, r) ((((r) / 4) * (256 / (N)) + 4 * (LANE / (N)) + (r) % 4) * (N) + LANE % (N))
+__kernel void mfma_16x16x16_f16(__global const half *a, __global const half *b, __global float *c) {
+  half4 x, y; float4_ acc;
+  for (int j = 0; j < 4; j++) { x[j] = a[AIDX(16, 16, 4, j)]; y[j] = b[BIDX(16, 4, j)]; }
+  for (int r = 0; r < 4; r++) acc[r] = c[DIDX(16, r)];
+  acc = __builtin_amdgcn_mfma_f32_16x16x16f16(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 4; r++) c[DIDX(16, r)] = acc[r];
+}
+__kernel void mfma_32x32x8_f16(__global const half *a, __global const half *b, __global float *c) {
+  half4 x, y; float16_ acc;
+  for (int j = 0; j < 4; j++) { x[j] = a[AIDX(32, 8, 4, j)]; y[j] = b[BIDX(32, 4, j)]; }
+  for (int r = 0; r < 16; r++) acc[r] = c[DIDX(32, r)];
+  acc = __builtin_amdgcn_mfma_f32_32x32x8f16(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 16; r++) c[DIDX(32, r)] = acc[r];
+}
+__kernel void mfma_16x16x4_f32(__global const float *a, __global const float *b, __global float *c) {
+  float4_ acc;
+  for (int r = 0; r < 4; r++) acc[r] = c[DIDX(16, r)];
+  acc = __builtin_amdgcn_mfma_f32_16x16x4f32(a[AIDX(16, 4, 1, 0)], b[BIDX(16, 1, 0)], acc, 0, 0, 0);
+  for (int r = 0; r < 4; r++) c[DIDX(16, r)] = acc[r];
+}
+__kernel void mfma_32x32x2_f32(__global const float *a, __global const float *b, __global float *c) {
+  float16_ acc;
+  for (int r = 0; r < 16; r++) acc[r] = c[DIDX(32, r)];
+  acc = __builtin_amdgcn_mfma_f32_32x32x2f32(a[AIDX(32, 2, 1, 0)], b[BIDX(32, 1, 0)], acc, 0, 0, 0);
+  for (int r = 0; r < 16; r++) c[DIDX(32, r)] = acc[r];
+}
+__kernel void mfma_16x16x16_bf16(__global const ushort *a, __global const ushort *b, __global float *c) {
+  short4 x, y; float4_ acc;
+  for (int j = 0; j < 4; j++) { x[j] = a[AIDX(16, 16, 4, j)]; y[j] = b[BIDX(16, 4, j)]; }
+  for (int r = 0; r < 4; r++) acc[r] = c[DIDX(16, r)];
+  acc = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 4; r++) c[DIDX(16, r)] = acc[r];
+}
+__kernel void mfma_16x16x32_i8(__global const char *a, __global const char *b, __global int *c) {
+  long x = 0, y = 0; int4_ acc;
+  for (int j = 0; j < 8; j++) { x |= (long)(uchar)a[AIDX(16, 32, 8, j)] << (8 * j); y |= (long)(uchar)b[BIDX(16, 8, j)] << (8 * j); }
+  for (int r = 0; r < 4; r++) acc[r] = c[DIDX(16, r)];
+  acc = __builtin_amdgcn_mfma_i32_16x16x32_i8(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 4; r++) c[DIDX(16, r)] = acc[r];
+}
