@@ -23,7 +23,8 @@ def bf16(x: np.ndarray) -> np.ndarray:
 
 CASES = [("mfma_16x16x16_f16", 16, 16, 16, np.float16), ("mfma_32x32x8_f16", 32, 32, 8, np.float16),
          ("mfma_16x16x4_f32", 16, 16, 4, np.float32), ("mfma_32x32x2_f32", 32, 32, 2, np.float32),
-         ("mfma_16x16x16_bf16", 16, 16, 16, "bf16"), ("mfma_16x16x32_i8", 16, 16, 32, np.int8)]
+         ("mfma_16x16x16_bf16", 16, 16, 16, "bf16"), ("mfma_32x32x8_bf16", 32, 32, 8, "bf16"),
+         ("mfma_16x16x32_i8", 16, 16, 32, np.int8), ("mfma_32x32x16_i8", 32, 32, 16, np.int8)]
 
 
 @pytest.mark.parametrize("name,M,N,K,ty", CASES, ids=[c[0] for c in CASES])

@@ -53,3 +53,17 @@ __kernel void mfma_16x16x32_i8(__global const char *a, __global const char *b, _
   acc = __builtin_amdgcn_mfma_i32_16x16x32_i8(x, y, acc, 0, 0, 0);
   for (int r = 0; r < 4; r++) c[DIDX(16, r)] = acc[r];
 }
+__kernel void mfma_32x32x8_bf16(__global const ushort *a, __global const ushort *b, __global float *c) {
+  short4 x, y; float16_ acc;
+  for (int j = 0; j < 4; j++) { x[j] = a[AIDX(32, 8, 4, j)]; y[j] = b[BIDX(32, 4, j)]; }
+  for (int r = 0; r < 16; r++) acc[r] = c[DIDX(32, r)];
+  acc = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 16; r++) c[DIDX(32, r)] = acc[r];
+}
+__kernel void mfma_32x32x16_i8(__global const char *a, __global const char *b, __global int *c) {
+  long x = 0, y = 0; int16_ acc;
+  for (int j = 0; j < 8; j++) { x |= (long)(uchar)a[AIDX(32, 16, 8, j)] << (8 * j); y |= (long)(uchar)b[BIDX(32, 8, j)] << (8 * j); }
+  for (int r = 0; r < 16; r++) acc[r] = c[DIDX(32, r)];
+  acc = __builtin_amdgcn_mfma_i32_32x32x16_i8(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 16; r++) c[DIDX(32, r)] = acc[r];
+}
