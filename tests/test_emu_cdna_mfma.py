@@ -39,3 +39,25 @@ def test_mfma_is_a_times_b_plus_c(ks, name, M, N, K, ty):
   assert res.ok, res.fault
   want = (A.astype(np.int64) @ B.astype(np.int64) + C) if integer else (A @ B + C).astype(np.float32)
   assert (outs[2].reshape(M, N) == want).all()
+
+
+@pytest.fixture(scope="module")
+def ks_blocks():
+  with open(os.path.join(HERE, "rdna_cases", "mfma_blocks.cl")) as f: return kernels(compile_cl(f.read(), "gfx942"))
+
+
+BLOCK_CASES = [("mfma_4x4x1_16b_f32", 4, 4, 1, 16, np.float32), ("mfma_16x16x1_4b_f32", 16, 16, 1, 4, np.float32),
+               ("mfma_4x4x4_16b_f16", 4, 4, 4, 16, np.float16), ("mfma_32x32x4_2b_f16", 32, 32, 4, 2, np.float16)]
+
+
+@pytest.mark.parametrize("name,M,N,K,nb,ty", BLOCK_CASES, ids=[c[0] for c in BLOCK_CASES])
+def test_multi_block_mfma(ks_blocks, name, M, N, K, nb, ty):
+  """Each block is its own A x B + C. The kernels search the calculator's forward layout (the general rule, with
+  blocks) for their elements, so no layout is inverted by hand."""
+  rng = np.random.default_rng(nb * 100 + M)
+  A, B = rng.integers(-8, 8, (nb, M, K)) / 2, rng.integers(-8, 8, (nb, K, N)) / 4
+  C = rng.integers(-100, 100, (nb, M, N)).astype(np.float32)
+  res, outs, _ = launch(ks_blocks[name], "gfx942", [A.astype(ty).ravel(), B.astype(ty).ravel(), C.ravel()], (1, 1, 1), (64, 1, 1),
+                        max_instructions=20_000_000)
+  assert res.ok, res.fault
+  assert (outs[2].reshape(nb, M, N) == (A @ B + C).astype(np.float32)).all()

@@ -226,6 +226,13 @@ ds_write_b32 v1, a2
 global_store_dword v0, a1, s[2:3]
 global_load_dwordx4 a[0:3], v0, s[2:3] offset:48
 scratch_load_dword a3, off, s0
+s_set_gpr_idx_on s36, gpr_idx(DST)
+s_set_gpr_idx_on s2, gpr_idx(SRC0,SRC1,SRC2,DST)
+s_set_gpr_idx_on 5, gpr_idx(SRC0)
+s_set_gpr_idx_on m0, gpr_idx()
+s_set_gpr_idx_mode gpr_idx(SRC1)
+s_set_gpr_idx_idx s3
+s_set_gpr_idx_off
 """
 
 def _mc(mcpu: str, lines: list[str], w64: bool) -> list[tuple[str, bytes]]:

@@ -220,3 +220,16 @@ def test_function_calls_below_the_entry_point(target):
   np.testing.assert_array_equal(out, [mix(x, x + 1) + mix(x + 2, x) + (mix(x, 7) if x & 1 else 0) for x in a.tolist()])
   last = [(x, 7) if x & 1 else (x + 2, x) for x in a.tolist()]   # the last call's arguments, as it left side[]
   np.testing.assert_array_equal(side, [[p, q, p ^ q, p + q][p & 3] for p, q in last])
+
+
+def test_registers_indexed_at_run_time(target):
+  """VGPR indexing: GFX9's s_set_gpr_idx_on mode (the index in M0, then v_mov_b32 reads or writes VGPR n + M0),
+  RDNA's v_movrels/v_movreld."""
+  sel = np.random.default_rng(17).integers(0, 1 << 16, 128).astype(np.int32)
+  sel[0] = 29
+  out = run(target, "dyn_index", [sel, np.zeros(128 * 32, np.int32)], (2, 1, 1), (64, 1, 1))[1].reshape(128, 32)
+  for g in range(128):
+    v = [g] * 32
+    for k in range(29): v[k] = v[(k * 7) & 31] + k
+    v[sel[g] & 31] += 1000
+    assert list(out[g]) == v, g

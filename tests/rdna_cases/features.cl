@@ -199,3 +199,14 @@ __kernel void calls(__global const int *in, __global int *out, __global int *sid
   int i = GID;
   out[i] = twice(in[i], side) + (in[i] & 1 ? mix(in[i], 7, side) : 0);
 }
+
+// a 32-element vector indexed at run time (a uniform loop counter, then a per-lane index): LLVM keeps it in VGPRs and
+// indexes them (gfx942: s_set_gpr_idx_on around v_mov_b32, CDNA's VGPR indexing mode; RDNA: v_movrels/v_movreld)
+typedef int int32v __attribute__((ext_vector_type(32)));
+__kernel void dyn_index(__global const int *sel, __global int *out) {
+  int32v v = GID;
+  int n = sel[0] & 31, i = sel[GID] & 31;
+  for (int k = 0; k < n; k++) v[k] = v[(k * 7) & 31] + k;
+  v[i] += 1000;
+  for (int k = 0; k < 32; k++) out[32 * GID + k] = v[k];
+}

@@ -578,6 +578,30 @@ def _mfma(i: Inst, L: int, fam: str) -> Fn:
     for k in range(nc): st.wv(d0 + k, d[:, :, k])
   return run
 
+def move_indexed(i: Inst, src_index, dst_index) -> Fn:
+  """A 32-bit move whose VGPR source and/or destination register is the named one plus a per-wave index
+  (src_index/dst_index: st -> int64 per wave, or None): RDNA's v_movrel*, GFX9's VGPR indexing mode."""
+  s0, d = i.f["src0"], i.f["vdst"]
+  const = None if s0 >= 256 and src_index else raw_src(i, s0, 32, True)
+  def run(st):
+    waves = np.arange(st.W)
+    src = s0 - 256 + src_index(st) if const is None else None
+    dst = d + dst_index(st) if dst_index else np.full(st.W, d)
+    if (dst >= st.nvgpr).any() or (src is not None and (src >= st.nvgpr).any()):
+      raise EmuFault(f"illegal instruction at {i.addr:#x}: an indexed VGPR beyond the {st.nvgpr} the kernel was given", i.addr)
+    val = st.v[src, waves] if const is None else np.broadcast_to(const(st), (st.W, st.L))
+    st.v[dst, waves] = np.where(st.emask, val, st.v[dst, waves])
+  return run
+
+def _movrel(i: Inst, L: int, fam: str) -> Fn:
+  """v_movrels (source VGPR + M0), v_movreld (destination + M0), v_movrelsd (both), v_movrelsd_2 (source + M0[9:0],
+  destination + M0[25:16]); M0 is SGPR 125."""
+  m0 = lambda st: st.s[125].astype(np.int64)
+  name = _split(i.name)
+  if name == "v_movrelsd_2_b32": return move_indexed(i, lambda st: m0(st) & 0x3ff, lambda st: m0(st) >> 16 & 0x3ff)
+  return move_indexed(i, m0 if name in ("v_movrels_b32", "v_movrelsd_b32") else None,
+                      m0 if name in ("v_movreld_b32", "v_movrelsd_b32") else None)
+
 def _nop(i: Inst, L: int, fam: str) -> Fn:
   return lambda st: None
 
@@ -607,6 +631,7 @@ _SPECIAL_VALU = {
   "v_pipeflush": _nop, "v_cndmask_b16": _cndmask, "v_permlane64_b32": _permlane64,
   **{f"v_s_{o}_{t}": _scalar_trans for o in ("exp", "log", "rcp", "rsq", "sqrt") for t in ("f32", "f16")},
   **{n: _mfma for n in mfma.SHAPES},
+  **{n: _movrel for n in ("v_movrels_b32", "v_movreld_b32", "v_movrelsd_b32", "v_movrelsd_2_b32")},
   **{n: _dot for n in ("v_dot2_f32_f16", "v_dot2_f32_bf16", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4",
                        "v_dot8_u32_u4", "v_dot2_f16_f16", "v_dot2_bf16_bf16")},
   **{f"v_wmma_{o}_16x16x16_{k}": _wmma for o, k in (("f32", "f16"), ("f32", "bf16"), ("f16", "f16"), ("bf16", "bf16"),
@@ -752,8 +777,12 @@ def _vop3p(i: Inst, name: str, L: int) -> Fn:
   return run
 
 # ---- everything else --------------------------------------------------------------------------------------------
-def compile_inst(i: Inst, L: int, fam: str, acc: int = 0) -> Fn:
-  if fam == "gfx9": i = gfx9.as_gfx11(i, acc)
+def compile_inst(i: Inst, L: int, fam: str, acc: int = 0, gpr_idx: int | None = None) -> Fn:
+  """gpr_idx: the GFX9 VGPR indexing mode in force at i (see gfx9.gpr_idx_mode), None when off."""
+  if fam == "gfx9":
+    i = gfx9.as_gfx11(i, acc)
+    if i.name.startswith("s_set_gpr_idx"): return gfx9.gpr_idx_salu(i, lambda i, n: raw_src(i, n, 32, False))
+    if gpr_idx and i.fmt.startswith("vop"): return gfx9.indexed_mov(i, gpr_idx, move_indexed)
   if i.fmt in ("vop1", "vop2", "vopc", "vop3", "vop3p", "vopdx"): return compile_valu(i, L, fam)
   if i.fmt in ("sop1", "sop2", "sopc", "sopk", "sopp"): return salu.compile_salu(i, L, fam)
   if i.fmt in ("smem", "ds", "flat", "global", "scratch", "mubuf"): return mem_ops.compile_mem(i, L, fam)

@@ -92,7 +92,7 @@ def _delay_alu(v: int) -> str:
 
 def _sopp(i: Inst, fam: str) -> str:
   v, n = i.f["simm16"], i.name
-  if n in ("s_endpgm", "s_barrier", "s_code_end", "s_icache_inv", "s_endpgm_saved", "s_wait_idle") and v == 0: return n
+  if n in ("s_endpgm", "s_barrier", "s_code_end", "s_icache_inv", "s_endpgm_saved", "s_wait_idle", "s_set_gpr_idx_off") and v == 0: return n
   if n == "s_waitcnt": return f"{n} {_waitcnt(v, fam)}"
   if n == "s_delay_alu": return f"{n} {_delay_alu(v)}"
   if n.startswith("s_branch") or n.startswith("s_cbranch"): return f"{n} {v}"  # llvm-objdump prints it unsigned
@@ -239,6 +239,10 @@ def _vop3p_mods(i: Inst) -> str:
 def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
   """LLVM assembly text of i. Lane-mask operands are SGPR pairs in wave64, so the text depends on the wave size."""
   fam = family(arch)
+  if i.name in ("s_set_gpr_idx_on", "s_set_gpr_idx_mode"):   # GFX9 VGPR indexing: the mode bits print as a list
+    bits = i.f["src1"] if i.name.endswith("_on") else i.f["simm16"]
+    mode = "gpr_idx(" + ",".join(nm for b, nm in enumerate(("SRC0", "SRC1", "SRC2", "DST")) if bits >> b & 1) + ")"
+    return f"{i.name} {_src(i, 'src0', 1)}, {mode}" if i.name.endswith("_on") else f"{i.name} {mode}"
   if i.fmt == "sopp": return _sopp(i, fam)
   if i.fmt in ("sop1", "sop2", "sopc", "sopk"):
     out = [_src(i, fld, cnt) if fld.startswith("src") else reg(i.f[fld], cnt) for fld, cnt, _ in i.ops]

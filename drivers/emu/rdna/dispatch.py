@@ -14,6 +14,7 @@ from rawgpu.drivers.emu.rdna.decode import decode_at, CodeEnds, DecodeError, fam
 from rawgpu.drivers.emu.rdna.state import State, EmuFault
 from rawgpu.drivers.emu.rdna.memory import GPUMemory, MemoryFault
 from rawgpu.drivers.emu.rdna.compile import compile_inst
+from rawgpu.drivers.emu.rdna.gfx9 import gpr_idx_mode as gfx9_gpr_idx_mode
 from rawgpu.drivers.emu.rdna.salu import END, BARRIER
 
 u32, u64 = np.uint32, np.uint64
@@ -111,7 +112,7 @@ class Program:
 
   def _build(self, pc: int, mem: GPUMemory | None) -> tuple[tuple[list, bool], bool]:
     """(the block at pc, whether to keep it: a block that ends at unmapped code is built again next time)."""
-    fns = []
+    fns, gpr_idx = [], None   # gpr_idx: CDNA's VGPR indexing mode, followed through the block (gfx9.gpr_idx_mode)
     while True:
       if mem is not None and pc < -self.off: self._fetch_below(pc, mem)
       if mem is not None and pc + self.off + MAX_INST_BYTES > len(self.buf):
@@ -121,7 +122,8 @@ class Program:
         i = decode_at(self.arch, self.buf, pc + self.off)
         i.addr = pc                      # PCs count from addr, whatever was fetched below it
         if i.y is not None: i.y.addr = pc
-        fn = compile_inst(i, self.L, self.fam, self.acc)
+        fn = compile_inst(i, self.L, self.fam, self.acc, gpr_idx)
+        if self.fam == "gfx9": gpr_idx = gfx9_gpr_idx_mode(i, gpr_idx)
       except (DecodeError, EmuFault) as e:
         if mem is not None and isinstance(e, CodeEnds):   # past the fetched code, and the prefetch found no more
           fns.append((self._fetch_fault(pc), pc, pc + 4))

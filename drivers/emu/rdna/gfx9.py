@@ -9,7 +9,10 @@ SDWA operands and results (sdwa.py), the GFX9-only DPP controls, and DS_CMPST's 
 from __future__ import annotations
 import dataclasses, re
 
+import numpy as np
+
 from rawgpu.drivers.emu.rdna.decode import AGPR, Inst
+from rawgpu.drivers.emu.rdna.state import EmuFault
 
 _NAMES = {
   "v_add_u32": "v_add_nc_u32", "v_sub_u32": "v_sub_nc_u32", "v_subrev_u32": "v_subrev_nc_u32",
@@ -69,3 +72,41 @@ def as_gfx11(i: Inst, acc: int = 0) -> Inst:
   return i if name == i.name and f is i.f else dataclasses.replace(i, name=name, f=f)
 
 _VGPR_FIELDS, _SRC_FIELDS = ("vdst", "data", "data0", "data1"), ("src0", "src1", "src2")
+
+
+# ---- VGPR indexing mode (s_set_gpr_idx_*): LLVM's dynamic indexing of a vector held in VGPRs
+M0 = 125   # gfx11 numbering (decode moves GFX9's 124 here)
+GPR_IDX_SRC0, GPR_IDX_DST = 1, 8   # M0[15:12] / the instruction's mode bits: SRC0, SRC1, SRC2, DST
+
+
+def gpr_idx_mode(i: Inst, mode: int | None) -> int | None:
+  """The indexing mode after instruction i (None: off), as far as the code says it: s_set_gpr_idx_on and
+  s_set_gpr_idx_mode name their bits, s_set_gpr_idx_off ends it. The block compiler follows it through straight-line
+  code (LLVM emits on, one v_mov_b32, off); a block that starts inside such a region is compiled as not indexed."""
+  if i.name == "s_set_gpr_idx_on": return i.f["src1"] & 0xf
+  if i.name == "s_set_gpr_idx_mode": return i.f["simm16"] & 0xf
+  if i.name == "s_set_gpr_idx_off": return None
+  return mode
+
+
+def gpr_idx_salu(i: Inst, read_src):
+  """s_set_gpr_idx_on (M0[7:0] = the index, M0[15:12] = the mode), _idx (the index), _mode (the mode), _off (the
+  MODE bit it clears is not modelled; the compiled code follows the region instead)."""
+  n = i.name
+  if n == "s_set_gpr_idx_off": return lambda st: None
+  if n == "s_set_gpr_idx_mode":
+    bits = np.uint32((i.f["simm16"] & 0xf) << 12)
+    return lambda st: st.ws(M0, (st.s[M0] & np.uint32(~0xf000 & 0xffffffff)) | bits)
+  src = read_src(i, i.f["src0"])
+  keep = np.uint32(~0xff & 0xffffffff) if n == "s_set_gpr_idx_idx" else np.uint32(~0xf0ff & 0xffffffff)
+  bits = np.uint32(0) if n == "s_set_gpr_idx_idx" else np.uint32((i.f["src1"] & 0xf) << 12)
+  return lambda st: st.ws(M0, (st.s[M0] & keep) | (np.asarray(src(st), np.uint32) & np.uint32(0xff)) | bits)
+
+
+def indexed_mov(i: Inst, mode: int, move):
+  """v_mov_b32 with VGPR indexing on: the VGPR source (SRC0 bit) and/or the destination (DST bit) is the named VGPR
+  plus M0[7:0], per wave (move: compile.move_indexed); other VALU operations under indexing are not modelled."""
+  if i.name not in ("v_mov_b32", "v_mov_b32_e32") or mode & 0b0110:
+    raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} under VGPR indexing (mode {mode:#x}) is not modelled", i.addr)
+  index = lambda st: (st.s[M0] & np.uint32(0xff)).astype(np.int64)
+  return move(i, index if mode & GPR_IDX_SRC0 else None, index if mode & GPR_IDX_DST else None)
