@@ -61,3 +61,44 @@ def test_multi_block_mfma(ks_blocks, name, M, N, K, nb, ty):
                         max_instructions=20_000_000)
   assert res.ok, res.fault
   assert (outs[2].reshape(nb, M, N) == (A @ B + C).astype(np.float32)).all()
+
+
+def _ml_dtypes():
+  return pytest.importorskip("ml_dtypes", reason="ml_dtypes (pip install ml_dtypes) is the FP8/BF8 reference")
+
+
+@pytest.mark.parametrize("name,M,N,K,fa,fb", [("mfma_16x16x32_fp8_bf8", 16, 16, 32, "float8_e4m3fnuz", "float8_e5m2fnuz"),
+                                             ("mfma_32x32x16_bf8_fp8", 32, 32, 16, "float8_e5m2fnuz", "float8_e4m3fnuz")])
+def test_mfma_8bit_floats(ks, name, M, N, K, fa, fb):
+  """A and B as bytes of CDNA3's FNUZ formats, encoded by ml_dtypes; small values with exact sums."""
+  md = _ml_dtypes()
+  rng = np.random.default_rng(K)
+  A, B = rng.integers(-8, 9, (M, K)) / 4, rng.integers(-6, 7, (K, N)) / 2   # exact in both formats
+  C = rng.integers(-100, 100, (M, N)).astype(np.float32)
+  a8, b8 = A.astype(getattr(md, fa)), B.astype(getattr(md, fb))
+  assert (a8.astype(np.float64) == A).all() and (b8.astype(np.float64) == B).all()
+  res, outs, _ = launch(ks[name], "gfx942", [a8.view(np.uint8).ravel(), b8.view(np.uint8).ravel(), C.ravel()], (1, 1, 1), (64, 1, 1))
+  assert res.ok, res.fault
+  assert (outs[2].reshape(M, N) == (A @ B + C).astype(np.float32)).all()
+
+
+def test_8bit_float_conversions_match_ml_dtypes(ks):
+  """v_cvt_f32_fp8/bf8 (every byte value, by SDWA byte select), v_cvt_pk_f32_*, and v_cvt_pk_fp8/bf8_f32 (round to
+  nearest even; values within range: what an overflow gives on silicon is not settled here) against ml_dtypes."""
+  md = _ml_dtypes()
+  n = 128
+  w = np.arange(4 * n, dtype=np.uint8).view(np.uint32) ^ np.uint32(0x5a3c1e00)   # every byte value in every position
+  rng = np.random.default_rng(9)
+  x = (rng.standard_normal(2 * n) * rng.choice([1e-3, 0.1, 10.0, 100.0], 2 * n)).astype(np.float32)
+  x[:8] = [0.0, -0.0, 1.0625, 1.1875, -0.0009765625, 240.0, 2e-3, -57344.0 / 1000]   # ties, the smallest, the largest
+  res, outs, _ = launch(ks["cvt_8bit_floats"], "gfx942", [w, x, np.zeros(8 * n, np.float32), np.zeros(n, np.uint32)], (2, 1, 1), (64, 1, 1))
+  assert res.ok, res.fault
+  dec, enc = outs[2].reshape(n, 8), outs[3]
+  by = w.view(np.uint8).reshape(n, 4)
+  f8, b8 = (lambda b: b.view(md.float8_e4m3fnuz).astype(np.float32)), (lambda b: b.view(md.float8_e5m2fnuz).astype(np.float32))
+  want = np.stack([f8(by[:, 0]), f8(by[:, 3]), b8(by[:, 1]), b8(by[:, 2]), f8(by[:, 2]), f8(by[:, 3]), b8(by[:, 0]), b8(by[:, 1])], 1)
+  assert ((dec == want) | (np.isnan(dec) & np.isnan(want))).all()
+  xs = x.reshape(n, 2)
+  lo = xs[:, 0].astype(md.float8_e4m3fnuz).view(np.uint8).astype(np.uint32) | xs[:, 1].astype(md.float8_e4m3fnuz).view(np.uint8).astype(np.uint32) << 8
+  hi = xs[:, 1].astype(md.float8_e5m2fnuz).view(np.uint8).astype(np.uint32) | xs[:, 0].astype(md.float8_e5m2fnuz).view(np.uint8).astype(np.uint32) << 8
+  assert (enc == (lo | hi << 16)).all()

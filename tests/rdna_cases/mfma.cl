@@ -67,3 +67,30 @@ __kernel void mfma_32x32x16_i8(__global const char *a, __global const char *b, _
   acc = __builtin_amdgcn_mfma_i32_32x32x16_i8(x, y, acc, 0, 0, 0);
   for (int r = 0; r < 16; r++) c[DIDX(32, r)] = acc[r];
 }
+// 8-bit floats (gfx942: FP8 = E4M3FNUZ, BF8 = E5M2FNUZ), given as their bytes: A in one format, B in the other
+__kernel void mfma_16x16x32_fp8_bf8(__global const uchar *a, __global const uchar *b, __global float *c) {
+  long x = 0, y = 0; float4_ acc;
+  for (int j = 0; j < 8; j++) { x |= (long)a[AIDX(16, 32, 8, j)] << (8 * j); y |= (long)b[BIDX(16, 8, j)] << (8 * j); }
+  for (int r = 0; r < 4; r++) acc[r] = c[DIDX(16, r)];
+  acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_bf8(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 4; r++) c[DIDX(16, r)] = acc[r];
+}
+__kernel void mfma_32x32x16_bf8_fp8(__global const uchar *a, __global const uchar *b, __global float *c) {
+  long x = 0, y = 0; float16_ acc;
+  for (int j = 0; j < 8; j++) { x |= (long)a[AIDX(32, 16, 8, j)] << (8 * j); y |= (long)b[BIDX(32, 8, j)] << (8 * j); }
+  for (int r = 0; r < 16; r++) acc[r] = c[DIDX(32, r)];
+  acc = __builtin_amdgcn_mfma_f32_32x32x16_bf8_fp8(x, y, acc, 0, 0, 0);
+  for (int r = 0; r < 16; r++) c[DIDX(32, r)] = acc[r];
+}
+// the conversions: every byte of w as FP8 and BF8 (SDWA byte selects), two at a time, and f32 back to both formats
+typedef float float2_ __attribute__((ext_vector_type(2)));
+__kernel void cvt_8bit_floats(__global const uint *w, __global const float *x, __global float *dec, __global uint *enc) {
+  int l = (int)__builtin_amdgcn_workgroup_id_x() * 64 + LANE;
+  uint v = w[l];
+  dec[8 * l + 0] = __builtin_amdgcn_cvt_f32_fp8(v, 0); dec[8 * l + 1] = __builtin_amdgcn_cvt_f32_fp8(v, 3);
+  dec[8 * l + 2] = __builtin_amdgcn_cvt_f32_bf8(v, 1); dec[8 * l + 3] = __builtin_amdgcn_cvt_f32_bf8(v, 2);
+  float2_ p = __builtin_amdgcn_cvt_pk_f32_fp8(v, true), q = __builtin_amdgcn_cvt_pk_f32_bf8(v, false);
+  dec[8 * l + 4] = p.x; dec[8 * l + 5] = p.y; dec[8 * l + 6] = q.x; dec[8 * l + 7] = q.y;
+  int e = __builtin_amdgcn_cvt_pk_fp8_f32(x[2 * l], x[2 * l + 1], 0x55555555, false);
+  enc[l] = __builtin_amdgcn_cvt_pk_bf8_f32(x[2 * l + 1], x[2 * l], e, true);
+}

@@ -184,6 +184,8 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
   dty, stys, fn = VOPS[name]
   fn = fpmode.modal(name, dty, stys, fn, TYPES)
   opsel = f.get("opsel", 0) if i.fmt == "vop3" else 0
+  if opsel & 7 and name.startswith(("v_cvt_f32_fp8", "v_cvt_f32_bf8", "v_cvt_pk_f32_fp8", "v_cvt_pk_f32_bf8")):
+    raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} with op_sel (a byte or word select) is not modelled", i.addr)
   fields = ["src0", "src1", "src2"][: len(stys)]
   if name.startswith(("v_fmac_", "v_dot2acc_")):
     srcs = [typed_src(i, f["src0"], stys[0], 0, hi=bool(opsel & 1)), typed_src(i, f["src1"], stys[1], 1, hi=bool(opsel & 2)),
@@ -293,6 +295,12 @@ def _sdwa(i: Inst, name: str, L: int) -> Fn:
     return runc
   d, dsel, unused = f["vdst"], w >> 8 & 7, w >> 11 & 3
   clamp, omod = bool(w >> 13 & 1) and dty[0] == "f", w >> 14 & 3 if dty[0] == "f" else 0
+  if WIDTH[dty] == 64:   # a register pair (v_cvt_pk_f32_fp8): written whole
+    if dsel != 6 or clamp or omod: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} with a 64-bit result selects no part", i.addr)
+    wr = vdst(i, d, dty)
+    def run64(st):
+      with np.errstate(all="ignore"): wr(st, fn(st, *[s(st) for s in srcs]))
+    return run64
   def run(st):
     with np.errstate(all="ignore"):
       val = fn(st, *[s(st) for s in srcs])

@@ -40,7 +40,7 @@ _ATOMIC = {"add": "add_u", "sub": "sub_u", "swap": "swap_b", "cmpswap": "cmpswap
            "smax": "max_i", "umax": "max_u", "and": "and_b", "or": "or_b", "xor": "xor_b", "inc": "inc_u", "dec": "dec_u"}
 # 16-bit operations that keep the register's high half on GFX9 (the ones with op_sel); the others zero it
 KEEPS_HIGH_HALF = {"v_fma_f16", "v_mad_f16", "v_mad_u16", "v_mad_i16", "v_div_fixup_f16", "v_fma_mixlo_f16",
-                   "v_fma_mixhi_f16", "v_mad_mixlo_f16", "v_mad_mixhi_f16"}
+                   "v_fma_mixhi_f16", "v_mad_mixlo_f16", "v_mad_mixhi_f16", "v_cvt_pk_fp8_f32", "v_cvt_pk_bf8_f32"}
 
 
 def canonical(name: str) -> str:

@@ -16,6 +16,7 @@ controls (CBSZ, ABID, BLGP) are not modelled.
 from __future__ import annotations
 import numpy as np
 
+from rawgpu.drivers.emu.rdna.fp8 import decode as decode_fp8
 from rawgpu.drivers.emu.rdna.wmma import elements, matmul
 
 u32, i64, f32, f64 = np.uint32, np.int64, np.float32, np.float64
@@ -28,14 +29,24 @@ SHAPES = {"v_mfma_f32_16x16x16_f16": (16, 16, 16, 1, "f16"), "v_mfma_f32_32x32x8
           "v_mfma_f32_4x4x1_16b_f32": (4, 4, 1, 16, "f32"), "v_mfma_f32_16x16x1_4b_f32": (16, 16, 1, 4, "f32"),
           "v_mfma_f32_32x32x1_2b_f32": (32, 32, 1, 2, "f32"), "v_mfma_f32_4x4x4_16b_f16": (4, 4, 4, 16, "f16"),
           "v_mfma_f32_16x16x4_4b_f16": (16, 16, 4, 4, "f16"), "v_mfma_f32_32x32x4_2b_f16": (32, 32, 4, 2, "f16"),
-          "v_mfma_i32_4x4x4_16b_i8": (4, 4, 4, 16, "i8")}
-_BITS = {"f16": 16, "bf16": 16, "f32": 32, "i8": 8}
+          "v_mfma_i32_4x4x4_16b_i8": (4, 4, 4, 16, "i8"),
+          **{f"v_mfma_f32_{m}x{m}x{k}_{a}_{b}": (m, m, k, 1, f"{a}_{b}") for m, k in ((16, 32), (32, 16))
+             for a in ("fp8", "bf8") for b in ("fp8", "bf8")}}   # CDNA3 8-bit floats: A's kind, then B's (fp8.py)
+_BITS = {"f16": 16, "bf16": 16, "f32": 32, "i8": 8, "fp8": 8, "bf8": 8}
 
 
 def operand_registers(name: str) -> tuple[int, int]:
   """(registers per lane of A or B, of C or D)."""
   M, N, K, nb, kind = SHAPES[name]
-  return K * M * nb // 64 * _BITS[kind] // 32, M * N * nb // 64
+  return K * M * nb // 64 * _BITS[kind.split("_")[0]] // 32, M * N * nb // 64
+
+
+def _elements(words: np.ndarray, kind: str) -> np.ndarray:
+  """(W, 64, nregs) uint32 -> (W, 64, n) values (float64, or int64 for i8), low bits first."""
+  if kind in ("fp8", "bf8"):
+    byte = np.stack([(words >> u32(8 * k)) & u32(0xff) for k in range(4)], -1).reshape(*words.shape[:2], -1)
+    return decode_fp8(byte, kind).astype(f64)
+  return elements(words, "iu8" if kind == "i8" else kind, True)   # i8 is signed
 
 
 def input_place(rows: int, K: int, nb: int) -> tuple[np.ndarray, ...]:
@@ -56,7 +67,8 @@ def mfma(name: str, a_words: np.ndarray, b_words: np.ndarray, c_words: np.ndarra
   """D's registers (W, 64, M * N * blocks // 64) uint32 from A's, B's and C's (W, 64, n) uint32."""
   M, N, K, nb, kind = SHAPES[name]
   integer = kind == "i8"
-  ea, eb = (elements(w, "iu8" if integer else kind, True) for w in (a_words, b_words))   # (W, 64, e); i8 is signed
+  ka, _, kb = kind.partition("_")
+  ea, eb = _elements(a_words, ka), _elements(b_words, kb or ka)   # (W, 64, e)
   W, T = ea.shape[0], i64 if integer else f64
   A, B, C = np.zeros((W, nb, M, K), T), np.zeros((W, nb, K, N), T), np.zeros((W, nb, M, N), T)
   b, i, k, lane, el = input_place(M, K, nb)

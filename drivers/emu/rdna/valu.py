@@ -6,6 +6,7 @@ hardware's are approximations within about 1 ulp (documented in README.md)."""
 from __future__ import annotations
 import numpy as np
 
+from rawgpu.drivers.emu.rdna import fp8 as _fp8
 from rawgpu.drivers.emu.rdna.fpmath import fma_narrow, fma64
 
 f16, f32, f64 = np.float16, np.float32, np.float64
@@ -187,6 +188,14 @@ op("v_cvt_flr_i32_f32", "i32", "f32", lambda a: _to_int(np.floor(a), -2**31, 2**
 for k in range(4):
   op(f"v_cvt_f32_ubyte{k}", "f32", "u32", lambda a, k=k: ((a >> u32(8 * k)) & u32(0xff)).astype(f32))
 op("v_cvt_pk_rtz_f16_f32", "u32", "f32 f32", lambda a, b: _pk16(_rtz16(a), _rtz16(b)))
+
+# CDNA3 8-bit floats (fp8.py): byte 0 (the SDWA/VOP1 forms select the byte) to f32; two bytes to an f32 pair; two f32 to
+# two bytes, the 16-bit result going to the word op_sel[3] picks
+for _k in ("fp8", "bf8"):
+  op(f"v_cvt_f32_{_k}", "f32", "u32", lambda x, k=_k: _fp8.decode(x, k))
+  op(f"v_cvt_pk_f32_{_k}", "u64", "u32", lambda x, k=_k: _fp8.decode(x, k).view(u32).astype(u64)
+     | (_fp8.decode(np.asarray(x, u32) >> u32(8), k).view(u32).astype(u64) << u64(32)))
+  op(f"v_cvt_pk_{_k}_f32", "u16", "f32 f32", lambda a, b, k=_k: (_fp8.encode(a, k) | (_fp8.encode(b, k) << u32(8))).astype(np.uint16))
 op("v_cvt_pkrtz_f16_f32", "u32", "f32 f32", lambda a, b: _pk16(_rtz16(a), _rtz16(b)))
 op("v_cvt_pk_i16_i32", "u32", "i32 i32", lambda a, b: _pk16(np.clip(a, -32768, 32767).astype(i16).view(u16), np.clip(b, -32768, 32767).astype(i16).view(u16)))
 op("v_cvt_pk_u16_u32", "u32", "u32 u32", lambda a, b: _pk16(np.minimum(a, 65535).astype(u16), np.minimum(b, 65535).astype(u16)))
