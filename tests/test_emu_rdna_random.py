@@ -38,6 +38,7 @@ PRELUDE = r"""
 #define AOR(p, v) __atomic_fetch_or((p), (v), __ATOMIC_RELAXED)
 #define AXOR(p, v) __atomic_fetch_xor((p), (v), __ATOMIC_RELAXED)
 typedef unsigned int uint32; typedef unsigned long uint64; typedef long int64;
+typedef int int32v __attribute__((ext_vector_type(32)));
 #define OPAQUE(v) __asm__ volatile("" : "+v"(v))
 #else
 #include <math.h>
@@ -56,6 +57,7 @@ typedef unsigned int uint32; typedef unsigned long uint64; typedef long int64;
 #define AXOR(p, v) (*(p) ^= (v))
 typedef uint32_t uint32; typedef uint64_t uint64; typedef int64_t int64;
 typedef unsigned int uint; typedef unsigned char uchar; typedef unsigned short ushort;
+typedef int int32v __attribute__((vector_size(128)));
 #define OPAQUE(v) __asm__ volatile("" : "+r"(v))
 #endif
 #define WG @WG@
@@ -202,6 +204,15 @@ def kernel_source(seed: int, flush: bool = False) -> str:
     phases[0].append(f"lds_s[TID] = (short)({g3.expr('int')}); lds_b[TID] = (uchar)({g3.expr('int')});")
     body.insert(0, f"b = b ^ (lds_s[(TID * 5 + {r3.randrange(WG)}) % WG] * (int)lds_b[(TID + {r3.randrange(WG)}) % WG]);")
   body.insert(0, f"a = a + ss[(gid * {r3.choice([1, 3, 7])} + {r3.randrange(N)}) % {N}]; u = u + (uint32)(ushort)ss[({at} + 2) % {N}];")
+  # a 32-int vector written and read at indices known only at run time (uniform and per-lane): LLVM keeps it in
+  # VGPRs and indexes them (v_movrels/v_movreld on RDNA, s_set_gpr_idx_on on gfx942), from a stream of its own
+  g5 = Gen(seed * 15485863 + 3, flush)
+  if g5.r.random() < 0.4:
+    n5 = g5.r.choice(["(a & 31)", "(TID & 7) + 20", "27", "(int)umod(u, 32u)"])
+    body.append(f"{{ int32v vv; for (int k = 0; k < 32; k++) vv[k] = b + k * {g5.r.randrange(1, 9)}; "
+                f"for (int k = 0; k < {n5}; k++) vv[(k * {g5.r.choice([1, 5, 7, 11])} + ({g5.expr('int')})) & 31] = "
+                f"vv[({g5.expr('int')}) & 31] + {g5.expr('int')}; "
+                f"a = a + vv[({g5.expr('int')}) & 31]; b = b ^ vv[(TID * 3) & 31]; }}")
   atom = []
   if r.random() < 0.5:
     atom.append(f"AADD(&acc[{r.randrange(4)}], {g2.expr('int')});")

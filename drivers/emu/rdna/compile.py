@@ -592,13 +592,13 @@ def move_indexed(i: Inst, src_index, dst_index) -> Fn:
   s0, d = i.f["src0"], i.f["vdst"]
   const = None if s0 >= 256 and src_index else raw_src(i, s0, 32, True)
   def run(st):
-    waves = np.arange(st.W)
-    src = s0 - 256 + src_index(st) if const is None else None
-    dst = d + dst_index(st) if dst_index else np.full(st.W, d)
+    waves = np.nonzero(st.selected())[0]   # the others' M0 may hold anything: they are not running this
+    src = s0 - 256 + src_index(st)[waves] if const is None else None
+    dst = d + dst_index(st)[waves] if dst_index else np.full(len(waves), d)
     if (dst >= st.nvgpr).any() or (src is not None and (src >= st.nvgpr).any()):
       raise EmuFault(f"illegal instruction at {i.addr:#x}: an indexed VGPR beyond the {st.nvgpr} the kernel was given", i.addr)
-    val = st.v[src, waves] if const is None else np.broadcast_to(const(st), (st.W, st.L))
-    st.v[dst, waves] = np.where(st.emask, val, st.v[dst, waves])
+    val = st.v[src, waves] if const is None else np.broadcast_to(const(st), (st.W, st.L))[waves]
+    st.v[dst, waves] = np.where(st.emask[waves], val, st.v[dst, waves])
   return run
 
 def _movrel(i: Inst, L: int, fam: str) -> Fn:
