@@ -233,3 +233,17 @@ def test_registers_indexed_at_run_time(target):
     for k in range(29): v[k] = v[(k * 7) & 31] + k
     v[sel[g] & 31] += 1000
     assert list(out[g]) == v, g
+
+
+def test_packed_halves_shorts_and_bytes(target):
+  rng = np.random.default_rng(18)
+  n = 128
+  a, b = rng.integers(-64, 64, (n, 2)).astype(np.float16) / 8, rng.integers(-64, 64, (n, 2)).astype(np.float16) / 8
+  s, u = rng.integers(-2**15, 2**15, (n, 2)).astype(np.int16), rng.integers(0, 256, (n, 4)).astype(np.uint8)
+  c, t, v = run(target, "packed_small", [a, b, np.zeros((n, 2), np.float16), s, np.zeros((n, 2), np.int16), u,
+                                         np.zeros((n, 4), np.uint8)], (2, 1, 1), (64, 1, 1))[2::2]
+  f16 = np.float16   # each operation rounds to half (the values here keep every product and sum exact anyway)
+  assert (c[:, 0] == f16(a[:, 0] * b[:, 1]) + a[:, 1]).all() and (c[:, 1] == a[:, 1] - f16(b[:, 0] * a[:, 0])).all()
+  assert (t[:, 0] == s[:, 1] >> 3).all() and (t[:, 1] == (s[:, 0] + s[:, 1]).astype(np.int16)).all()
+  want = np.stack([u[:, 1] + 1, u[:, 0] * 3, u[:, 3] >> 1, u[:, 2] ^ u[:, 0]], 1).astype(np.uint8)
+  assert (v == want).all()

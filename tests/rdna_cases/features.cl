@@ -210,3 +210,16 @@ __kernel void dyn_index(__global const int *sel, __global int *out) {
   v[i] += 1000;
   for (int k = 0; k < 32; k++) out[32 * GID + k] = v[k];
 }
+
+// two halves, two shorts and four bytes per work-item, mixed across lanes of the vector: packed 16-bit math (v_pk_*
+// with op_sel/neg), v_perm_b32, and on gfx942 SDWA writing a byte or a word of the destination
+typedef _Float16 f16x2 __attribute__((ext_vector_type(2)));
+__kernel void packed_small(__global const f16x2 *a, __global const f16x2 *b, __global f16x2 *c, __global const short2 *s,
+                           __global short2 *t, __global const uchar4 *u, __global uchar4 *v) {
+  int l = GID;
+  f16x2 x = a[l], y = b[l];
+  f16x2 r; r.x = x.x * y.y + x.y; r.y = x.y - y.x * x.x;
+  c[l] = r;
+  short2 p = s[l], q; q.x = p.y >> 3; q.y = p.x + p.y; t[l] = q;
+  uchar4 w = u[l], z; z.x = w.y + 1; z.y = w.x * 3; z.z = w.w >> 1; z.w = w.z ^ w.x; v[l] = z;
+}
