@@ -102,3 +102,13 @@ def test_8bit_float_conversions_match_ml_dtypes(ks):
   lo = xs[:, 0].astype(md.float8_e4m3fnuz).view(np.uint8).astype(np.uint32) | xs[:, 1].astype(md.float8_e4m3fnuz).view(np.uint8).astype(np.uint32) << 8
   hi = xs[:, 1].astype(md.float8_e5m2fnuz).view(np.uint8).astype(np.uint32) | xs[:, 0].astype(md.float8_e5m2fnuz).view(np.uint8).astype(np.uint32) << 8
   assert (enc == (lo | hi << 16)).all()
+
+
+@pytest.mark.parametrize("name,M,N,K,nb", [("mfma_16x16x4_f64", 16, 16, 4, 1), ("mfma_4x4x4_4b_f64", 4, 4, 4, 4)])
+def test_mfma_f64(ks, name, M, N, K, nb):
+  rng = np.random.default_rng(M * nb)
+  A, B = rng.integers(-1000, 1000, (nb, M, K)) / 8, rng.integers(-1000, 1000, (nb, K, N)) / 16
+  C = rng.integers(-10**6, 10**6, (nb, M, N)).astype(np.float64)
+  res, outs, _ = launch(ks[name], "gfx942", [A.ravel(), B.ravel(), C.ravel()], (1, 1, 1), (64, 1, 1))
+  assert res.ok, res.fault
+  assert (outs[2].reshape(nb, M, N) == A @ B + C).all()

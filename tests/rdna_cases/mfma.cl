@@ -94,3 +94,18 @@ __kernel void cvt_8bit_floats(__global const uint *w, __global const float *x, _
   int e = __builtin_amdgcn_cvt_pk_fp8_f32(x[2 * l], x[2 * l + 1], 0x55555555, false);
   enc[l] = __builtin_amdgcn_cvt_pk_bf8_f32(x[2 * l + 1], x[2 * l], e, true);
 }
+// f64: A[i][k] in lane 16k + i (one register pair), D[i][j] in pair i / 4 of lane 16 (i % 4) + j (4x4x4_4b: lane
+// 4b + 16i + j, one pair), per the calculator's 64-bit rule (one row per register pair)
+typedef double double4_ __attribute__((ext_vector_type(4)));
+__kernel void mfma_16x16x4_f64(__global const double *a, __global const double *b, __global double *c) {
+  double4_ acc;
+  for (int r = 0; r < 4; r++) acc[r] = c[(4 * r + LANE / 16) * 16 + LANE % 16];
+  acc = __builtin_amdgcn_mfma_f64_16x16x4f64(a[(LANE % 16) * 4 + LANE / 16], b[(LANE / 16) * 16 + LANE % 16], acc, 0, 0, 0);
+  for (int r = 0; r < 4; r++) c[(4 * r + LANE / 16) * 16 + LANE % 16] = acc[r];
+}
+__kernel void mfma_4x4x4_4b_f64(__global const double *a, __global const double *b, __global double *c) {
+  int blk = (LANE / 4) % 4, row = LANE / 16, col = LANE % 4, k = LANE / 16;   // A[blk][i][k] and B[blk][k][j] by lane
+  double acc = c[(blk * 4 + row) * 4 + col];
+  acc = __builtin_amdgcn_mfma_f64_4x4x4f64(a[(blk * 4 + LANE % 4) * 4 + k], b[(blk * 4 + k) * 4 + LANE % 4], acc, 0, 0, 0);
+  c[(blk * 4 + row) * 4 + col] = acc;
+}

@@ -578,7 +578,8 @@ def _mfma(i: Inst, L: int, fam: str) -> Fn:
   nab, nc = mfma.operand_registers(name)
   a0, b0, c0, d0 = f["src0"] - 256, f["src1"] - 256, f["src2"] - 256, f["vdst"]
   cconst = const_value(f["src2"], i.lit, 32, "i32" not in name) if f["src2"] < 256 else None
-  if f["src2"] < 256 and cconst is None: raise EmuFault(f"illegal operand {f['src2']} at {i.addr:#x}", i.addr)
+  if f["src2"] < 256 and (cconst is None or "f64" in name and cconst):   # a 64-bit C constant other than 0: not modelled
+    raise EmuFault(f"illegal operand {f['src2']} at {i.addr:#x}", i.addr)
   def run(st):
     regs = lambda base, n: np.stack([st.v[base + k] for k in range(n)], -1)
     cw = regs(c0, nc) if cconst is None else np.full((st.W, st.L, nc), u32(cconst), u32)

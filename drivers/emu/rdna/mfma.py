@@ -7,7 +7,10 @@ per lane (and of B with N for M):
   f16/bf16 pack two elements in a register (low half first), i8 four (low byte first), f32 one.
 - C/D (f32 or i32), in registers 4 tall and N lanes wide: D[b][i][j] is register b * (M * N // 64) + (i // (4 * 64 // N)) * 4
   + i % 4 of lane (b % bpr) * N + ((i // 4) % (64 // N)) * bpr * N + j, where bpr = ceil(64 / (M * N / 4)) blocks share
-  a register row (the 4x4 shapes: 16 blocks side by side).
+  a register row (the 4x4 shapes: 16 blocks side by side). f64 (register pairs, 1 row tall): pair
+  b * (M * N // 64) + i // (64 // N) of lane (b % bpr) * N + (i % (64 // N)) * bpr * N + j, bpr = ceil(64 / (M * N)).
+  f64 accumulates one fused multiply-add per k, in ascending k from C (an assumption: the ISA's order was not at hand;
+  exact sums agree with any order).
 Float products are exact and each output's K products and C are summed in float64 with round-to-odd steps, rounded
 once to f32 (as wmma.py: the hardware's internal order is not documented, so cancelling sums may differ from silicon
 in the last bit); i8 products and sums are exact (wrapping to 32 bits). Denormals are kept. The broadcast and lane
@@ -17,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from rawgpu.drivers.emu.rdna.fp8 import decode as decode_fp8
+from rawgpu.drivers.emu.rdna.fpmath import fma64
 from rawgpu.drivers.emu.rdna.wmma import elements, matmul
 
 u32, i64, f32, f64 = np.uint32, np.int64, np.float32, np.float64
@@ -31,18 +35,20 @@ SHAPES = {"v_mfma_f32_16x16x16_f16": (16, 16, 16, 1, "f16"), "v_mfma_f32_32x32x8
           "v_mfma_f32_16x16x4_4b_f16": (16, 16, 4, 4, "f16"), "v_mfma_f32_32x32x4_2b_f16": (32, 32, 4, 2, "f16"),
           "v_mfma_i32_4x4x4_16b_i8": (4, 4, 4, 16, "i8"),
           **{f"v_mfma_f32_{m}x{m}x{k}_{a}_{b}": (m, m, k, 1, f"{a}_{b}") for m, k in ((16, 32), (32, 16))
-             for a in ("fp8", "bf8") for b in ("fp8", "bf8")}}   # CDNA3 8-bit floats: A's kind, then B's (fp8.py)
-_BITS = {"f16": 16, "bf16": 16, "f32": 32, "i8": 8, "fp8": 8, "bf8": 8}
+             for a in ("fp8", "bf8") for b in ("fp8", "bf8")},   # CDNA3 8-bit floats: A's kind, then B's (fp8.py)
+          "v_mfma_f64_16x16x4_f64": (16, 16, 4, 1, "f64"), "v_mfma_f64_4x4x4_4b_f64": (4, 4, 4, 4, "f64")}
+_BITS = {"f16": 16, "bf16": 16, "f32": 32, "i8": 8, "fp8": 8, "bf8": 8, "f64": 64}
 
 
 def operand_registers(name: str) -> tuple[int, int]:
   """(registers per lane of A or B, of C or D)."""
   M, N, K, nb, kind = SHAPES[name]
-  return K * M * nb // 64 * _BITS[kind.split("_")[0]] // 32, M * N * nb // 64
+  return max(1, K * M * nb // 64 * _BITS[kind.split("_")[0]] // 32), M * N * nb // 64 * (2 if kind == "f64" else 1)
 
 
 def _elements(words: np.ndarray, kind: str) -> np.ndarray:
   """(W, 64, nregs) uint32 -> (W, 64, n) values (float64, or int64 for i8), low bits first."""
+  if kind == "f64": return (words[..., 0::2].astype(np.uint64) | words[..., 1::2].astype(np.uint64) << np.uint64(32)).view(f64)
   if kind in ("fp8", "bf8"):
     byte = np.stack([(words >> u32(8 * k)) & u32(0xff) for k in range(4)], -1).reshape(*words.shape[:2], -1)
     return decode_fp8(byte, kind).astype(f64)
@@ -56,11 +62,12 @@ def input_place(rows: int, K: int, nb: int) -> tuple[np.ndarray, ...]:
   return b, i, k, b * rows + (k // e) * rows * nb + i, k % e
 
 
-def acc_place(M: int, N: int, nb: int) -> tuple[np.ndarray, ...]:
-  """(block, row, column, register, lane) of every C/D element."""
+def acc_place(M: int, N: int, nb: int, h: int = 4) -> tuple[np.ndarray, ...]:
+  """(block, row, column, register, lane) of every C/D element; h: the rows one lane holds in a run (4; f64: 1, and
+  the register is then a 64-bit pair's index)."""
   b, i, j = (x.ravel() for x in np.meshgrid(np.arange(nb), np.arange(M), np.arange(N), indexing="ij"))
-  mrpr, bpr = 64 // N, -(-64 // (M * N // 4))
-  return b, i, j, b * (M * N // 64) + (i // (4 * mrpr)) * 4 + i % 4, (b % bpr) * N + ((i // 4) % mrpr) * bpr * N + j
+  mrpr, bpr = 64 // N, -(-64 * h // (M * N))   # blocks side by side in a register: 4x4 shapes (16 rows of 4 lanes; f64: 4)
+  return b, i, j, b * (M * N // 64) + (i // (h * mrpr)) * h + i % h, (b % bpr) * N + ((i // h) % mrpr) * bpr * N + j
 
 
 def mfma(name: str, a_words: np.ndarray, b_words: np.ndarray, c_words: np.ndarray) -> np.ndarray:
@@ -75,6 +82,15 @@ def mfma(name: str, a_words: np.ndarray, b_words: np.ndarray, c_words: np.ndarra
   A[:, b, i, k] = ea[:, lane, el]
   b, j, k, lane, el = input_place(N, K, nb)
   B[:, b, k, j] = eb[:, lane, el]
+  if kind == "f64":
+    b, i, j, reg, lane = acc_place(M, N, nb, h=1)
+    C[:, b, i, j] = _elements(c_words, "f64")[:, lane, reg]
+    D = C
+    for k in range(K): D = fma64(A[:, :, :, k, None], B[:, :, None, k, :], D)   # one fused step per k, in order
+    out = np.zeros(c_words.shape, u32)
+    bits = D[:, b, i, j].view(np.uint64)
+    out[:, lane, 2 * reg], out[:, lane, 2 * reg + 1] = (bits & np.uint64(0xffffffff)).astype(u32), (bits >> np.uint64(32)).astype(u32)
+    return out
   b, i, j, reg, lane = acc_place(M, N, nb)
   C[:, b, i, j] = c_words[:, lane, reg].view(np.int32).astype(i64) if integer else c_words[:, lane, reg].view(f32).astype(f64)
   D = matmul(A.reshape(W * nb, M, K), B.reshape(W * nb, K, N), C.reshape(W * nb, M, N), integer).reshape(W, nb, M, N)
