@@ -10,7 +10,7 @@ from test_emu_rdna_common import compile_cl, kernels, launch, need, objdump, MC
 from rawgpu.drivers.emu.rdna import DispatchRegs, FlatMemory, run_dispatch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = ["gfx1100", "gfx1201"]
+TARGETS = ["gfx1100", "gfx1201", "gfx942"]
 SRC = """
 __kernel void store(__global int *p, int v) { p[__builtin_amdgcn_workitem_id_x()] = v; }
 __kernel void trap(__global int *p) { if (p[0] == 7) __builtin_trap(); p[1] = 1; }
