@@ -80,3 +80,29 @@ def test_dot_builtins(mcpu):
   names = {t.split()[0] for _, t, _ in objdump(elf, mcpu)}
   assert {"v_dot2_f32_bf16", "v_dot4_i32_iu8", "v_dot8_u32_u4", "v_dot2_bf16_bf16"} <= names
   assert ("v_dot2acc_f32_f16" if mcpu == "gfx1100" else "v_dot2_f32_f16") in names
+
+
+def test_dot_builtins_cdna3():
+  """gfx942 (tests/rdna_cases/dot_gfx9.cl): the accumulate-into-vdst VOP2 forms and the VOP3P ones with clamp."""
+  need("clang-19", "ld.lld-19")
+  elf = compile_cl(open(os.path.join(os.path.dirname(SRC), "dot_gfx9.cl")).read(), "gfx942")
+  rng = np.random.default_rng(4)
+  ints_ = lambda: rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32)
+  a, b, c = ints_(), ints_(), ints_()
+  a[:8], b[:8] = 0x7f7f7f7f, 0x7f7f7f7f   # sums that saturate under clamp
+  c[:8] = [0x7fffff00, 0x7fffffff, 0xffffff00, 0x80000000, 0x7ffffff0, 0xfffffff0, 0, 1]
+  o = launch(kernels(elf)["k"], "gfx942", [a, b, c, np.zeros(12 * N, np.uint32)], (1, 1, 1), (N, 1, 1))[1][3].reshape(N, 12)
+  want = {2: idot(a, b, c, 8, True, True, False), 3: idot(a, b, c, 8, True, True, True), 4: idot(a, b, c, 8, False, False, False),
+          5: idot(a, b, c, 8, False, False, True), 6: idot(a, b, c, 4, True, True, False), 7: idot(a, b, c, 4, True, True, True),
+          8: idot(a, b, c, 4, False, False, False), 9: idot(a, b, c, 16, True, True, False), 10: idot(a, b, c, 16, True, True, True),
+          11: idot(a, b, c, 16, False, False, True)}
+  for col, w in want.items(): np.testing.assert_array_equal(o[:, col], w, err_msg=f"output {col}")
+  fa, fb = packed_floats(rng, "f16"), packed_floats(rng, "f16")
+  fc = rng.standard_normal(N).astype(np.float32).view(np.uint32)
+  o = launch(kernels(elf)["k"], "gfx942", [fa, fb, fc, np.zeros(12 * N, np.uint32)], (1, 1, 1), (N, 1, 1))[1][3].reshape(N, 12)
+  s = ((f16s(fa) * f16s(fb)).sum(1) + fc.view(np.float32).astype(np.float64)).astype(np.float32)
+  np.testing.assert_array_equal(o[:, 0], s.view(np.uint32))
+  np.testing.assert_array_equal(o[:, 1], np.clip(s, 0, 1).view(np.uint32))
+  names = {t.split()[0] for _, t, _ in objdump(elf, "gfx942", True)}
+  assert {"v_dot2c_f32_f16_e32", "v_dot4c_i32_i8_e32", "v_dot8c_i32_i4_e32", "v_dot2c_i32_i16_e32", "v_dot4_i32_i8",
+          "v_dot4_u32_u8", "v_dot2_u32_u16", "v_dot2_f32_f16"} <= names, names

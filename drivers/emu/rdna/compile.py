@@ -495,17 +495,24 @@ def _swap(i: Inst, L: int, fam: str) -> Fn:
     st.wv(a, y); st.wv(b, x)
   return run
 
+GFX9_INT_DOTS = {"v_dot4_i32_i8": (8, True), "v_dot8_i32_i4": (4, True), "v_dot2_i32_i16": (16, True), "v_dot2_u32_u16": (16, False),
+                 "v_dot4c_i32_i8": (8, True), "v_dot8c_i32_i4": (4, True), "v_dot2c_i32_i16": (16, True)}
+
 def _dot(i: Inst, L: int, fam: str) -> Fn:
   """v_dot*: see dot.py. VOP3P carries neg_lo/neg_hi (signedness for the integer forms); the VOP3 f16/bf16-result
   forms carry op_sel (the halves of src2 and of the destination) and neg."""
   name, f = _split(i.name), i.f
-  a, b, c = (raw_src(i, f[k], 32, True, name[7] == "f") for k in ("src0", "src1", "src2"))
+  # (CDNA3's VOP2 "c" forms have no src2: they accumulate into vdst)
+  a, b, c = (raw_src(i, f.get(k, f["vdst"] + 256), 32, True, name[7] == "f") for k in ("src0", "src1", "src2"))
   r, clamp = f["vdst"], bool(f.get("clamp", 0))
   nlo, nhi = f.get("neg", 0), f.get("neg_hi", 0)
   if name in ("v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4", "v_dot8_u32_u4"):
     bits, signed = (8 if "dot4" in name else 4), name.endswith(("iu8", "iu4"))
     sa, sb = signed and bool(nlo & 1), signed and bool(nlo & 2)
     return lambda st: st.wv(r, dot.int_dot(a(st), b(st), c(st), bits, sa, sb, clamp))
+  if name in GFX9_INT_DOTS:   # CDNA3: the signedness is the instruction's; the "c" forms accumulate into vdst
+    bits, signed = GFX9_INT_DOTS[name]
+    return lambda st: st.wv(r, dot.int_dot(a(st), b(st), c(st), bits, signed, signed, clamp))
   kind = "bf16" if "bf16" in name[9:] else "f16"
   if name.startswith("v_dot2_f32_"):
     def run(st):
@@ -642,7 +649,7 @@ _SPECIAL_VALU = {
   **{n: _mfma for n in mfma.SHAPES},
   **{n: _movrel for n in ("v_movrels_b32", "v_movreld_b32", "v_movrelsd_b32", "v_movrelsd_2_b32")},
   **{n: _dot for n in ("v_dot2_f32_f16", "v_dot2_f32_bf16", "v_dot4_i32_iu8", "v_dot4_u32_u8", "v_dot8_i32_iu4",
-                       "v_dot8_u32_u4", "v_dot2_f16_f16", "v_dot2_bf16_bf16")},
+                       "v_dot8_u32_u4", "v_dot2_f16_f16", "v_dot2_bf16_bf16", *GFX9_INT_DOTS)},
   **{f"v_wmma_{o}_16x16x16_{k}": _wmma for o, k in (("f32", "f16"), ("f32", "bf16"), ("f16", "f16"), ("bf16", "bf16"),
                                                      ("i32", "iu8"), ("i32", "iu4"))},
 }

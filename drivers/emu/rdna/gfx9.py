@@ -29,6 +29,7 @@ _NAMES = {
   "ds_cmpst_rtn_b64": "ds_cmpstore_rtn_b64", "ds_wrxchg_rtn_b32": "ds_storexchg_rtn_b32",
   "ds_wrxchg_rtn_b64": "ds_storexchg_rtn_b64",
   "v_accvgpr_read_b32": "v_mov_b32", "v_accvgpr_write_b32": "v_mov_b32", "v_accvgpr_mov_b32": "v_mov_b32",
+  "v_dot2c_f32_f16": "v_dot2acc_f32_f16",
 }
 # FLAT/GLOBAL/SCRATCH and SMEM element names
 _MEM = {"dword": "b32", "dwordx2": "b64", "dwordx3": "b96", "dwordx4": "b128", "dwordx8": "b256", "dwordx16": "b512",
