@@ -4,7 +4,8 @@ The decoder already gives CDNA3 instructions gfx11's field names and register nu
 become the gfx11 operation of the same meaning (s_load_dwordx2 -> s_load_b64, v_add_u32 -> v_add_nc_u32,
 ds_read2_b32 -> ds_load_2addr_b32, ...). What GFX9 does differently is modelled where the operation is compiled,
 keyed on the family: v_cmpx also writes its lane mask to VCC/SDST, 16-bit VALU results zero the register's high half,
-SDWA operands and results (sdwa.py), the GFX9-only DPP controls, and DS_CMPST's operand order (handled here).
+SDWA operands and results (sdwa.py), the GFX9-only DPP controls, MFMA (mfma.py). Here: DS_CMPST's operand order, AGPR
+operands placed in the unified register file (as_gfx11), and the VGPR indexing mode (s_set_gpr_idx_*).
 """
 from __future__ import annotations
 import dataclasses, re
