@@ -247,3 +247,11 @@ def test_packed_halves_shorts_and_bytes(target):
   assert (t[:, 0] == s[:, 1] >> 3).all() and (t[:, 1] == (s[:, 0] + s[:, 1]).astype(np.int16)).all()
   want = np.stack([u[:, 1] + 1, u[:, 0] * 3, u[:, 3] >> 1, u[:, 2] ^ u[:, 0]], 1).astype(np.uint8)
   assert (v == want).all()
+
+
+def test_mode_register_read_back(target):
+  """s_setreg_b32 then s_getreg_b32 of MODE's rounding field, and C's FLT_ROUNDS for it (0 toward zero, 1 nearest,
+  2 upward, 3 downward) from the hardware's 0 nearest, 1 +inf, 2 -inf, 3 zero."""
+  out = run(target, "mode_regs", [np.zeros(2 * 4 * 64, np.int32)], (4, 1, 1), (64, 1, 1))[0].reshape(4, 64, 2)
+  for g in range(4):
+    assert (out[g, :, 0] == [1, 2, 3, 0][g]).all() and (out[g, :, 1] == g | g << 2).all(), (g, out[g, :2])

@@ -223,3 +223,12 @@ __kernel void packed_small(__global const f16x2 *a, __global const f16x2 *b, __g
   short2 p = s[l], q; q.x = p.y >> 3; q.y = p.x + p.y; t[l] = q;
   uchar4 w = u[l], z; z.x = w.y + 1; z.y = w.x * 3; z.z = w.w >> 1; z.w = w.z ^ w.x; v[l] = z;
 }
+
+// the MODE register read back: each workgroup sets a rounding mode for f32 and f64 (s_setreg_b32 from an SGPR), then
+// reads it with s_getreg_b32 and through C's __builtin_flt_rounds (LLVM: s_getreg and a lookup table)
+__kernel void mode_regs(__global int *out) {
+  int g = __builtin_amdgcn_workgroup_id_x() & 3;
+  __builtin_amdgcn_s_setreg(0x1801, g | g << 2);   // hwreg(MODE, 0, 4)
+  out[2 * GID] = __builtin_flt_rounds();
+  out[2 * GID + 1] = __builtin_amdgcn_s_getreg(0x1801);
+}
