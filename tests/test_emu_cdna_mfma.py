@@ -112,3 +112,13 @@ def test_mfma_f64(ks, name, M, N, K, nb):
   res, outs, _ = launch(ks[name], "gfx942", [A.ravel(), B.ravel(), C.ravel()], (1, 1, 1), (64, 1, 1))
   assert res.ok, res.fault
   assert (outs[2].reshape(nb, M, N) == A @ B + C).all()
+
+
+def test_mfma_with_c_and_d_in_vgprs_and_a_constant_c(ks):
+  rng = np.random.default_rng(21)
+  A, B = rng.integers(-8, 8, (16, 16)) / 2, rng.integers(-8, 8, (16, 16)) / 4
+  C = rng.integers(-100, 100, (16, 16)).astype(np.float32)
+  res, outs, _ = launch(ks["mfma_16x16x16_f16_vgpr"], "gfx942", [A.astype(np.float16).ravel(), B.astype(np.float16).ravel(), C.ravel(),
+                        np.zeros(256, np.float32)], (1, 1, 1), (64, 1, 1))
+  assert res.ok, res.fault
+  assert (outs[2].reshape(16, 16) == (A @ B + C).astype(np.float32)).all() and (outs[3].reshape(16, 16) == (A @ B).astype(np.float32)).all()

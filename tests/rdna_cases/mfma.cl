@@ -109,3 +109,12 @@ __kernel void mfma_4x4x4_4b_f64(__global const double *a, __global const double 
   acc = __builtin_amdgcn_mfma_f64_4x4x4f64(a[(blk * 4 + LANE % 4) * 4 + k], b[(blk * 4 + k) * 4 + LANE % 4], acc, 0, 0, 0);
   c[(blk * 4 + row) * 4 + col] = acc;
 }
+// the same MFMA with C and D in VGPRs (LLVM picks AGPRs; the "v" constraints force VGPRs) and with C the constant 0
+__kernel void mfma_16x16x16_f16_vgpr(__global const half *a, __global const half *b, __global float *c, __global float *d) {
+  half4 x, y; float4_ acc, zero;
+  for (int j = 0; j < 4; j++) { x[j] = a[AIDX(16, 16, 4, j)]; y[j] = b[BIDX(16, 4, j)]; }
+  for (int r = 0; r < 4; r++) acc[r] = c[DIDX(16, r)];
+  __asm__ volatile("v_mfma_f32_16x16x16_f16 %0, %1, %2, %0" : "+v"(acc) : "v"(x), "v"(y));
+  __asm__ volatile("v_mfma_f32_16x16x16_f16 %0, %1, %2, 0" : "=v"(zero) : "v"(x), "v"(y));
+  for (int r = 0; r < 4; r++) { c[DIDX(16, r)] = acc[r]; d[DIDX(16, r)] = zero[r]; }
+}
