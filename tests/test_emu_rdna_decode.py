@@ -234,6 +234,16 @@ s_set_gpr_idx_mode gpr_idx(SRC1)
 s_set_gpr_idx_idx s3
 s_set_gpr_idx_off
 """
+# MODE and friends, by name and number, on every family
+ASM += """
+s_getreg_b32 s0, hwreg(HW_REG_MODE)
+s_getreg_b32 s0, hwreg(HW_REG_MODE, 2, 1)
+s_setreg_b32 hwreg(HW_REG_MODE, 0, 4), s2
+s_setreg_imm32_b32 hwreg(HW_REG_MODE, 0, 4), 5
+s_setreg_imm32_b32 hwreg(HW_REG_MODE, 4, 4), 0xff
+s_getreg_b32 s0, hwreg(HW_REG_STATUS)
+s_getreg_b32 s0, hwreg(50, 3, 5)
+"""
 
 def _mc(mcpu: str, lines: list[str], w64: bool) -> list[tuple[str, bytes]]:
   need(MC)

@@ -236,6 +236,19 @@ def _vop3p_mods(i: Inst) -> str:
   if f["clamp"]: out += " clamp"
   return out
 
+_HWREG = {1: "HW_REG_MODE", 2: "HW_REG_STATUS", 3: "HW_REG_TRAPSTS"}   # the names the tests meet; others print as numbers
+
+def _hwreg_op(i: Inst, fam: str) -> str:
+  """s_getreg/s_setreg: the SIMM16 is hwreg(id [5:0], offset [10:6], size - 1 [15:11])."""
+  v = i.f["simm16"]
+  hw_id, off, size = v & 0x3f, v >> 6 & 0x1f, (v >> 11 & 0x1f) + 1
+  name = _HWREG.get(hw_id, str(hw_id)) if not (hw_id == 3 and fam == "gfx12") else str(hw_id)   # gfx12 has no TRAPSTS
+  hw = f"hwreg({name})" if off == 0 and size == 32 else f"hwreg({name}, {off}, {size})"
+  if i.name == "s_getreg_b32": return f"{i.name} {reg(i.f['sdst'])}, {hw}"
+  if i.name == "s_setreg_b32": return f"{i.name} {hw}, {reg(i.f['sdst'])}"
+  lit = i.lit or 0
+  return f"{i.name} {hw}, {lit if lit <= 64 else hex(lit)}"
+
 def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
   """LLVM assembly text of i. Lane-mask operands are SGPR pairs in wave64, so the text depends on the wave size."""
   fam = family(arch)
@@ -244,6 +257,7 @@ def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
     mode = "gpr_idx(" + ",".join(nm for b, nm in enumerate(("SRC0", "SRC1", "SRC2", "DST")) if bits >> b & 1) + ")"
     return f"{i.name} {_src(i, 'src0', 1)}, {mode}" if i.name.endswith("_on") else f"{i.name} {mode}"
   if i.fmt == "sopp": return _sopp(i, fam)
+  if i.name in ("s_getreg_b32", "s_setreg_b32", "s_setreg_imm32_b32"): return _hwreg_op(i, fam)
   if i.fmt in ("sop1", "sop2", "sopc", "sopk"):
     out = [_src(i, fld, cnt) if fld.startswith("src") else reg(i.f[fld], cnt) for fld, cnt, _ in i.ops]
     if i.fmt == "sopk" and i.name != "s_version": out.append(f"0x{i.f['simm16']:x}")
