@@ -121,7 +121,22 @@ def div_fmas(s0, s1, s2, vcc, ftype) -> np.ndarray:
   k = np.where(np.asarray(vcc), np.where(e >= bias, sc, -sc), 0)
   if ftype == f32: return fma_narrow(s0, s1, s2, f32, k)  # one rounding, after the scaling
   with np.errstate(all="ignore"):
-    return np.ldexp(fma64(s0, s1, s2), k).astype(ftype)
+    r = np.ldexp(fma64(s0, s1, s2), k).astype(ftype)
+  # scaled down into the subnormal range, the rounded fma would round a second time: those lanes, exactly, once
+  tiny = np.isfinite(r) & (r != 0) & (np.abs(r) < 2.0 ** -1022) & (k < 0)
+  return np.where(tiny, _scaled_fma_exact(s0, s1, s2, k, tiny, r), r) if tiny.any() else r
+
+def _scaled_fma_exact(a, b, c, k, where, like) -> np.ndarray:
+  """(a * b + c) * 2**k rounded once to float64 (a subnormal result) where `where` is set; int / int is correctly
+  rounded in Python, so float() of the exact rational is."""
+  from fractions import Fraction
+  import math
+  a, b, c, k, like = np.broadcast_arrays(*(np.asarray(x, f64) for x in (a, b, c)), np.asarray(k), np.asarray(like, f64))
+  out = np.zeros(a.shape, f64)
+  for idx in zip(*np.nonzero(np.broadcast_to(where, a.shape))):
+    exact = (Fraction(float(a[idx])) * Fraction(float(b[idx])) + Fraction(float(c[idx]))) * Fraction(2) ** int(k[idx])
+    out[idx] = math.copysign(float(exact), float(like[idx]))
+  return out
 
 def div_fixup(s0, s1, s2, ftype) -> np.ndarray:
   """s0 quotient estimate, s1 denominator, s2 numerator: the IEEE special cases of s2 / s1 (ISA pseudocode)."""

@@ -140,6 +140,7 @@ class State:
     if r in (126, 127): self.exec_changed()
 
   def ws64(self, r: int, val) -> None:
+    if r == 124: return   # NULL: the pair's second half would be M0
     val = np.asarray(val).astype(u64, copy=False)
     self.ws(r, (val & u64(0xffffffff)).astype(u32))
     self.ws(r + 1, (val >> u64(32)).astype(u32))
@@ -149,7 +150,9 @@ class State:
     else: np.copyto(self.scc, val, where=self.sel)
 
   def wmask(self, r: int, b: np.ndarray) -> None:
-    """Write a per-lane result mask to SGPR r (pair in wave64); lanes outside EXEC read as 0."""
+    """Write a per-lane result mask to SGPR r (pair in wave64); lanes outside EXEC read as 0. NULL (124) takes
+    nothing: in wave64 its pair's second half would be M0 (a carry-out to null used to clobber M0)."""
+    if r == 124: return
     b = b & self.exec_lanes()
     words = self.pack(b)
     self.ws(r, words[:, 0])
