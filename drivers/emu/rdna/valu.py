@@ -369,3 +369,8 @@ def _dot2acc(a, b, c):
   from rawgpu.drivers.emu.rdna.dot import halves, float_dot
   return float_dot(zip(halves(a, "f16", 0, 0), halves(b, "f16", 0, 0)), np.asarray(c, f32).astype(f64)).astype(f32)
 op("v_dot2acc_f32_f16", "f32", "u32 u32 f32", _dot2acc)  # gfx11 VOP2 (and VOPD): vdst accumulates
+
+# GFX9's "legacy" 16-bit forms are GFX8's encodings of the same operations (without op_sel): the result zeroes the
+# register's high half, which compile.py does for every 16-bit GFX9 result outside gfx9.KEEPS_HIGH_HALF
+for _legacy, _op in (("v_mad_legacy_u16", "v_mad_u16"), ("v_mad_legacy_i16", "v_mad_i16"), ("v_fma_legacy_f16", "v_fma_f16")):
+  VOPS[_legacy] = VOPS[_op]
