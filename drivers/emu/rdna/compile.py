@@ -233,15 +233,18 @@ def compile_valu(i: Inst, L: int, fam: str) -> Fn:
     with np.errstate(all="ignore"): wr(st, fn(st, s0(st), s1(st), s2(st)))
   return run3
 
-def _vopc(i: Inst, name: str, L: int, fam: str) -> Fn:
+def _vopc(i: Inst, name: str, L: int, fam: str, srcs: tuple[Fn, Fn] | None = None) -> Fn:
+  """srcs: the two operand readers when the encoding selects parts of them (GFX9 SDWA, whose mask goes to SDST)."""
   ty, fn = CMP[name]
   cls = "class" in name
-  a = typed_src(i, i.f["src0"], ty, 0)
-  b = typed_src(i, i.f["src1"], "u32" if cls else ty, 1)
+  if srcs: a, b = srcs
+  else:
+    a = typed_src(i, i.f["src0"], ty, 0)
+    b = typed_src(i, i.f["src1"], "u32" if cls else ty, 1)
   if i.dpp is not None or i.dpp8 is not None:
     rd, _ = dpp_wrap(i, a, L)
     a = (lambda st, rd=rd: rd(st)[0]) if i.dpp is not None else rd
-  mask = i.f["vdst"] if i.fmt == "vop3" else 106
+  mask = i.f["sdst"] if i.sdwa is not None else i.f["vdst"] if i.fmt == "vop3" else 106
   # a v_cmpx writes EXEC; on GFX9 also the lane mask it names (VCC for e32), before EXEC changes
   dsts = ((mask, 126) if fam == "gfx9" else (126,)) if name.startswith("v_cmpx") else (mask,)
   fl = fpmode.flush_cmp(TYPES[ty]) if ty[0] == "f" else (lambda st, x: x)
@@ -258,7 +261,7 @@ def _sdwa(i: Inst, name: str, L: int) -> Fn:
   w, f = i.sdwa, i.f
   if i.fmt == "vopc":
     if name not in CMP: raise EmuFault(f"illegal instruction at {i.addr:#x}: {i.name} is not modelled in SDWA", i.addr)
-    ty, fn = CMP[name]
+    ty = CMP[name][0]
     stys = (ty, "u32" if "class" in name else ty)
   elif name in CARRY_OPS:   # VOP2 SDWA: the carry in and out is VCC
     dty, stys = "u32", ("u32", "u32")
@@ -286,13 +289,7 @@ def _sdwa(i: Inst, name: str, L: int) -> Fn:
       return x
     return rd
   srcs = [source(k, t) for k, t in enumerate(stys)]
-  if i.fmt == "vopc":
-    dsts = (f["sdst"], 126) if name.startswith("v_cmpx") else (f["sdst"],)
-    fl = fpmode.flush_cmp(TYPES[ty]) if ty[0] == "f" and "class" not in name else (lambda st, x: x)
-    def runc(st):
-      with np.errstate(all="ignore"): r = np.broadcast_to(fn(fl(st, srcs[0](st)), fl(st, srcs[1](st))), (st.W, st.L))
-      for d in dsts: st.wmask(d, r)
-    return runc
+  if i.fmt == "vopc": return _vopc(i, name, L, "gfx9", tuple(srcs))
   d, dsel, unused = f["vdst"], w >> 8 & 7, w >> 11 & 3
   clamp, omod = bool(w >> 13 & 1) and dty[0] == "f", w >> 14 & 3 if dty[0] == "f" else 0
   if WIDTH[dty] == 64:   # a register pair (v_cvt_pk_f32_fp8): written whole

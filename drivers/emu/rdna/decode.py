@@ -69,13 +69,13 @@ def _scalar(w0: int) -> tuple[str, int, dict[str, int]]:
 def decode_at(arch: str, code: bytes, pc: int) -> Inst:
   """Decode the instruction at byte offset pc of code. Raises DecodeError for an encoding LLVM does not know."""
   fam = family(arch)
-  if fam == "gfx9": return _decode_gfx9(code, pc)
   tabs = tables(fam)
   if pc % 4: raise DecodeError("misaligned program counter")
   if pc + 4 > len(code): raise CodeEnds("fetch outside code")
   def dw(i: int) -> int:
     if pc + 4 * i + 4 > len(code): raise CodeEnds("instruction runs past the end of the code")
     return struct.unpack_from("<I", code, pc + 4 * i)[0]
+  if fam == "gfx9": return _decode_gfx9(tabs, dw, pc)
   w0 = dw(0)
   f: dict[str, int] = {}
   srcs: list[str] = []
@@ -204,13 +204,8 @@ def _mark_agprs(name: str, fmt: str, f: dict[str, int], w0: int) -> None:
   elif name == "v_accvgpr_write_b32": agpr("vdst")
   elif name == "v_accvgpr_mov_b32": agpr("vdst"); agpr("src0")
 
-def _decode_gfx9(code: bytes, pc: int) -> Inst:
-  tabs = tables("gfx9")
-  if pc % 4: raise DecodeError("misaligned program counter")
-  if pc + 4 > len(code): raise CodeEnds("fetch outside code")
-  def dw(i: int) -> int:
-    if pc + 4 * i + 4 > len(code): raise CodeEnds("instruction runs past the end of the code")
-    return struct.unpack_from("<I", code, pc + 4 * i)[0]
+def _decode_gfx9(tabs: dict, dw, pc: int) -> Inst:
+  """decode_at for CDNA3: dw(i) is the instruction's i-th dword."""
   w0 = dw(0)
   f: dict[str, int] = {}
   srcs: list[str] = []

@@ -17,6 +17,8 @@ in the last bit); i8 products and sums are exact (wrapping to 32 bits). Denormal
 controls (CBSZ, ABID, BLGP) are not modelled.
 """
 from __future__ import annotations
+import functools
+
 import numpy as np
 
 from rawgpu.drivers.emu.rdna.fp8 import decode as decode_fp8
@@ -55,6 +57,7 @@ def _elements(words: np.ndarray, kind: str) -> np.ndarray:
   return elements(words, "iu8" if kind == "i8" else kind, True)   # i8 is signed
 
 
+@functools.cache   # per shape: the index arrays every MFMA of that shape uses
 def input_place(rows: int, K: int, nb: int) -> tuple[np.ndarray, ...]:
   """(block, row, k, lane, element) of every A (rows = M) or B (rows = N) element."""
   e = K * rows * nb // 64
@@ -62,6 +65,7 @@ def input_place(rows: int, K: int, nb: int) -> tuple[np.ndarray, ...]:
   return b, i, k, b * rows + (k // e) * rows * nb + i, k % e
 
 
+@functools.cache
 def acc_place(M: int, N: int, nb: int, h: int = 4) -> tuple[np.ndarray, ...]:
   """(block, row, column, register, lane) of every C/D element; h: the rows one lane holds in a run (4; f64: 1, and
   the register is then a 64-bit pair's index)."""
