@@ -234,6 +234,25 @@ s_set_gpr_idx_mode gpr_idx(SRC1)
 s_set_gpr_idx_idx s3
 s_set_gpr_idx_off
 """
+# MUBUF (gfx12: VBUFFER): vaddr forms, soffset kinds, offsets, cache bits and tfe (each target takes its own spellings)
+ASM += """
+buffer_load_b64 v[1:3], v[2:3], s[4:7], s3 idxen offen offset:12 glc slc dlc tfe
+buffer_load_b64 v[1:3], v[2:3], s[4:7], s3 idxen offen offset:12 th:TH_LOAD_NT scope:SCOPE_SYS tfe
+buffer_atomic_cmpswap_b32 v[1:2], v2, s[4:7], null offen glc
+buffer_atomic_cmpswap_b32 v[1:2], v2, s[4:7], null offen th:TH_ATOMIC_RETURN
+buffer_store_b16 v1, off, s[4:7], 0 offset:6
+buffer_atomic_add_u32 v1, off, s[4:7], m0
+buffer_load_b32 v2, v0, s[0:3], 0 offen
+buffer_load_d16_hi_u8 v1, v2, s[8:11], s5 idxen
+buffer_store_b128 v[4:7], v1, s[8:11], s2 offen offset:4095
+buffer_store_b32 v1, off, s[4:7], m0 offset:8388607
+buffer_load_u16 v1, v3, s[96:99], s1 offen
+buffer_load_dwordx2 v[2:3], v[2:3], s[4:7], s3 idxen offen offset:12 sc0 sc1 nt
+buffer_atomic_cmpswap v[2:3], v2, s[4:7], 0 offen sc0
+buffer_load_dword a5, v2, s[4:7], 0 offen
+buffer_store_short v1, off, s[4:7], s9 offset:6
+buffer_atomic_add_x2 v[2:3], v1, s[8:11], m0 idxen
+"""
 # MODE and friends, by name and number, on every family
 ASM += """
 s_getreg_b32 s0, hwreg(HW_REG_MODE)

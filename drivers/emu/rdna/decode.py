@@ -148,12 +148,20 @@ def decode_at(arch: str, code: bytes, pc: int) -> Inst:
       f = {"saddr": _bits(w0, 0, 7), "vdst": _bits(w1, 0, 8), "sve": _bits(w1, 17, 1), "scope": _bits(w1, 18, 2),
            "th": _bits(w1, 20, 3), "data": _bits(w1, 23, 8), "addr": _bits(w2, 0, 8), "offset": _sext(_bits(w2, 8, 24), 24)}
       size = 12
-    elif enc == 0x38 and fam == "gfx11":  # MUBUF: only the cache controls are used by compute code we run
+    elif enc == 0x38 and fam == "gfx11":  # MUBUF
       w1 = dw(1)
       fmt, op = "mubuf", _bits(w0, 18, 8)
-      f = {"offset": _bits(w0, 0, 12), "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8), "srsrc": _bits(w1, 16, 5) << 2,
-           "soffset": _bits(w1, 24, 8)}
+      f = {"offset": _bits(w0, 0, 12), "slc": _bits(w0, 12, 1), "dlc": _bits(w0, 13, 1), "glc": _bits(w0, 14, 1),
+           "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8), "srsrc": _bits(w1, 16, 5) << 2, "tfe": _bits(w1, 21, 1),
+           "offen": _bits(w1, 22, 1), "idxen": _bits(w1, 23, 1), "soffset": _bits(w1, 24, 8)}
       size = 8
+    elif enc == 0x31 and fam == "gfx12":  # VBUFFER (MUBUF)
+      w1, w2 = dw(1), dw(2)
+      fmt, op = "mubuf", _bits(w0, 14, 8)
+      f = {"soffset": _bits(w0, 0, 7), "tfe": _bits(w0, 22, 1), "data": _bits(w1, 0, 8), "srsrc": _bits(w1, 9, 7),
+           "scope": _bits(w1, 18, 2), "th": _bits(w1, 20, 3), "offen": _bits(w1, 30, 1), "idxen": _bits(w1, 31, 1),
+           "addr": _bits(w2, 0, 8), "offset": _bits(w2, 8, 24)}
+      size = 12
     else:
       raise DecodeError(f"unknown encoding {w0:#010x}")
   ent = tabs.get(fmt, {}).get(op)
@@ -192,7 +200,7 @@ def _mark_agprs(name: str, fmt: str, f: dict[str, int], w0: int) -> None:
   has clamp) and ACC (A, B: where op_sel_hi[1:0] is); v_accvgpr_* name them by definition."""
   def agpr(k: str) -> None:
     if k in f and (f[k] >= 256 or k not in ("src0", "src1", "src2")): f[k] += AGPR
-  if fmt in ("flat", "global", "scratch", "ds") and f.pop("acc"):
+  if fmt in ("flat", "global", "scratch", "ds", "mubuf") and f.pop("acc"):
     for k in ("vdst", "data", "data0", "data1"): agpr(k)
   elif name.startswith(("v_mfma", "v_smfmac")):
     f["cbsz"], f["abid"], f["blgp"] = f.pop("neg_hi"), f.pop("opsel") | f["opsel_hi"] >> 2 << 3, f.pop("neg")
@@ -248,11 +256,12 @@ def _decode_gfx9(tabs: dict, dw, pc: int) -> Inst:
          "slc": _bits(w0, 17, 1), "sc1": _bits(w0, 25, 1), "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8),
          "saddr": 124 if saddr == OFF_GFX9 or seg == 0 else _sgpr_gfx9(saddr), "vdst": _bits(w1, 24, 8),
          "sve": _bits(w0, 13, 1) if seg == 1 else 0, "lds": _bits(w0, 13, 1) if seg != 1 else 0, "acc": _bits(w1, 23, 1)}
-  elif enc == 0x38:  # MUBUF: only the cache controls are used by compute code we run
+  elif enc == 0x38:  # MUBUF
     w1 = dw(1)
     fmt, op, size = "mubuf", _bits(w0, 18, 7), 8
-    f = {"offset": _bits(w0, 0, 12), "glc": _bits(w0, 14, 1), "sc1": _bits(w0, 15, 1), "slc": _bits(w0, 17, 1),
-         "addr": _bits(w1, 0, 8), "data": _bits(w1, 8, 8), "srsrc": _bits(w1, 16, 5) << 2, "soffset": _sgpr_gfx9(_bits(w1, 24, 8))}
+    f = {"offset": _bits(w0, 0, 12), "offen": _bits(w0, 12, 1), "idxen": _bits(w0, 13, 1), "glc": _bits(w0, 14, 1),
+         "sc1": _bits(w0, 15, 1), "lds": _bits(w0, 16, 1), "slc": _bits(w0, 17, 1), "addr": _bits(w1, 0, 8),
+         "data": _bits(w1, 8, 8), "srsrc": _bits(w1, 16, 5) << 2, "acc": _bits(w1, 23, 1), "soffset": _sgpr_gfx9(_bits(w1, 24, 8))}
   else:
     raise DecodeError(f"unknown encoding {w0:#010x}")
   ent = tabs.get(fmt, {}).get(op)

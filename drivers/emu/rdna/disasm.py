@@ -120,6 +120,17 @@ def _flat(i: Inst, fam: str) -> str:
   if f["offset"]: text += f" offset:{f['offset']}"
   return text + _cache_bits(i, fam)
 
+def _mubuf(i: Inst, fam: str) -> str:
+  """buffer_* as LLVM prints them: vdata (one more register with tfe), vaddr (index, offset; off when neither),
+  the resource's four SGPRs, soffset, then idxen/offen, offset, cache bits, tfe."""
+  f = i.f
+  cnt = next(c for fl, c, _ in i.ops if fl == "data") + f.get("tfe", 0)
+  addr = "off" if not (f["offen"] or f["idxen"]) else reg(f["addr"] + 256, 2 if f["offen"] and f["idxen"] else 1)
+  text = f"{i.name} {reg(f['data'] + 256, cnt)}, {addr}, {reg(f['srsrc'], 4)}, {reg(f['soffset'])}"
+  text += "".join(f" {k}" for k in ("idxen", "offen") if f[k])
+  if f["offset"]: text += f" offset:{f['offset']}"
+  return text + _cache_bits(i, fam) + (" tfe" if f.get("tfe") else "")
+
 def _cache_bits(i: Inst, fam: str) -> str:
   """The cache-policy bits of a memory instruction as LLVM prints them (gfx940: sc0 nt sc1; gfx12: th/scope)."""
   f = i.f
@@ -269,5 +280,5 @@ def disasm(arch: str, i: Inst, wave64: bool = False) -> str:
   if i.fmt == "smem": return _smem(i, fam)
   if i.fmt == "vopdx":
     return _valu(i, fam, wave64) + " :: " + _valu(i.y, fam, wave64)
-  if i.fmt == "mubuf" and not i.ops: return i.name + (_cache_bits(i, fam) if fam == "gfx9" else "")
+  if i.fmt == "mubuf": return _mubuf(i, fam) if i.ops else i.name + (_cache_bits(i, fam) if fam == "gfx9" else "")
   return _valu(i, fam, wave64)

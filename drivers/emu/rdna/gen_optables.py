@@ -72,6 +72,8 @@ def _probes(arch: str) -> dict[str, tuple[int, callable, list[set[str]]]]:
       p[name] = (128, lambda op, o, seg=seg: [(0b111011 << 26) | (seg << 24) | (op << 14) | 124,
                  (z(V_SRC1, "data", o) << 23) | (1 << 17) * (seg == 1) | z(V_DST, "vdst", o), V_SRC0],
                  [set(), {"vdst"}, {"data"}])
+    # VBUFFER (gfx12's MUBUF): SOFFSET null, VDATA, SRSRC (an SGPR number), FORMAT 1 (what LLVM gives untyped ones)
+    p["mubuf"] = (256, lambda op, o: [(0b110001 << 26) | (op << 14) | 124, (1 << 23) | (S_BASE << 9) | V_SRC1, V_SRC0], [set()])
   return p
 
 def _probes_gfx9(z, src) -> dict[str, tuple[int, callable, list[set[str]]]]:
