@@ -32,12 +32,12 @@ _NAMES = {
   "v_accvgpr_read_b32": "v_mov_b32", "v_accvgpr_write_b32": "v_mov_b32", "v_accvgpr_mov_b32": "v_mov_b32",
   "v_dot2c_f32_f16": "v_dot2acc_f32_f16",
 }
-# FLAT/GLOBAL/SCRATCH and SMEM element names
+# FLAT/GLOBAL/SCRATCH/MUBUF and SMEM element names
 _MEM = {"dword": "b32", "dwordx2": "b64", "dwordx3": "b96", "dwordx4": "b128", "dwordx8": "b256", "dwordx16": "b512",
         "ubyte": "u8", "sbyte": "i8", "ushort": "u16", "sshort": "i16", "byte": "b8", "short": "b16",
         "ubyte_d16": "d16_u8", "ubyte_d16_hi": "d16_hi_u8", "sbyte_d16": "d16_i8", "sbyte_d16_hi": "d16_hi_i8",
         "short_d16": "d16_b16", "short_d16_hi": "d16_hi_b16", "byte_d16_hi": "d16_hi_b8"}
-# FLAT/GLOBAL atomics: GFX9 name -> (gfx11 name, with _x2 for 64 bits)
+# FLAT/GLOBAL/MUBUF atomics: GFX9 name -> (gfx11 name, with _x2 for 64 bits)
 _ATOMIC = {"add": "add_u", "sub": "sub_u", "swap": "swap_b", "cmpswap": "cmpswap_b", "smin": "min_i", "umin": "min_u",
            "smax": "max_i", "umax": "max_u", "and": "and_b", "or": "or_b", "xor": "xor_b", "inc": "inc_u", "dec": "dec_u"}
 # 16-bit operations that keep the register's high half on GFX9 (the ones with op_sel); the others zero it
@@ -48,10 +48,10 @@ KEEPS_HIGH_HALF = {"v_fma_f16", "v_mad_f16", "v_mad_u16", "v_mad_i16", "v_div_fi
 def canonical(name: str) -> str:
   """The gfx11 mnemonic of the same operation (unchanged where GFX9 spells it alike)."""
   if name in _NAMES: return _NAMES[name]
-  if m := re.match(r"(global|flat|scratch)_(load|store)_(\w+)$", name):
+  if m := re.match(r"(global|flat|scratch|buffer)_(load|store)_(\w+)$", name):
     return f"{m.group(1)}_{m.group(2)}_{_MEM.get(m.group(3), m.group(3))}"
   if m := re.match(r"s_(buffer_)?load_(dword\w*)$", name): return f"s_{m.group(1) or ''}load_{_MEM.get(m.group(2), m.group(2))}"
-  if m := re.match(r"(global|flat)_atomic_(\w+?)(_x2)?$", name):
+  if m := re.match(r"(global|flat|buffer)_atomic_(\w+?)(_x2)?$", name):
     op = m.group(2)
     if op in _ATOMIC: return f"{m.group(1)}_atomic_{_ATOMIC[op]}{64 if m.group(3) else 32}"
     return name

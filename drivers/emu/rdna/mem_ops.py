@@ -1,4 +1,4 @@
-"""Memory instructions: SMEM (scalar loads), DS (LDS), FLAT/GLOBAL/SCRATCH, and the cache controls.
+"""Memory instructions: SMEM (scalar loads), DS (LDS), FLAT/GLOBAL/SCRATCH, and the cache controls (MUBUF: buffer_ops.py).
 
 Only active lanes of selected waves generate addresses, in wave-major lane order; GPUMemory sees those vectors."""
 from __future__ import annotations
@@ -73,6 +73,9 @@ def compile_mem(i: Inst, L: int, fam: str):
   if i.fmt == "smem": return _smem(i, fam)
   if i.fmt == "ds": return _ds(i, L)
   if i.fmt in ("global", "flat", "scratch"): return _vmem(i, L, fam)
+  if i.fmt == "mubuf":
+    from rawgpu.drivers.emu.rdna.buffer_ops import compile_buffer
+    return compile_buffer(i, L, fam)
   raise EmuFault(f"illegal instruction at {i.addr:#x}: {n} is not modelled", i.addr)
 
 # ---- SMEM -----------------------------------------------------------------------------------------------------------
