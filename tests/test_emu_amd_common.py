@@ -37,6 +37,26 @@ def compile_c(src: str, includes: list[pathlib.Path]) -> pathlib.Path:
   return d / "t"
 
 
+# The start of a C program that reads a discovery binary (argv[1]) with the kernel's discovery.h, checks the binary's
+# checksum and leaves `b` (the bytes), `t` and `ih` (the IP table) for the rest of the program
+C_DISCOVERY_MAIN = r"""#include <stdio.h>
+#include <stdint.h>
+#include <stddef.h>
+#define DECLARE_FLEX_ARRAY(T, N) T N[0]
+#define __packed __attribute__((packed))
+#define LITTLEENDIAN_CPU 1
+#include "discovery.h"
+static uint16_t sum(uint8_t *p, unsigned n) { uint16_t s = 0; while (n--) s += *p++; return s; }
+int main(int argc, char **argv) {
+  static uint8_t b[16384]; FILE *f = fopen(argv[1], "rb"); size_t n = fread(b, 1, sizeof b, f); (void)n;
+  struct binary_header *bh = (void *)b;
+  size_t off = offsetof(struct binary_header, binary_checksum) + sizeof(bh->binary_checksum);
+  printf("sig %x ok %d\n", bh->binary_signature, sum(b + off, bh->binary_size - off) == bh->binary_checksum);
+  struct table_info *t = &bh->table_list[IP_DISCOVERY];
+  struct ip_discovery_header *ih = (void *)(b + t->offset);
+"""
+
+
 def parse_discovery(blob: bytes) -> dict:
   """Independent reader of the discovery binary: {hw_id: (version, bases)} for instance 0, plus gc_info words."""
   sig, vmaj, vmin, csum, size = struct.unpack_from("<IHHHH", blob, 0)

@@ -1,24 +1,9 @@
 """IP discovery, VRAM size strap, MM_INDEX/MM_DATA window, small-BAR boards, resizable BAR, register decode."""
 from __future__ import annotations
 import subprocess
-from test_emu_amd_common import Dev, compile_c, linux_root, dev  # noqa: F401  (dev is a fixture)
+from test_emu_amd_common import C_DISCOVERY_MAIN, Dev, compile_c, linux_root, dev  # noqa: F401  (dev is a fixture)
 
-C_WALK = r"""
-#include <stdio.h>
-#include <stdint.h>
-#include <stddef.h>
-#define DECLARE_FLEX_ARRAY(T, N) T N[0]
-#define __packed __attribute__((packed))
-#define LITTLEENDIAN_CPU 1
-#include "discovery.h"
-static uint16_t sum(uint8_t *p, unsigned n) { uint16_t s = 0; while (n--) s += *p++; return s; }
-int main(int argc, char **argv) {
-  static uint8_t b[16384]; FILE *f = fopen(argv[1], "rb"); size_t n = fread(b, 1, sizeof b, f); (void)n;
-  struct binary_header *bh = (void *)b;
-  size_t off = offsetof(struct binary_header, binary_checksum) + sizeof(bh->binary_checksum);
-  printf("sig %x ok %d\n", bh->binary_signature, sum(b + off, bh->binary_size - off) == bh->binary_checksum);
-  struct table_info *t = &bh->table_list[IP_DISCOVERY];
-  struct ip_discovery_header *ih = (void *)(b + t->offset);
+C_WALK = C_DISCOVERY_MAIN + r"""
   printf("ihdr %x ok %d dies %d\n", ih->signature, sum(b + t->offset, ih->size) == t->checksum, ih->num_dies);
   struct die_header *dh = (void *)(b + ih->die_info[0].die_offset);
   uint8_t *p = (uint8_t *)dh + sizeof(*dh);

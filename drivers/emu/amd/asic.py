@@ -1,4 +1,5 @@
-"""What distinguishes the two modelled boards: PCI ids, IP versions, published base addresses, firmware, shader config.
+"""What distinguishes the modelled boards: PCI ids and class, IP versions, published base addresses, firmware, shader
+config.
 
 Base addresses are the segment bases a Navi2x/3x-class SoC publishes in IP discovery (the layout of the kernel's
 sienna_cichlid_ip_offset.h); the board publishes them and decodes its register BAR with the same numbers, so the
@@ -6,6 +7,8 @@ driver must read them from discovery rather than assume them.
 """
 from __future__ import annotations
 from dataclasses import dataclass, field
+
+PCI_CLASS_VGA, PCI_CLASS_ACCELERATOR = 0x030000, 0x120000   # display controller; processing accelerator (Instinct)
 
 # hardware ids of discovery entries (soc15_hw_ip.h)
 MP1_HWID, THM_HWID, SMUIO_HWID, CLKA_HWID, GC_HWID, MMHUB_HWID, ATHUB_HWID = 1, 3, 4, 6, 11, 34, 35
@@ -45,6 +48,10 @@ class Asic:
   mec_pipes: int = 4
   queues_per_pipe: int = 8
   boot_time_tmr: bool = False         # PSP sets the TMR up itself (no SETUP_TMR from the driver)
+  pci_class: int = PCI_CLASS_VGA
+  base_addr_64: bool = False          # discovery v4 with 64-bit base addresses (MI300)
+  gc_info: dict[str, int] | None = None   # gc_info v2.0 fields (CDNA: CUs per shader array, no WGPs); None: v1.2
+  blocks: tuple[str, ...] | None = None   # the engine models the board has (None: all of AMDBoard.BLOCKS)
 
   def ip(self, hw_id: int, instance: int = 0) -> IPEntry:
     for e in self.ips:
@@ -83,7 +90,34 @@ def _navi48() -> Asic:
   return Asic("gfx1201", 0x7550, 0xc0, "AMD Radeon RX 9070 XT", ips, fw, num_se=4, num_sa_per_se=2, wgp_per_sa=4, boot_time_tmr=True)
 
 
-ASICS = {"gfx1100": _navi31, "gfx1201": _navi48}
+def _mi300x() -> Asic:
+  """MI300X: 8 XCCs (GC 9.4.3 instances 0-7) over 4 AIDs, each AID with 4 SDMA 4.4.2 engines and an MMHUB 1.8.
+
+  MI300's real register bases exist only in each board's discovery blob and are not public. The model starts from
+  aldebaran_ip_offset.h (MI200, the same gfx9 register layout: GC at 0x2000/0xA000, whose spans are exactly the XCC
+  ranges gfx_v9_4_3.c normalizes packet offsets to) and moves XCC k up by k << 20 and AID a by a << 24, which keeps
+  every instance's low 16 bits and no two segments overlapping. The driver must read them from discovery.
+  Only the engine models that exist for it are built: so far none beyond NBIO (see MI300.md for the plan)."""
+  X, A = (lambda k: k << 20), (lambda a: a << 24)
+  sdma = ((0x1260, 0x12540, 0x40A800), (0x1860, 0x12560, 0x40AC00), (0x13760, 0x1E000, 0x42EC00), (0x13780, 0x1E400, 0x42F000))
+  ips = (*(IPEntry(GC_HWID, k, (9, 4, 3), (0x2000 + X(k), 0xA000 + X(k)), "gc" if k == 0 else None) for k in range(8)),
+         *(IPEntry(SDMA0_HWID, 4 * a + j, (4, 4, 2), tuple(b + A(a) for b in sdma[j])) for a in range(4) for j in range(4)),
+         *(IPEntry(MMHUB_HWID, a, (1, 8, 0), (0x1A000 + A(a), 0x02408800 + A(a)), "mmhub" if a == 0 else None) for a in range(4)),
+         IPEntry(NBIF_HWID, 0, (7, 9, 0), _NBIO, "nbio"),
+         IPEntry(MP0_HWID, 0, (13, 0, 6), _MP, "mp"), IPEntry(MP1_HWID, 0, (13, 0, 6), _MP, "mp"),
+         IPEntry(HDP_HWID, 0, (4, 4, 2), (0x00000F20, 0x0240A400), "hdp"), IPEntry(OSSSYS_HWID, 0, (4, 4, 2), _OSS, "osssys"),
+         IPEntry(SMUIO_HWID, 0, (13, 0, 3), _SMUIO, "smuio", (13, 0, 6)))
+  fw = {"sos": "psp_13_0_6_sos.bin", "ta": "psp_13_0_6_ta.bin", "smu": "smu_13_0_6.bin", "sdma": "sdma_4_4_2.bin",
+        "mec": "gc_9_4_3_mec.bin", "rlc": "gc_9_4_3_rlc.bin"}
+  # gc_info is per XCC (gfx_v9_4_3 walks max_shader_engines for each XCC): 4 SEs of one shader array of 10 CUs
+  # (the physical 40 of an XCD; 38 are enabled on MI300X, harvesting not modelled yet)
+  gc = {"gc_num_se": 4, "gc_num_cu_per_sh": 10, "gc_num_sh_per_se": 1, "gc_num_rb_per_se": 0, "gc_num_tccs": 16,
+        "gc_num_gprs": 512, "gc_wave_size": 64, "gc_max_waves_per_simd": 8, "gc_max_scratch_slots_per_cu": 32, "gc_lds_size": 64}
+  return Asic("gfx942", 0x74a1, 0x00, "AMD Instinct MI300X", ips, fw, num_se=4, num_sa_per_se=1, wgp_per_sa=5, sdma_engines=16,
+              pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, blocks=())
+
+
+ASICS = {"gfx1100": _navi31, "gfx1201": _navi48, "gfx942": _mi300x}
 
 
 def asic(arch: str) -> Asic:

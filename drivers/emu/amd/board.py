@@ -26,7 +26,6 @@ class Engine(Protocol):
 
 class AMDBoard:
   vendor = 0x1002
-  cls = 0x030000
 
   def __init__(self, arch: str = "gfx1100", host: HostRAM | None = None, vram_size: int = 512 << 20, bar0_size: int | None = None,
                cus: int | None = None, deterministic: bool = False, firmware: str = "cold"):
@@ -48,7 +47,7 @@ class AMDBoard:
     sizes = 0
     for n in range(20, 40):
       if (1 << n) <= vram_size and (1 << n) >= (256 << 20): sizes |= 1 << (n - 20)
-    self.cfg = ConfigSpace(self.vendor, self.device, self.asic.revision, self.cls,
+    self.cfg = ConfigSpace(self.vendor, self.device, self.asic.revision, self.asic.pci_class,
                            {0: (lambda: self.bars[0].size, 0xc), 2: (lambda: self.bars[2].size, 0xc), 5: (lambda: self.bars[5].size, 0x0)},
                            self._resize_bar0, sizes | (1 << max(0, (bar0 >> 20).bit_length() - 1)))
     self.lock = threading.RLock()
@@ -77,6 +76,9 @@ class AMDBoard:
     self._posted: dict[int, int] = {}           # doorbell writes on their way to the engines: index -> latest value
     self._route_lock = threading.Lock()         # one router at a time keeps each queue's pointer updates in order
 
+  @property
+  def cls(self) -> int: return self.asic.pci_class   # PCI class code (sysfs `class`): display, or accelerator (MI300)
+
   # ---- construction of the blocks
   def _build(self) -> None:
     from rawgpu.drivers.emu.amd.nbio import NBIO
@@ -86,13 +88,14 @@ class AMDBoard:
     self.vram[off:off + len(self.discovery_blob)] = self.discovery_blob
     self.blocks: list[Any] = [self.nbio]
     for mod, cls, attr in self.BLOCKS:
+      if self.asic.blocks is not None and attr not in self.asic.blocks: continue   # a board whose engines are not modelled yet
       m = __import__(f"rawgpu.drivers.emu.amd.{mod}", fromlist=[cls])
       blk = getattr(m, cls)(self)
       setattr(self, attr, blk)
       self.blocks.append(blk)
       if hasattr(blk, "step"): self.engines.append(blk)
     # blocks that watch the doorbell BAR; the NBIO routes each doorbell to one of them (the queue engines are asked first)
-    self._doorbell_sinks = sorted((blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")), key=lambda d: d.__self__ is self.ih)
+    self._doorbell_sinks = sorted((blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")), key=lambda d: d.__self__ is getattr(self, "ih", None))
 
   BLOCKS: list[tuple[str, str, str]] = [("gmc", "GMC", "gmc"), ("ih", "IH", "ih"), ("gfx", "GFX", "gfx"), ("sdma", "SDMA", "sdma"),
                                           ("psp", "PSP", "psp"), ("smu", "SMU", "smu")]

@@ -1,0 +1,91 @@
+"""The emulated MI300X board, first stage (drivers/emu/amd/MI300.md): what it shows on the bus and in IP discovery.
+
+It enumerates as a processing accelerator (class 0x120000, 1002:74a1), straps its VRAM size, and publishes a v4
+discovery table with 64-bit base addresses: 8 GC 9.4.3 instances (XCCs), 16 SDMA 4.4.2 instances (4 per AID),
+4 MMHUB 1.8, and gc_info v2.0. A C program on the kernel's discovery.h walks it (checksums, entries, gc_info), and
+AM's own parser reads it from VRAM through the BAR. AM does not drive the board yet and says so."""
+from __future__ import annotations
+import subprocess
+
+import pytest
+
+from rawgpu.drivers.am import discovery
+from rawgpu.drivers.emu.amd import AMDBoard
+from rawgpu.drivers.emu.pcibus import HostRAM, VirtualBus
+from rawgpu.drivers.pci import PCIDevice
+from rawgpu.errors import DeviceNotFound
+from test_emu_amd_common import C_DISCOVERY_MAIN, compile_c, linux_root
+
+GC, SDMA0, MMHUB = 11, 42, 34
+
+C_WALK_V4 = C_DISCOVERY_MAIN + r"""
+  printf("ihdr v%d ok %d b64 %d\n", ih->version, sum(b + t->offset, ih->size) == t->checksum, ih->base_addr_64_bit);
+  for (int d = 0; d < ih->num_dies; d++) {
+    struct die_header *dh = (void *)(b + ih->die_info[d].die_offset);
+    uint8_t *p = (uint8_t *)dh + sizeof(*dh);
+    for (int i = 0; i < dh->num_ips; i++) {
+      struct ip_v4 *ip = (void *)p;
+      printf("ip %d %d %d.%d.%d", ip->hw_id, ip->instance_number, ip->major, ip->minor, ip->revision);
+      for (int j = 0; j < ip->num_base_address; j++) printf(" %llx", (unsigned long long)ip->base_address_64[j]);
+      printf("\n"); p += offsetof(struct ip_v4, base_address_64) + 8 * ip->num_base_address;
+    }
+  }
+  t = &bh->table_list[GC];
+  struct gc_info_v2_0 *gc = (void *)(b + t->offset);
+  printf("gc %x %d.%d ok %d se %u sh %u cu %u wave %u\n", gc->header.table_id, gc->header.version_major, gc->header.version_minor,
+         sum(b + t->offset, gc->header.size) == t->checksum, gc->gc_num_se, gc->gc_num_sh_per_se, gc->gc_num_cu_per_sh, gc->gc_wave_size);
+  return 0;
+}
+"""
+
+
+@pytest.fixture
+def mi300():
+  vbus = VirtualBus(host=HostRAM(16 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=256 << 20, deterministic=True)
+  bus = vbus.plug(board)
+  pci = PCIDevice(bus, system=vbus.system)
+  yield vbus, board, bus, pci
+  pci.close()
+  board.close()
+
+
+def _blob(pci) -> bytes:
+  memsize = pci.map_bar(5).read32(0xde3 * 4)   # NBIO 7.9 RCC_CONFIG_MEMSIZE at the NBIO base discovery publishes
+  return pci.map_bar(0).readbytes((memsize << 20) - (64 << 10), 10 << 10)
+
+
+def test_enumerates_as_an_instinct_accelerator(mi300):
+  _, board, _, pci = mi300
+  assert (pci.config_read(0, 2), pci.config_read(2, 2)) == (0x1002, 0x74a1)
+  assert pci.config_read(0x08, 4) >> 8 == 0x120000       # processing accelerator: amdgpu binds MI300 by class
+  assert pci.map_bar(5).read32(0xde3 * 4) << 20 == board.vram_size
+
+
+def test_discovery_against_kernel_header(mi300, tmp_path):
+  inc = linux_root() / "drivers/gpu/drm/amd/include"
+  exe = compile_c(C_WALK_V4, [inc])
+  (tmp_path / "d.bin").write_bytes(_blob(mi300[3]))
+  out = subprocess.run([str(exe), str(tmp_path / "d.bin")], capture_output=True, text=True, check=True).stdout.splitlines()
+  assert out[0] == "sig 28211407 ok 1" and out[1] == "ihdr v4 ok 1 b64 1"
+  ips = [ln.split() for ln in out if ln.startswith("ip ")]
+  gcs = {int(i): [int(b, 16) for b in bs] for _, hw, i, v, *bs in ips if int(hw) == GC and v == "9.4.3"}
+  assert sorted(gcs) == list(range(8))
+  assert len({tuple(b) for b in gcs.values()}) == 8                                  # each XCC its own registers
+  assert all([b & 0xffff for b in bs] == [0x2000, 0xA000] for bs in gcs.values())     # the low 16 bits packets use
+  sdma = sorted(int(i) for _, hw, i, v, *_ in ips if int(hw) == SDMA0 and v == "4.4.2")
+  assert sdma == list(range(16))
+  assert sorted(int(i) for _, hw, i, v, *_ in ips if int(hw) == MMHUB and v == "1.8.0") == [0, 1, 2, 3]
+  assert out[-1] == "gc 4347 2.0 ok 1 se 4 sh 1 cu 10 wave 64"
+
+
+def test_am_reads_the_table_and_refuses_the_board_clearly(mi300):
+  vbus, _, bus, pci = mi300
+  d = discovery.parse(_blob(pci))
+  assert d.versions()["gc"] == (9, 4, 3) and d.versions()["sdma"] == (4, 4, 2) and d.versions()["nbio"] == (7, 9, 0)
+  assert d.count("gc") == 8 and d.count("sdma") == 16 and d.count("mmhub") == 4
+  assert d.find("gc", 3).bases == (0x302000, 0x30A000)
+  assert discovery.compute_units(d.gc_info) == 40                                   # per XCC (gc_info v2.0)
+  pci.close()
+  from rawgpu.drivers.am.device import AMDevice
+  with pytest.raises(DeviceNotFound, match=r"74a1.*not a board AM supports.*KFD\+AMD"): AMDevice(bus, vbus.system)
