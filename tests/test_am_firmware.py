@@ -31,7 +31,11 @@ int main(int argc, char **argv) {
   FILE *f = fopen(argv[2], "rb"); size_t n = fread(buf, 1, sizeof buf, f); (void)n;
   const struct common_firmware_header *h = (void *)buf;
   const char *k = argv[1];
-  if (!strcmp(k, "sos")) {
+  if (!strcmp(k, "sos") && h->header_version_minor == 1) {   /* v2.1 (PSP 13.0.6): the main set, before the aux one */
+    const struct psp_firmware_header_v2_1 *s = (void *)buf;
+    for (unsigned i = 0; i < s->psp_fw_bin_count - s->psp_aux_fw_bin_index; i++)
+      P(s->psp_fw_bin[i].fw_type, h->ucode_array_offset_bytes + s->psp_fw_bin[i].offset_bytes, s->psp_fw_bin[i].size_bytes);
+  } else if (!strcmp(k, "sos")) {
     const struct psp_firmware_header_v2_0 *s = (void *)buf;
     for (unsigned i = 0; i < s->psp_fw_bin_count; i++)
       P(s->psp_fw_bin[i].fw_type, h->ucode_array_offset_bytes + s->psp_fw_bin[i].offset_bytes, s->psp_fw_bin[i].size_bytes);
@@ -53,6 +57,18 @@ int main(int argc, char **argv) {
     P(GFX_IRAM, r2->rlc_iram_ucode_offset_bytes, r2->rlc_iram_ucode_size_bytes);
     P(GFX_DRAM, r2->rlc_dram_ucode_offset_bytes, r2->rlc_dram_ucode_size_bytes);
     if (h->header_version_minor >= 3) { P(GFX_RLCP, r->rlcp_ucode_offset_bytes, r->rlcp_ucode_size_bytes); P(GFX_RLCV, r->rlcv_ucode_offset_bytes, r->rlcv_ucode_size_bytes); }
+  } else if (!strcmp(k, "rlc21")) { const struct rlc_firmware_header_v2_1 *r = (void *)buf;   /* gfx9: no IRAM/DRAM/P/V */
+    P(GFX_CNTL, r->save_restore_list_cntl_offset_bytes, r->save_restore_list_cntl_size_bytes);
+    P(GFX_GPM, r->save_restore_list_gpm_offset_bytes, r->save_restore_list_gpm_size_bytes);
+    P(GFX_SRM, r->save_restore_list_srm_offset_bytes, r->save_restore_list_srm_size_bytes);
+    P(GFX_RLCG, h->ucode_array_offset_bytes, h->ucode_size_bytes);
+  } else if (!strcmp(k, "cp1")) { const struct gfx_firmware_header_v1_0 *c = (void *)buf;   /* amdgpu_ucode_init_single_fw */
+    P(GFX_MEC, h->ucode_array_offset_bytes, h->ucode_size_bytes - c->jt_size * 4);
+    P(GFX_MECJT, h->ucode_array_offset_bytes + c->jt_offset * 4, c->jt_size * 4);
+  } else if (!strcmp(k, "sdma1")) { P(GFX_SDMAV1, h->ucode_array_offset_bytes, h->ucode_size_bytes);
+  } else if (!strcmp(k, "p2s")) { const struct smc_firmware_header_v2_1 *v = (void *)buf;   /* smu_v13_0_6_init_microcode */
+    const struct smc_soft_pptable_entry *e = (void *)(buf + v->pptable_entry_offset);
+    for (unsigned i = 0; i < v->pptable_count; i++) if (e[i].id == 0x50325358) P(GFX_P2S, e[i].ppt_offset_bytes, e[i].ppt_size_bytes);
   }
   return 0;
 }
@@ -71,7 +87,9 @@ def oracle(tmp_path_factory):
   defs = {"GFX_SMU": T.GFX_FW_TYPE_SMU, "GFX_SDMA0": T.GFX_FW_TYPE_SDMA_UCODE_TH0, "GFX_SDMA1": T.GFX_FW_TYPE_SDMA_UCODE_TH1,
           "GFX_CODE": -1, "GFX_STACK": -2, "GFX_IMUI": T.GFX_FW_TYPE_IMU_I, "GFX_IMUD": T.GFX_FW_TYPE_IMU_D, "GFX_RLCG": T.GFX_FW_TYPE_RLC_G,
           "GFX_GPM": T.GFX_FW_TYPE_RLC_RESTORE_LIST_GPM_MEM, "GFX_SRM": T.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_MEM,
-          "GFX_IRAM": T.GFX_FW_TYPE_RLC_IRAM, "GFX_DRAM": T.GFX_FW_TYPE_RLC_DRAM_BOOT, "GFX_RLCP": T.GFX_FW_TYPE_RLC_P, "GFX_RLCV": T.GFX_FW_TYPE_RLC_V}
+          "GFX_IRAM": T.GFX_FW_TYPE_RLC_IRAM, "GFX_DRAM": T.GFX_FW_TYPE_RLC_DRAM_BOOT, "GFX_RLCP": T.GFX_FW_TYPE_RLC_P, "GFX_RLCV": T.GFX_FW_TYPE_RLC_V,
+          "GFX_CNTL": T.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_CNTL, "GFX_MEC": T.GFX_FW_TYPE_CP_MEC, "GFX_MECJT": T.GFX_FW_TYPE_CP_MEC_ME1,
+          "GFX_SDMAV1": -3, "GFX_P2S": T.GFX_FW_TYPE_P2S_TABLE}
   subprocess.run([cc, "-w", "-O0", f"-I{root}/drivers/gpu/drm/amd/amdgpu", f"-I{root}/drivers/gpu/drm/amd/include",
                   *[f"-D{k}={v}" for k, v in defs.items()], "-o", str(d / "o"), str(d / "o.c")], check=True)
   def run(kind: str, path: str) -> list[tuple[int, bytes]]:
@@ -110,6 +128,21 @@ def test_images_match_the_c_oracle(version, arch, oracle, monkeypatch):
   assert sorted((u.fw_type, u.data) for u in f.images) == sorted(want)
   assert f.images[-1].fw_type == P.GFX_FW_TYPE_RLC_G
   assert all(u.data for u in f.images)
+
+
+def test_cdna3_images_match_the_c_oracle(oracle, monkeypatch):
+  """MI300 (GC 9.4.3): the P2S table from smu_13_0_6.bin, SDMA 4.4.2's one image as SDMA0-3, the F32 MEC and its jump
+  table, the RLC v2.1 lists and RLC_G, in psp_load_non_psp_fw's order; every image is a PSP-signed one."""
+  d = _dir("20250410-2")
+  monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", d)
+  monkeypatch.delenv("RAWGPU_FIRMWARE_ANY", raising=False)
+  f = fw.load(dict(mp0=(13, 0, 6), mp1=(13, 0, 6), sdma=(4, 4, 2), gc=(9, 4, 3)))
+  assert sorted(f.sos.items()) == sorted(oracle("sos", f"{d}/psp_13_0_6_sos.bin")) and f.smu is None
+  (_, sdma), = oracle("sdma1", f"{d}/sdma_4_4_2.bin")
+  want = oracle("p2s", f"{d}/smu_13_0_6.bin") + [(getattr(P, f"GFX_FW_TYPE_SDMA{i}"), sdma) for i in range(4)]
+  want += oracle("cp1", f"{d}/gc_9_4_3_mec.bin") + oracle("rlc21", f"{d}/gc_9_4_3_rlc.bin")
+  assert [(u.fw_type, u.data) for u in f.images] == want
+  assert all(u.data[0x10:0x14] == b"$PS1" for u in f.images)
 
 
 def test_pins_are_sha256_of_the_package_files():

@@ -15,11 +15,11 @@ L = Layout.from_ctypes
 COMMON_HDR = L(_U.common_firmware_header)
 PSP_HDR_V2_0, PSP_HDR_V2_1 = L(_U.psp_firmware_header_v2_0), L(_U.psp_firmware_header_v2_1)
 PSP_FW_BIN_DESC = L(_U.psp_fw_bin_desc)
-SMC_HDR_V1_0 = L(_U.smc_firmware_header_v1_0)
-GFX_HDR_V2_0 = L(_U.gfx_firmware_header_v2_0)
+SMC_HDR_V1_0, SMC_HDR_V2_1, SMC_PPT_ENTRY = L(_U.smc_firmware_header_v1_0), L(_U.smc_firmware_header_v2_1), L(_U.smc_soft_pptable_entry)
+GFX_HDR_V1_0, GFX_HDR_V2_0 = L(_U.gfx_firmware_header_v1_0), L(_U.gfx_firmware_header_v2_0)
 IMU_HDR_V1_0 = L(_U.imu_firmware_header_v1_0)
-RLC_HDR_V2_2, RLC_HDR_V2_3 = L(_U.rlc_firmware_header_v2_2), L(_U.rlc_firmware_header_v2_3)
-SDMA_HDR_V2_0, SDMA_HDR_V3_0 = L(_U.sdma_firmware_header_v2_0), L(_U.sdma_firmware_header_v3_0)
+RLC_HDR_V2_1, RLC_HDR_V2_2, RLC_HDR_V2_3 = L(_U.rlc_firmware_header_v2_1), L(_U.rlc_firmware_header_v2_2), L(_U.rlc_firmware_header_v2_3)
+SDMA_HDR_V1_0, SDMA_HDR_V2_0, SDMA_HDR_V3_0 = L(_U.sdma_firmware_header_v1_0), L(_U.sdma_firmware_header_v2_0), L(_U.sdma_firmware_header_v3_0)
 PSP_FW_TYPE = {k: getattr(_U, k) for k in dir(_U) if k.startswith("PSP_FW_TYPE_PSP_")}
 
 # ---- psp_gfx_if.h: ring control, GPCOM commands, firmware types, command buffer and ring frame

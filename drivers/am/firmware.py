@@ -98,12 +98,18 @@ def _cut(f: FwFile, off: int, size: int, what: str) -> bytes:
   return f.data[off:off + size]
 
 
-def parse_sos(f: FwFile) -> dict[int, bytes]:
+def parse_sos(f: FwFile, aux: bool = False) -> dict[int, bytes]:
+  """The PSP bootloader components. A v2.1 file (PSP 13.0.6) holds two sets: the main one, and from
+  psp_aux_fw_bin_index on the auxiliary one amdgpu loads instead under old PMFW (psp_init_sos_microcode)."""
   h = F.COMMON_HDR.parse(f.data, what=f.path)
   lay = F.PSP_HDR_V2_1 if (h["header_version_major"], h["header_version_minor"]) == (2, 1) else F.PSP_HDR_V2_0
   h = _hdr(f, lay, 2, (0, 1))
   out, base = {}, h["ucode_array_offset_bytes"]
-  for i in range(h["psp_fw_bin_count"]):
+  first, end = 0, h["psp_fw_bin_count"]
+  if lay is F.PSP_HDR_V2_1:
+    if not 0 < h["psp_aux_fw_bin_index"] < end: raise FirmwareError(f"firmware {f.path}: aux index {h['psp_aux_fw_bin_index']} outside its {end} components ({PACKAGE_HINT})")
+    first, end = (h["psp_aux_fw_bin_index"], end) if aux else (0, end - h["psp_aux_fw_bin_index"])
+  for i in range(first, end):
     d = F.PSP_FW_BIN_DESC.parse(f.data, lay.size + i * F.PSP_FW_BIN_DESC.size, what=f.path)
     out[d["fw_type"]] = _cut(f, base + d["offset_bytes"], d["size_bytes"], f"PSP component {d['fw_type']}")
   if F.PSP_FW_TYPE["PSP_FW_TYPE_PSP_SOS"] not in out or F.PSP_FW_TYPE["PSP_FW_TYPE_PSP_SYS_DRV"] not in out:
@@ -116,8 +122,15 @@ def parse_smu(f: FwFile) -> Ucode:
   return Ucode(GFX["GFX_FW_TYPE_SMU"], _cut(f, h["ucode_array_offset_bytes"], h["ucode_size_bytes"], "SMU ucode"), f.name)
 
 
-def parse_sdma(f: FwFile) -> list[Ucode]:
+def parse_sdma(f: FwFile, v1_copies: int = 1) -> list[Ucode]:
+  """v1 (SDMA 4): one image, loaded as SDMA0..n-1 (SDMA 4.4.2: one per engine of an AID, amdgpu_sdma.c; PSP
+  repeats them for the other AIDs); v2 (SDMA 5/6): context and control images; v3 (SDMA 7): one RS64 image."""
   major = F.COMMON_HDR.parse(f.data, what=f.path)["header_version_major"]
+  if major == 1:
+    h = _hdr(f, F.SDMA_HDR_V1_0, 1)
+    img = _cut(f, h["ucode_array_offset_bytes"], h["ucode_size_bytes"], "SDMA ucode")
+    return [Ucode(GFX["GFX_FW_TYPE_SDMA0"] if i == 0 else GFX["GFX_FW_TYPE_SDMA1"] if i == 1 else GFX[f"GFX_FW_TYPE_SDMA{i}"], img, f.name)
+            for i in range(v1_copies)]
   if major == 3:  # SDMA 7: one image
     h = _hdr(f, F.SDMA_HDR_V3_0, 3)
     return [Ucode(GFX["GFX_FW_TYPE_SDMA_UCODE_TH0"], _cut(f, h["ucode_array_offset_bytes"], h["ucode_size_bytes"], "SDMA ucode"), f.name)]
@@ -137,6 +150,28 @@ def parse_cp(f: FwFile, engine: str) -> tuple[list[Ucode], int]:
   return out, h["ucode_start_addr_lo"] | h["ucode_start_addr_hi"] << 32
 
 
+def parse_cp_v1(f: FwFile) -> list[Ucode]:
+  """gfx9 F32 MEC (v1 header): the code, then the jump table at its end, which the PSP loads as an image of its own
+  (CP_MEC, CP_MEC_ME1; amdgpu_ucode.c: the code is ucode_size - jt_size dwords, the table jt_offset dwords in)."""
+  h = _hdr(f, F.GFX_HDR_V1_0, 1)
+  off, jt_off, jt = h["ucode_array_offset_bytes"], 4 * h["jt_offset"], 4 * h["jt_size"]
+  return [Ucode(GFX["GFX_FW_TYPE_CP_MEC"], _cut(f, off, h["ucode_size_bytes"] - jt, "MEC code"), f.name),
+          Ucode(GFX["GFX_FW_TYPE_CP_MEC_ME1"], _cut(f, off + jt_off, jt, "MEC jump table"), f.name)]
+
+
+P2S_TABLE_ID_X = 0x50325358   # smu_v13_0_6_ppt.c: the dGPU's power-to-SMN table among smu_13_0_6.bin's entries ("XS2P")
+
+
+def parse_p2s(f: FwFile, table_id: int = P2S_TABLE_ID_X) -> Ucode:
+  """SMU 13.0.6's file carries no SMU image (PMFW runs from IFWI) but P2S tables in its pptable entries; the PSP loads
+  the one for this package (smu_v13_0_6_init_microcode)."""
+  h = _hdr(f, F.SMC_HDR_V2_1, 2, (1,))
+  for i in range(h["pptable_count"]):
+    e = F.SMC_PPT_ENTRY.parse(f.data, h["pptable_entry_offset"] + i * F.SMC_PPT_ENTRY.size, what=f.path)
+    if e["id"] == table_id: return Ucode(GFX["GFX_FW_TYPE_P2S_TABLE"], _cut(f, e["ppt_offset_bytes"], e["ppt_size_bytes"], "P2S table"), f.name)
+  raise FirmwareError(f"firmware {f.path}: no P2S table {table_id:#x} among its {h['pptable_count']} entries ({PACKAGE_HINT})")
+
+
 def parse_imu(f: FwFile) -> list[Ucode]:
   h = _hdr(f, F.IMU_HDR_V1_0, 1)
   off, isz, dsz = h["ucode_array_offset_bytes"], h["imu_iram_ucode_size_bytes"], h["imu_dram_ucode_size_bytes"]
@@ -146,7 +181,7 @@ def parse_imu(f: FwFile) -> list[Ucode]:
 
 def parse_rlc(f: FwFile) -> list[Ucode]:
   minor = F.COMMON_HDR.parse(f.data, what=f.path)["header_version_minor"]
-  h = _hdr(f, F.RLC_HDR_V2_3 if minor >= 3 else F.RLC_HDR_V2_2, 2, (2, 3, 4, 5))
+  h = _hdr(f, F.RLC_HDR_V2_3 if minor >= 3 else F.RLC_HDR_V2_2 if minor == 2 else F.RLC_HDR_V2_1, 2, (1, 2, 3, 4, 5))
   out = []
   for typ, off, size in (("RLC_RESTORE_LIST_SRM_CNTL", "save_restore_list_cntl_offset_bytes", "save_restore_list_cntl_size_bytes"),
                          ("RLC_RESTORE_LIST_GPM_MEM", "save_restore_list_gpm_offset_bytes", "save_restore_list_gpm_size_bytes"),
@@ -167,6 +202,10 @@ def load(ips: dict[str, tuple[int, int, int]], system: System = SYSTEM) -> Firmw
     fw.files[name] = f = read_file(name, system)
     return f
   fw.sos = parse_sos(get(f"psp_{ver(ips['mp0'])}_sos.bin"))
+  if ips["gc"][0] == 9:   # CDNA3: PMFW already runs; the PSP loads in psp_load_non_psp_fw's order (ucode-id order)
+    fw.images = [parse_p2s(get(f"smu_{ver(ips['mp1'])}.bin")), *parse_sdma(get(f"sdma_{ver(ips['sdma'])}.bin"), v1_copies=4),
+                 *parse_cp_v1(get(f"gc_{ver(ips['gc'])}_mec.bin")), *parse_rlc(get(f"gc_{ver(ips['gc'])}_rlc.bin"))]
+    return fw
   fw.smu = parse_smu(get(f"smu_{ver(ips['mp1'])}.bin"))
   fw.images += parse_sdma(get(f"sdma_{ver(ips['sdma'])}.bin"))
   for eng in ("pfp", "me", "mec"):

@@ -25,6 +25,12 @@ KNOWN: dict[str, dict[str, str]] = {
     'smu_13_0_7.bin': '765fea4989675e619747cf3c6da9a53cb879f83ec73a1bf29e5d703c58fb23c6',
   },
   'firmware-amd-graphics 20250410-2~bpo12+1': {
+    'gc_9_4_3_mec.bin': '5e1ea1b2fed3ea0d0b13e1a435dea31322cbe4e72aedadbe1428fee746a33a3d',
+    'gc_9_4_3_rlc.bin': '16769737bf422797575c41ba6e9f1de0c383ab100f472ac0f3bd6940307fce5f',
+    'psp_13_0_6_sos.bin': 'e7b977bb499c4d5c61ba912315939ed6590965d8febe68d34b6c0c6bf21f061b',
+    'psp_13_0_6_ta.bin': '495379788a5fdde63dc62269cb4048a50768647cbbd848ea2c5733e59a7358e4',
+    'sdma_4_4_2.bin': 'a86181fb01dc2cd2c957a8a5ff1d61aa889ef75b2aec0370879e7a45b384f1ec',
+    'smu_13_0_6.bin': 'ad7232264e8c57c2094244fbdd5a55d7a4575ffe9b44d229884bc0b6a44fb0b1',
     'gc_11_0_0_imu.bin': 'b4f8fc056b45709a6abf48e7885fb1b4ab8d3cc092cbfa2c554a78564a6403bc',
     'gc_11_0_0_me.bin': '255855ee4069b7f9748a21b801b2e6155a13d869ecef010d31999ecd92585905',
     'gc_11_0_0_mec.bin': 'a9ba80188b485c458e003cac1bb05bc670c9887ee39c0be4f6ab56ad01b83e44',
