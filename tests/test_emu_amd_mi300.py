@@ -3,17 +3,20 @@
 It enumerates as a processing accelerator (class 0x120000, 1002:74a1), straps its VRAM size, and publishes a v4
 discovery table with 64-bit base addresses: 8 GC 9.4.3 instances (XCCs), 16 SDMA 4.4.2 instances (4 per AID),
 4 MMHUB 1.8, and gc_info v2.0. A C program on the kernel's discovery.h walks it (checksums, entries, gc_info), and
-AM's own parser reads it from VRAM through the BAR. AM does not drive the board yet and says so."""
+AM's own parser reads it from VRAM through the BAR. AM refuses the board unless RAWGPU_AM_IN_PROGRESS=1; then it
+boots it as far as it has got (the PSP loading every image from the real firmware files) and says what is missing.""" 
 from __future__ import annotations
 import subprocess
 
 import pytest
 
+from rawgpu.autogen.amd import psp as P
 from rawgpu.drivers.am import discovery
 from rawgpu.drivers.emu.amd import AMDBoard
 from rawgpu.drivers.emu.pcibus import HostRAM, VirtualBus
 from rawgpu.drivers.pci import PCIDevice
-from rawgpu.errors import DeviceNotFound
+from rawgpu.errors import DeviceNotFound, DeviceTimeout, FirmwareError
+from conftest import find_firmware
 from test_emu_amd_common import C_DISCOVERY_MAIN, compile_c, linux_root
 
 GC, SDMA0, MMHUB = 11, 42, 34
@@ -41,8 +44,9 @@ C_WALK_V4 = C_DISCOVERY_MAIN + r"""
 
 @pytest.fixture
 def mi300():
+  """The board on a bus of its own; its worker runs the PSP as a driver waits on it (not deterministic)."""
   vbus = VirtualBus(host=HostRAM(16 << 20))
-  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=256 << 20, deterministic=True)
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=256 << 20)
   bus = vbus.plug(board)
   pci = PCIDevice(bus, system=vbus.system)
   yield vbus, board, bus, pci
@@ -89,3 +93,60 @@ def test_am_reads_the_table_and_refuses_the_board_clearly(mi300):
   pci.close()
   from rawgpu.drivers.am.device import AMDevice
   with pytest.raises(DeviceNotFound, match=r"74a1.*not a board AM supports.*KFD\+AMD"): AMDevice(bus, vbus.system)
+
+
+# ---- AM on the board, as far as it has got (RAWGPU_AM_IN_PROGRESS=1): the PSP loads every image with the real files
+
+MI300_IMAGES = {P.GFX_FW_TYPE_P2S_TABLE, P.GFX_FW_TYPE_SDMA0, P.GFX_FW_TYPE_SDMA1, P.GFX_FW_TYPE_SDMA2, P.GFX_FW_TYPE_SDMA3,
+                P.GFX_FW_TYPE_CP_MEC, P.GFX_FW_TYPE_CP_MEC_ME1, P.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_CNTL,
+                P.GFX_FW_TYPE_RLC_RESTORE_LIST_GPM_MEM, P.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_MEM, P.GFX_FW_TYPE_RLC_G}
+
+
+@pytest.fixture
+def mi300_fw(monkeypatch):
+  d = find_firmware("20250410-2")
+  if d is None: pytest.skip("firmware-amd-graphics 20250410 (MI300's files) not fetched: run .ci/fetch-firmware")
+  monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", d)
+  monkeypatch.setenv("RAWGPU_AM_IN_PROGRESS", "1")
+  monkeypatch.delenv("RAWGPU_FIRMWARE_ANY", raising=False)
+  return d
+
+
+def _open_am(bus, vbus):
+  from rawgpu.drivers.am.device import AMDevice
+  return AMDevice(bus, vbus.system)
+
+
+def test_am_loads_every_image_through_the_running_psp(mi300, mi300_fw):
+  vbus, board, bus, pci = mi300
+  pci.close()
+  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading.*GMC 9.4.3"): _open_am(bus, vbus)
+  assert board.fw_loaded == MI300_IMAGES
+  log = board.psp.log
+  assert not [e for e in log if e[0] == "bootloader"]                   # the IFWI's sOS: no bootloader stages
+  assert ("cmd", P.GFX_CMD_ID_SETUP_TMR, 0) in log                         # the boot-time TMR, named without a buffer
+  assert [e for e in log if e[1] == P.GFX_CMD_ID_LOAD_IP_FW] == [("cmd", P.GFX_CMD_ID_LOAD_IP_FW, 0)] * len(MI300_IMAGES)
+  assert not board.errors
+
+
+def test_an_unsigned_image_is_refused_by_the_psp(mi300, mi300_fw, tmp_path, monkeypatch):
+  """A MEC image whose PSP signature header is damaged: the PSP answers TEE_ERROR_SECURITY, AM names the image."""
+  import os, shutil
+  for n in os.listdir(mi300_fw):
+    if n.startswith(("psp_13_0_6", "gc_9_4_3", "sdma_4_4_2", "smu_13_0_6")): shutil.copy(os.path.join(mi300_fw, n), tmp_path / n)
+  mec = bytearray((tmp_path / "gc_9_4_3_mec.bin").read_bytes()); mec[0x110:0x114] = b"XXXX"   # '$PS1' of the code image
+  (tmp_path / "gc_9_4_3_mec.bin").write_bytes(mec)
+  monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", str(tmp_path))
+  monkeypatch.setenv("RAWGPU_FIRMWARE_ANY", "1")
+  vbus, board, bus, pci = mi300
+  pci.close()
+  with pytest.raises(FirmwareError, match=rf"LOAD_IP_FW \(firmware type {P.GFX_FW_TYPE_CP_MEC}\) with status 0xffff000f"): _open_am(bus, vbus)
+  assert P.GFX_FW_TYPE_CP_MEC not in board.fw_loaded
+
+
+def test_a_board_whose_psp_did_not_start_says_so(mi300, mi300_fw):
+  vbus, board, bus, pci = mi300
+  pci.close()
+  board.psp.sos_alive = False
+  board.regs.vals[board.psp.a[81]] = 0
+  with pytest.raises(DeviceTimeout, match="secure OS is not running.*power-cycle"): _open_am(bus, vbus)

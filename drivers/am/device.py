@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, time
 from typing import Callable
 from rawgpu.drivers.am import discovery, facts as F, firmware, mm
-from rawgpu.drivers.am.boards import AMD_VENDOR, BOARDS, arch_of
+from rawgpu.drivers.am.boards import AMD_VENDOR, BOARDS, IN_PROGRESS, arch_of
 from rawgpu.drivers.am.gfx import GFX
 from rawgpu.drivers.am.gmc import GMC
 from rawgpu.drivers.am.ih import IH
@@ -47,10 +47,11 @@ class AMDevice:
   # ---- bring-up
   def _open(self, force_cold: bool, probe: bool = False) -> None:
     p = self.pci
-    if p.vendor != AMD_VENDOR or p.device not in BOARDS:
+    in_progress = p.vendor == AMD_VENDOR and p.device in IN_PROGRESS and os.environ.get("RAWGPU_AM_IN_PROGRESS") == "1"
+    if not in_progress and (p.vendor != AMD_VENDOR or p.device not in BOARDS):
       raise DeviceNotFound(f"{self.bus}: PCI {p.vendor:04x}:{p.device:04x} is not a board AM supports "
                            f"(supported: {', '.join(f'{d:04x} {b.name}' for d, b in BOARDS.items())}); use KFD+AMD instead")
-    self.board = BOARDS[p.device]
+    self.board = IN_PROGRESS[p.device] if in_progress else BOARDS[p.device]
     if p.info.driver is not None and not probe:
       raise DeviceBusy(f"{self.bus} is bound to the kernel driver {p.info.driver}; unbind it first "
                        f"(echo {self.bus} > /sys/bus/pci/drivers/{p.info.driver}/unbind, or `hcq-smi amd rmmod`) or use DEV=KFD+AMD")
@@ -63,7 +64,7 @@ class AMDevice:
     self.disc = discovery.parse(self.read_vram(self.vram_size - F.DISCOVERY_TMR_OFFSET, F.DISCOVERY_TMR_SIZE))
     self.ips = self.disc.versions()
     self.ips["mp0"], self.ips["mp1"] = self.disc.find("mp0").version, self.disc.find("mp1").version
-    if self.ips["gc"] not in SUPPORTED_GC:
+    if self.ips["gc"] not in SUPPORTED_GC and not in_progress:
       raise DeviceNotFound(f"{self.bus}: GC {'.'.join(map(str, self.ips['gc']))} ({self.board.chip}) is not supported by AM yet; "
                            "use KFD+AMD")
     self.arch = arch_of(self.ips["gc"])
@@ -92,6 +93,7 @@ class AMDevice:
 
   def boot(self, force_cold: bool = False) -> None:
     for b in self.blocks: b.init_sw()
+    if self.ips["gc"][0] == 9: return self._boot_gc9()
     marker = self.regs.reg("gc", "regSCRATCH_REG7").read()
     sos = self.psp.sos_alive()
     self.warm = not force_cold and marker == BOOT_MARKER and sos and not self.gfx.mec_running()
@@ -110,6 +112,21 @@ class AMDevice:
       self.gmc.flush_tlb()
     for b in (self.gfx, self.sdma): self.step(b.name, b.init_hw)
     self.step(f"boot done ({'warm' if self.warm else 'cold'})", lambda: None)
+
+  def _boot_gc9(self) -> None:
+    """MI300 (GC 9.4.3), as far as AM has got (drivers/emu/amd/MI300.md). The IFWI has started the PSP's secure OS
+    and the SMU's PMFW: no bootloader stages (psp_v13_0_is_sos_alive), no mode-1 reset for a running sOS; the PSP
+    keeps its boot-time TMR (SETUP_TMR without a buffer) and loads the P2S table, SDMA, MEC and RLC images."""
+    if not self.psp.sos_alive():
+      raise DeviceTimeout(f"{self.bus}: the PSP's secure OS is not running (MP0 C2PMSG_81 is 0); on MI300 the IFWI starts it: "
+                          "power-cycle the board")
+    self.fw = self.step("firmware", lambda: firmware.load(self.ips, self.system))
+    self.step("soc", self.soc.init_hw)
+    self.step("psp: ring", self.psp.ring_create)
+    self.step("psp: tmr", self.psp.setup_tmr)
+    self.step("psp: firmware", lambda: [self.psp.load_ip_fw(u.fw_type, u.data) for u in self.fw.images])
+    raise DeviceNotFound(f"{self.bus}: AM boots MI300 (GC 9.4.3) as far as PSP firmware loading; SMU 13.0.6, GMC 9.4.3, IH 4.4.2, "
+                         "GFX 9.4.3 and SDMA 4.4.2 are not written yet (drivers/emu/amd/MI300.md); use KFD+AMD")
 
   def fini(self) -> None:
     for b in (self.gfx, self.sdma):

@@ -23,9 +23,10 @@ class GMC(Block):
 
   def init_sw(self) -> None:
     d = self.dev
-    self.fb_base = (self.reg("mmhub", "regMMMC_VM_FB_LOCATION_BASE").read() & 0xffffff) << 24
-    self.fb_top = (self.reg("mmhub", "regMMMC_VM_FB_LOCATION_TOP").read() & 0xffffff) << 24
-    self.vram_base_offset = (self.reg("mmhub", "regMMMC_VM_FB_OFFSET").read() & 0xffffff) << 24
+    pfx = "reg" if d.ips["gc"][0] == 9 else "regMM"   # mmhub 1.8 (MI300) names them MC_VM_*, mmhub 3/4 MMMC_VM_*
+    self.fb_base = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_BASE").read() & 0xffffff) << 24
+    self.fb_top = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_TOP").read() & 0xffffff) << 24
+    self.vram_base_offset = (self.reg("mmhub", f"{pfx}MC_VM_FB_OFFSET").read() & 0xffffff) << 24
     self.scratch_page = d.boot_alloc(mm.PAGE)     # where unmapped system-aperture accesses land
     self.dummy_page = d.boot_alloc(mm.PAGE)       # where faulting accesses are redirected
     self.hub_ready = {"GC": False, "MM": False}

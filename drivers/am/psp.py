@@ -127,6 +127,9 @@ class PSP(Block):
                 fw_size=len(data), fw_type=fw_type)
 
   def setup_tmr(self) -> None:
+    if self.dev.ips["mp0"] == (13, 0, 6):   # boot-time TMR without autoload: SETUP_TMR names no buffer (psp_prep_tmr_cmd_buf)
+      self.submit("GFX_CMD_ID_SETUP_TMR", "cmd_setup_tmr", buf_size=0, bitfield__virt_phy_addr=1)
+      return
     size = F.PSP_TMR_SIZE
     if (toc := self.dev.fw.sos.get(FW_TYPE["PSP_FW_TYPE_PSP_TOC"])) is not None:
       mc = self._copy(toc)

@@ -34,7 +34,11 @@ TMR_SIZE, TMR_ALIGN = 0x1000000, 0x100000
 FW_SMU, FW_RLC_G, FW_IMU_I, FW_IMU_D = G.GFX_FW_TYPE_SMU, G.GFX_FW_TYPE_RLC_G, G.GFX_FW_TYPE_IMU_I, G.GFX_FW_TYPE_IMU_D
 FW_SDMA_TH0, FW_SDMA_TH1 = G.GFX_FW_TYPE_SDMA_UCODE_TH0, G.GFX_FW_TYPE_SDMA_UCODE_TH1
 FW_RS64_PFP, FW_RS64_ME, FW_RS64_MEC = G.GFX_FW_TYPE_RS64_PFP, G.GFX_FW_TYPE_RS64_ME, G.GFX_FW_TYPE_RS64_MEC
-SIGNED_TYPES = {FW_SMU, FW_RLC_G, FW_IMU_I, FW_SDMA_TH0, FW_RS64_PFP, FW_RS64_ME, FW_RS64_MEC}
+# gfx9 (MI300): the F32 MEC and its jump table, SDMA 4 per engine, the RLC restore lists, the SMU's P2S table
+GFX9_SIGNED = {G.GFX_FW_TYPE_CP_MEC, G.GFX_FW_TYPE_CP_MEC_ME1, G.GFX_FW_TYPE_SDMA0, G.GFX_FW_TYPE_SDMA1, G.GFX_FW_TYPE_SDMA2,
+               G.GFX_FW_TYPE_SDMA3, G.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_CNTL, G.GFX_FW_TYPE_RLC_RESTORE_LIST_GPM_MEM,
+               G.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_MEM, G.GFX_FW_TYPE_P2S_TABLE}
+SIGNED_TYPES = {FW_SMU, FW_RLC_G, FW_IMU_I, FW_SDMA_TH0, FW_RS64_PFP, FW_RS64_ME, FW_RS64_MEC} | GFX9_SIGNED
 AUTOLOAD_REQUIRED = {FW_RLC_G, FW_IMU_I, FW_IMU_D}
 SOS_VERSION = 0x00310025
 
@@ -64,6 +68,7 @@ class PSP:
     self.tmr: tuple[int, int] | None = (0, TMR_SIZE) if board.asic.boot_time_tmr else None
     self.toc_loaded = False
     self.log: list[tuple[str, int, int]] = []       # (what, id, status) for tests and debugging
+    if board.asic.sos_at_power_on: self._sos_running()
 
   # ---- register writes only record the request; the PSP acts on them when it runs
   def _kick(self, a: int, v: int) -> None:
@@ -171,7 +176,8 @@ class PSP:
       else: self.toc_loaded, extra = True, {16: TMR_SIZE}
     elif cmd_id == GFX_CMD_ID_SETUP_TMR:
       addr, size = (u[1] << 32) | u[0], u[2]
-      if addr % TMR_ALIGN or size < TMR_SIZE: st = TEE_ERROR_BAD_PARAMETERS
+      if size == 0 and self.b.asic.boot_time_tmr: pass   # keeps the TMR it set up at boot (psp_tmr_load without a buffer)
+      elif addr % TMR_ALIGN or size < TMR_SIZE: st = TEE_ERROR_BAD_PARAMETERS
       else: self.tmr = (addr, size)
     elif cmd_id == GFX_CMD_ID_DESTROY_TMR: self.tmr = None if not self.b.asic.boot_time_tmr else self.tmr
     elif cmd_id == GFX_CMD_ID_LOAD_IP_FW: st = self._load_ip_fw((u[1] << 32) | u[0], u[2], u[3])
@@ -193,7 +199,10 @@ class PSP:
     return TEE_SUCCESS
 
   # ---- a board left booted by a previous driver
-  def preload(self) -> None:
+  def preload(self) -> None: self._sos_running()
+
+  def _sos_running(self) -> None:
+    """The secure OS is up (started by the IFWI, or by a previous driver's bootloader stages): ready for a ring."""
     self.sos_alive = True
     vals = self.b.regs.vals
     vals[self.a[81]] = SOS_VERSION; vals[self.a[64]] = 0x80000000

@@ -20,9 +20,10 @@ class RegFile:
     self.wr: dict[int, WriteHook] = {}
     self.tables: dict[str, RegTable] = {}
     self.bases: dict[str, tuple[int, ...]] = {}
-    for e in asic.ips:
-      if e.reg_ip is None or e.instance != 0: continue
+    for e in asic.ips:   # instance 0 under the IP's name, the others as "<ip>:<instance>" (MI300's XCCs and AIDs)
+      if e.reg_ip is None: continue
       key = "mp1" if e.hw_id == 1 else "mp0" if e.hw_id == 255 else e.reg_ip
+      if e.instance: key = f"{key}:{e.instance}"
       self.tables[key], self.bases[key] = ip_regs(e.reg_ip, *(e.reg_version or e.version)), e.bases
 
   # ---- names -> addresses
