@@ -95,7 +95,8 @@ def test_am_reads_the_table_and_refuses_the_board_clearly(mi300):
   with pytest.raises(DeviceNotFound, match=r"74a1.*not a board AM supports.*KFD\+AMD"): AMDevice(bus, vbus.system)
 
 
-# ---- AM on the board, as far as it has got (RAWGPU_AM_IN_PROGRESS=1): the PSP loads every image with the real files
+# ---- AM on the board, as far as it has got (RAWGPU_AM_IN_PROGRESS=1): the PSP loads every image with the real files,
+# the SMU (PMFW running from the IFWI, smu_v13_0_6's message set) takes the driver table and reports its features
 
 MI300_IMAGES = {P.GFX_FW_TYPE_P2S_TABLE, P.GFX_FW_TYPE_SDMA0, P.GFX_FW_TYPE_SDMA1, P.GFX_FW_TYPE_SDMA2, P.GFX_FW_TYPE_SDMA3,
                 P.GFX_FW_TYPE_CP_MEC, P.GFX_FW_TYPE_CP_MEC_ME1, P.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_CNTL,
@@ -120,8 +121,9 @@ def _open_am(bus, vbus):
 def test_am_loads_every_image_through_the_running_psp(mi300, mi300_fw):
   vbus, board, bus, pci = mi300
   pci.close()
-  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading.*GMC 9.4.3"): _open_am(bus, vbus)
+  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading and SMU 13.0.6; GMC 9.4.3"): _open_am(bus, vbus)
   assert board.fw_loaded == MI300_IMAGES
+  assert board.smu.driver_table and board.smu.accumulated == 1             # the driver table set, a metrics table written
   log = board.psp.log
   assert not [e for e in log if e[0] == "bootloader"]                   # the IFWI's sOS: no bootloader stages
   assert ("cmd", P.GFX_CMD_ID_SETUP_TMR, 0) in log                         # the boot-time TMR, named without a buffer
@@ -150,3 +152,11 @@ def test_a_board_whose_psp_did_not_start_says_so(mi300, mi300_fw):
   board.psp.sos_alive = False
   board.regs.vals[board.psp.a[81]] = 0
   with pytest.raises(DeviceTimeout, match="secure OS is not running.*power-cycle"): _open_am(bus, vbus)
+
+
+def test_an_smu_that_refuses_is_a_clear_fault(mi300, mi300_fw):
+  from rawgpu.errors import DeviceFault
+  vbus, board, bus, pci = mi300
+  pci.close()
+  board.inject("smu_error", response=0xFE)
+  with pytest.raises(DeviceFault, match=r"SMU answered PPSMC_MSG_GetSmuVersion \(0x2, .*UnknownCmd"): _open_am(bus, vbus)

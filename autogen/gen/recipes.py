@@ -103,6 +103,8 @@ RECIPES: tuple[Recipe, ...] = (
          includes=(SMU,), prelude=KERNEL, doc="SMU 13.0.0 messages, driver interface tables, features"),
   Recipe("amd.smu_v14_0_2", "linux", (f"{SMU}/smu_v14_0_2_ppsmc.h", f"{SMU}/smu14_driver_if_v14_0.h"),
          includes=(SMU,), prelude=KERNEL, doc="SMU 14.0.2 messages, driver interface tables, features"),
+  Recipe("amd.smu_v13_0_6", "linux", (f"{SMU}/smu_v13_0_6_ppsmc.h", f"{SMU}/smu_v13_0_6_pmfw.h"),
+         includes=(SMU,), prelude=KERNEL, doc="SMU 13.0.6 (MI300) messages, PMFW features and metrics table"),
   _amd("amd.mes_v11", f"{AMDINC}/mes_v11_api_def.h", doc="MES 11 scheduler API: packet headers and queue ops"),
   _amd("amd.mes_v12", f"{AMDINC}/mes_v12_api_def.h", doc="MES 12 scheduler API"),
   Recipe("bnxt", "linux", ("drivers/net/ethernet/broadcom/bnxt/bnxt_hsi.h",), prelude=KERNEL,

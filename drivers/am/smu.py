@@ -23,13 +23,15 @@ class SMU(Block):
 
   def driver_if(self):
     """The generated PMFW interface of this SMU (message numbers, table ids, SmuMetrics_t)."""
-    from rawgpu.autogen.amd import smu_v13_0_0, smu_v14_0_2
+    from rawgpu.autogen.amd import smu_v13_0_0, smu_v13_0_6, smu_v14_0_2
+    if self.dev.ips["mp1"] == (13, 0, 6): return smu_v13_0_6   # MI300: a message set of its own
     return smu_v14_0_2 if self.dev.ips["mp1"][0] >= 14 else smu_v13_0_0
 
   def mb(self, n: int): return self.reg("mp1", f"regMP1_SMN_C2PMSG_{n}")
 
   def send(self, msg: str | int, arg: int = 0, timeout: float = 2.0) -> int:
-    num = (MSG[msg] if msg in MSG else getattr(self.driver_if(), msg)) if isinstance(msg, str) else msg
+    if isinstance(msg, str): num = getattr(self.driver_if(), msg) if self.dev.ips["mp1"] == (13, 0, 6) or msg not in MSG else MSG[msg]
+    else: num = msg
     resp = self.mb(90)
     resp.write(0)
     self.mb(82).write(arg)
@@ -53,6 +55,12 @@ class SMU(Block):
     self.send("PPSMC_MSG_SetDriverDramAddrHigh", mc >> 32)
     self.send("PPSMC_MSG_SetDriverDramAddrLow", mc & 0xffffffff)
     self.send("PPSMC_MSG_EnableAllSmuFeatures")
+    if self.dev.ips["mp1"] == (13, 0, 6):   # smu_v13_0_6: the features it runs, and a first metrics table (the counter moves)
+      self.features = self.send("PPSMC_MSG_GetEnabledSmuFeaturesLow") | self.send("PPSMC_MSG_GetEnabledSmuFeaturesHigh") << 32
+      if not self.features: raise DeviceFault(f"{self.dev.bus}: the SMU enabled no features; power-cycle the board")
+      self.send("PPSMC_MSG_GetMetricsTable")
+      if not int.from_bytes(self.dev.vram(self.driver_table, 4), "little"):
+        raise DeviceFault(f"{self.dev.bus}: the SMU wrote no metrics (AccumulationCounter 0); power-cycle the board")
 
   def mode1_reset(self) -> None:
     if self.dev.ips["mp1"][0] >= 14:

@@ -68,7 +68,7 @@ class PSP:
     self.tmr: tuple[int, int] | None = (0, TMR_SIZE) if board.asic.boot_time_tmr else None
     self.toc_loaded = False
     self.log: list[tuple[str, int, int]] = []       # (what, id, status) for tests and debugging
-    if board.asic.sos_at_power_on: self._sos_running()
+    if board.asic.ifwi_firmware: self._sos_running()
 
   # ---- register writes only record the request; the PSP acts on them when it runs
   def _kick(self, a: int, v: int) -> None:

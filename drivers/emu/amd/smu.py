@@ -5,15 +5,15 @@ table transfers to the driver's buffer (metrics that follow the emulated load) a
 from __future__ import annotations
 import ctypes, struct
 from typing import TYPE_CHECKING
-from rawgpu.autogen.amd import smu_v13_0_0 as V13, smu_v14_0_2 as V14
+from rawgpu.autogen.amd import smu_v13_0_0 as V13, smu_v13_0_6 as V13_6, smu_v14_0_2 as V14
 from rawgpu.drivers.emu.pcibus import BusError
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 OK, FAILED, UNKNOWN_CMD, REJECTED_PREREQ = V13.PPSMC_Result_OK, V13.PPSMC_Result_Failed, V13.PPSMC_Result_UnknownCmd, V13.PPSMC_Result_CmdRejectedPrereq
-MODS = {13: V13, 14: V14}
+MODS = {13: V13, 14: V14, (13, 0, 6): V13_6}   # by major; MI300's 13.0.6 has a message set of its own
 DEBUGSMC_MSG_MODE1_RESET = 0x2     # MP1 14 resets through the debug mailbox (smu_v14_0_2_ppt.c)
-DRIVER_IF = {13: V13.SMU13_0_0_DRIVER_IF_VERSION, 14: 0x2E}
-SMU_VERSION = {13: 0x004e4c00, 14: 0x00683d00}
+DRIVER_IF = {13: V13.SMU13_0_0_DRIVER_IF_VERSION, 14: 0x2E, (13, 0, 6): 0x1}
+SMU_VERSION = {13: 0x004e4c00, 14: 0x00683d00, (13, 0, 6): 0x00557300}   # 13.0.6: PMFW 85.115.0 (new enough for the main sOS set)
 TABLE_SMU_METRICS = V13.TABLE_SMU_METRICS
 
 
@@ -35,7 +35,8 @@ DPM = {PPCLK_GFXCLK: [500, 1200, 1900, 2500], PPCLK_SOCCLK: [500, 960, 1200], PP
 class SMU:
   def __init__(self, board: "AMDBoard"):
     self.b = board
-    self.major = board.asic.version(1)[0]
+    ver = board.asic.version(1)
+    self.major = ver if ver in MODS else ver[0]
     r = board.regs
     a = lambda n: r.addr("mp1", f"regMP1_SMN_C2PMSG_{n}")
     self.a_msg, self.a_arg, self.a_resp = a(66), a(82), a(90)
@@ -48,10 +49,12 @@ class SMU:
     self.allowed = self.enabled = 0
     self.driver_table = self.tools_table = 0
     self.soft = {c: (v[0], v[-1]) for c, v in DPM.items()}
-    self.ppt = 355 if self.major == 13 else 304
+    self.ppt = {13: 355, 14: 304, (13, 0, 6): 750}[self.major]
     self.messages = 0
     self.names = _messages(MODS[self.major])
-    self.layout = _metrics_layout(MODS[self.major])
+    self.layout = _metrics_layout(MODS[self.major]) if self.major != (13, 0, 6) else None
+    self.accumulated = 0                           # 13.0.6 metrics: AccumulationCounter, which the driver waits on to move
+    if board.asic.ifwi_firmware: self.running, self.enabled = True, (1 << 64) - 1   # PMFW started by the IFWI, all features on
 
   def firmware_loaded(self) -> None: self.running = True
 
@@ -85,7 +88,16 @@ class SMU:
   def _handle(self, m: int, arg: int) -> tuple[int, int | None]:
     n = self.names.get(m)
     if n is None: return UNKNOWN_CMD, None
-    if n == "Mode1Reset": self.b.request_mode1_reset(); return OK, None
+    if n == "Mode1Reset" or n == "GfxDriverReset": self.b.request_mode1_reset(); return OK, None   # 13.0.6: GfxDriverReset(1)
+    if n in ("GetEnabledSmuFeaturesLow", "GetEnabledSmuFeaturesHigh"): return OK, self.enabled >> (32 if n.endswith("High") else 0) & 0xffffffff
+    if n == "GetMetricsTable":
+      if not self.driver_table: return REJECTED_PREREQ, None
+      self.accumulated += 1
+      t = V13_6.MetricsTableX_t(AccumulationCounter=self.accumulated, SocketPowerLimit=self.ppt, MaxSocketPowerLimit=750,
+                                SocketPower=int(self.ppt * self.b.activity()))
+      try: self.b.gmc.phys(self.driver_table, ctypes.sizeof(t))[:] = bytes(t)
+      except BusError: return FAILED, None
+      return OK, None
     if n == "TestMessage": return OK, arg + 1
     if n == "GetSmuVersion": return OK, SMU_VERSION[self.major]
     if n == "GetDriverIfVersion": return OK, DRIVER_IF[self.major]
