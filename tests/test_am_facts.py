@@ -84,7 +84,10 @@ def test_page_table_bits(src):
   assert src(h, "AMDGPU_PTE_FRAG", x=1) == 1 << F.AMDGPU_PTE_FRAG_SHIFT
   assert src(h, "AMDGPU_PTE_MTYPE_NV10_SHIFT", mtype=1) == 1 << F.AMDGPU_PTE_MTYPE_NV10_SHIFT
   assert src(h, "AMDGPU_PTE_MTYPE_GFX12_SHIFT", mtype=1) == 1 << F.AMDGPU_PTE_MTYPE_GFX12_SHIFT
+  assert src(h, "AMDGPU_PTE_MTYPE_VG10_SHIFT", mtype=1) == 1 << F.AMDGPU_PTE_MTYPE_VG10_SHIFT
+  assert src(h, "AMDGPU_PTE_TF") == F.AMDGPU_PTE_TF and src(h, "AMDGPU_PDE_BFS", a=1) == 1 << F.AMDGPU_PDE_BFS_SHIFT
   assert src(f"{AMD}/include/soc21_enum.h", "MTYPE_UC") == F.MTYPE_UC == src(f"{AMD}/include/soc24_enum.h", "MTYPE_UC")
+  assert src(f"{AMD}/include/vega10_enum.h", "MTYPE_UC") == F.MTYPE_UC
 
 
 def test_doorbells_and_queues(src):

@@ -34,21 +34,26 @@ def _board(arch: str):
   except Exception as e: pytest.skip(f"the emulated {arch} board does not build yet: {e}")
 
 
-@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201", "gfx942"])
 def test_page_tables_walked_by_the_board(arch):
+  """gfx942 (MI300): gmc_v9_0's "translate further": hardware depth 2 with block size 9, PDB0 entries pointing at a
+  PTB marked PTE_TF, PDB1 entries PDE_BFS(9), 2 MiB pages as PDB0 entries without TF."""
   b = _board(arch)
   r, hub = b.regs, b.gmc.gc
   nxt = [64 << 20]
   def alloc() -> int:
     nxt[0] += mm.PAGE
     return nxt[0]
-  pt = mm.PageTables(lambda p, s: b.vram[p:p + s], alloc, lambda p: None, mm.PTEFlags(gfx12=arch.startswith("gfx12")))
-  # VMID 0 of the GC hub as AM's GMC programs it: range, root, 4 levels
-  def w64(lo, hi, v): r.set("gc", f"regGCVM_CONTEXT0_{lo}", v & 0xffffffff); r.set("gc", f"regGCVM_CONTEXT0_{hi}", v >> 32)
+  gfx9 = arch == "gfx942"
+  pt = mm.PageTables(lambda p, s: b.vram[p:p + s], alloc, lambda p: None, mm.PTEFlags(gfx12=arch.startswith("gfx12"), gfx9=gfx9))
+  # VMID 0 of the GC hub as AM's GMC programs it: range, root, 4 levels (gfx9: 3 and the last translating further)
+  vm = "regVM_CONTEXT0_" if gfx9 else "regGCVM_CONTEXT0_"
+  def w64(lo, hi, v): r.set("gc", f"{vm}{lo}", v & 0xffffffff); r.set("gc", f"{vm}{hi}", v >> 32)
   w64("PAGE_TABLE_START_ADDR_LO32", "PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
   w64("PAGE_TABLE_END_ADDR_LO32", "PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
   w64("PAGE_TABLE_BASE_ADDR_LO32", "PAGE_TABLE_BASE_ADDR_HI32", pt.root | 1)
-  r.set("gc", "regGCVM_CONTEXT0_CNTL", r.reg("gc", "regGCVM_CONTEXT0_CNTL").encode(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=mm.LEVELS - 1))
+  depth = dict(PAGE_TABLE_DEPTH=mm.LEVELS - 2, PAGE_TABLE_BLOCK_SIZE=9) if gfx9 else dict(PAGE_TABLE_DEPTH=mm.LEVELS - 1)
+  r.set("gc", f"{vm}CNTL", r.reg("gc", f"{vm}CNTL").encode(ENABLE_CONTEXT=1, **depth))
   rng = random.Random(arch)
   maps, va = [], mm.VA_BASE + (1 << 30)
   for i in range(12):

@@ -88,7 +88,7 @@ class AMDevice:
     self.visible = mm.RangeAllocator(self.boot_base, 0, f"{self.bus} CPU-visible VRAM")
     hidden = self.vram_size - RESERVED_TOP - visible_top
     self.hidden = mm.RangeAllocator(hidden, visible_top, f"{self.bus} VRAM beyond the BAR") if hidden > 0 and self.bar_size < self.vram_size else None
-    self.pt = mm.PageTables(self.vram, lambda: self.visible.alloc(mm.PAGE), self.visible.free, mm.PTEFlags(gfx12=self.ips["gc"][0] >= 12),
+    self.pt = mm.PageTables(self.vram, lambda: self.visible.alloc(mm.PAGE), self.visible.free, mm.PTEFlags(gfx12=self.ips["gc"][0] >= 12, gfx9=self.ips["gc"][0] == 9),
                             root=self.boot_alloc(mm.PAGE))
 
   def boot(self, force_cold: bool = False) -> None:

@@ -74,6 +74,7 @@ AMDGPU_PTE_EXECUTABLE, AMDGPU_PTE_READABLE, AMDGPU_PTE_WRITEABLE = 1 << 4, 1 << 
 AMDGPU_PTE_FRAG_SHIFT = 7                             # AMDGPU_PTE_FRAG(x) = (x & 0x1f) << 7
 AMDGPU_PDE_PTE, AMDGPU_PDE_PTE_GFX12 = 1 << 54, 1 << 63
 AMDGPU_PTE_MTYPE_NV10_SHIFT, AMDGPU_PTE_MTYPE_GFX12_SHIFT = 48, 54
+AMDGPU_PTE_MTYPE_VG10_SHIFT, AMDGPU_PTE_TF, AMDGPU_PDE_BFS_SHIFT = 57, 1 << 56, 59   # GFX9 (Vega .. MI300): translate further
 MTYPE_UC = 3                                          # soc21_enum.h / amdgpu_vm.h enum: NC=0, WC=1, CC=2, UC=3
 # amdgpu.h / amdgpu_amdkfd.h: the register page the NBIO remaps the HDP flush registers into
 MMIO_REG_HOLE_OFFSET = 0x80000 - 0x1000

@@ -64,6 +64,8 @@ VA = RangeAllocator(VA_SIZE, VA_BASE, "GPU virtual address space")
 @dataclass
 class PTEFlags:
   gfx12: bool = False
+  gfx9: bool = False   # "translate further" (gmc_v9_0.c): PDB1 entries carry PDE_BFS(9), PDB0 entries that point at a
+                       # PTB carry PTE_TF, a PDB0 entry without it is a 2 MiB page; MTYPE at bits 58:57
 
   def leaf(self, level: int, *, system: bool = False, snooped: bool = False, uncached: bool = False, frag: int = 0) -> int:
     f = F.AMDGPU_PTE_VALID | F.AMDGPU_PTE_READABLE | F.AMDGPU_PTE_WRITEABLE | F.AMDGPU_PTE_EXECUTABLE | ((frag & 0x1f) << F.AMDGPU_PTE_FRAG_SHIFT)
@@ -72,12 +74,23 @@ class PTEFlags:
     if self.gfx12:
       if uncached: f |= F.MTYPE_UC << F.AMDGPU_PTE_MTYPE_GFX12_SHIFT
       if level != LEVELS - 1: f |= F.AMDGPU_PDE_PTE_GFX12
+    elif self.gfx9:
+      if uncached: f |= F.MTYPE_UC << F.AMDGPU_PTE_MTYPE_VG10_SHIFT
+      if level < LEVELS - 2: f |= F.AMDGPU_PDE_PTE
     else:
       if uncached: f |= F.MTYPE_UC << F.AMDGPU_PTE_MTYPE_NV10_SHIFT
       if level != LEVELS - 1: f |= F.AMDGPU_PDE_PTE
     return f
 
-  def is_huge(self, entry: int) -> bool: return bool(entry & (F.AMDGPU_PDE_PTE_GFX12 if self.gfx12 else F.AMDGPU_PDE_PTE))
+  def table(self, level: int) -> int:
+    """Extra bits of an entry at `level` that points at the next table."""
+    if not self.gfx9: return 0
+    return 9 << F.AMDGPU_PDE_BFS_SHIFT if level == LEVELS - 3 else F.AMDGPU_PTE_TF if level == LEVELS - 2 else 0
+
+  def is_huge(self, entry: int, level: int) -> bool:
+    """Whether an entry above the PTB level maps memory itself rather than a table."""
+    if self.gfx9 and level == LEVELS - 2: return not entry & F.AMDGPU_PTE_TF
+    return bool(entry & (F.AMDGPU_PDE_PTE_GFX12 if self.gfx12 else F.AMDGPU_PDE_PTE))
 
 
 def level_shift(level: int) -> int: return 12 + 9 * (LEVELS - 1 - level)   # PDB2: 39, PDB1: 30, PDB0: 21, PTB: 12
@@ -116,9 +129,9 @@ class PageTables:
       if not e & F.AMDGPU_PTE_VALID:
         if not create: return None
         nt = self._new_table()
-        ents[idx] = nt | F.AMDGPU_PTE_VALID
+        ents[idx] = nt | F.AMDGPU_PTE_VALID | self.flags.table(lv)
         e = ents[idx]
-      elif self.flags.is_huge(e): raise RawGPUError(f"GPU VA {va:#x}: already covered by a huge page at level {lv}")
+      elif self.flags.is_huge(e, lv): raise RawGPUError(f"GPU VA {va:#x}: already covered by a huge page at level {lv}")
       table = e & ADDR_MASK
     return table
 
@@ -139,7 +152,7 @@ class PageTables:
         if any(ents[idx + k] & F.AMDGPU_PTE_VALID for k in range(n)):
           # a page table left by 4 KiB mappings that were all unmapped gives way to a huge page
           sub = ents[idx] & ADDR_MASK
-          if lvl == LEVELS - 1 or self.flags.is_huge(ents[idx]) or any(self._entries(sub)):
+          if lvl == LEVELS - 1 or self.flags.is_huge(ents[idx], lvl) or any(self._entries(sub)):
             raise RawGPUError(f"GPU VA {cur + 4096 * next(k for k in range(n) if ents[idx + k] & F.AMDGPU_PTE_VALID):#x} is already mapped")
           self._free(sub)
         leaf = self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=9 if lvl == LEVELS - 2 else 0)
@@ -163,7 +176,7 @@ class PageTables:
     for lv in range(LEVELS):
       e = self._entries(table)[((va - VA_BASE) >> level_shift(lv)) & 0x1ff]
       if not e & F.AMDGPU_PTE_VALID: return None
-      if lv == LEVELS - 1 or self.flags.is_huge(e):
+      if lv == LEVELS - 1 or self.flags.is_huge(e, lv):
         return (e & ADDR_MASK & ~((1 << level_shift(lv)) - 1)) + (va & ((1 << level_shift(lv)) - 1))
       table = e & ADDR_MASK
     return None

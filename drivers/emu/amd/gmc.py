@@ -2,7 +2,9 @@
 invalidation engines, protection faults (status/address registers + an IH entry).
 
 Page-table format (amdgpu_vm.h): PDE/PTE address bits [47:12], VALID bit 0, SYSTEM 1, SNOOPED 2, READABLE 5,
-WRITEABLE 6, FRAG [11:7]; a PDE that is a leaf (huge page) has PDE_PTE (bit 54 on gfx11, bit 63 on gfx12).
+WRITEABLE 6, FRAG [11:7]; a PDE that is a leaf (huge page) has PDE_PTE (bit 54 on gfx9/gfx11, bit 63 on gfx12).
+GFX9 with PAGE_TABLE_BLOCK_SIZE 9 translates further: the last level's entries (amdgpu's PDB0) are 2 MiB PTEs, and one
+with PTE_TF (bit 56) points at a table of 512 4 KiB PTEs instead (gmc_v9_0.c). PDE_BFS (bits 63:59) is not checked.
 Levels: PTB covers 9 + PAGE_TABLE_BLOCK_SIZE bits above 4 KiB, each PDB level 9 more; the root is PAGE_TABLE_DEPTH
 levels above the PTB. VAs are taken relative to the context's PAGE_TABLE_START_ADDR.
 """
@@ -15,6 +17,7 @@ from rawgpu.drivers.emu.pcibus import BusError
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 PTE_VALID, PTE_SYSTEM, PTE_READABLE, PTE_WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 << 6
+PTE_TF = 1 << 56                               # GFX9: "translate further", this PTE points at one more table
 ADDR_MASK = 0x0000_FFFF_FFFF_F000
 VRAM, HOST, PEER = 0, 1, 2                     # backing of a translated page (PEER: a bus address outside host RAM)
 FB_LOCATION_BASE = 0x8000                      # power-on FB location (16 MiB units), as the VBIOS leaves it
@@ -149,7 +152,6 @@ class Hub:
         fb_base, fb_end, _ = self.fb()
         end = min(hi + 1, fb_end) if fb_base <= va < fb_end else (va & ~0xfff) + 0x1000
         return kind, a, 1, max(1, min(want_pages, (end - va) >> 12))
-    if self.gfx9: raise NotImplementedError("GFX9 page tables (translate further, PDE_BFS) are not modelled yet (MI300.md step 3)")
     cntl, blo, bhi, slo, shi, elo, ehi = self.ctx[vmid]
     c = v.get(cntl, 0)
     if not c & self.f_en[1]:
@@ -159,19 +161,30 @@ class Hub:
     if not start <= va <= end:
       self.report(vmid, va, write, "RANGE"); raise Fault(self.name, va, write, "outside the context's range")
     depth, bs = (c & self.f_depth[1]) >> self.f_depth[0], (c & self.f_bs[1]) >> self.f_bs[0]
+    # GFX9 "translate further": the last level's entries map 2 MiB unless PTE_TF sends the walk on to a table of 512
+    # 4 KiB PTEs (gmc_v9_0.c's PTE/PDE formats); elsewhere the last level covers 9 + block-size bits of 4 KiB pages
+    further = self.gfx9 and bs == 9
     rel = va - start
     base = (v.get(bhi, 0) << 32) | v.get(blo, 0)
     kind, table = self._pte_target(base & ~PTE_SYSTEM)      # the base register is a PDE: address + flags
     if base & PTE_SYSTEM: kind = HOST
     for lvl in range(depth, -1, -1):                         # lvl 0 = PTB
-      shift = 12 + 9 * lvl + bs if lvl else 12
-      nbits = 9 + bs if lvl == 0 else 9
+      shift = 12 + 9 * lvl + bs if lvl or further else 12
+      nbits = 9 + bs if lvl == 0 and not further else 9
       idx = (rel >> shift) & ((1 << nbits) - 1) if lvl != depth else rel >> shift
       try: e = self._read_q(kind, table + 8 * idx)
       except BusError:
         self.report(vmid, va, write, "PDE0"); raise Fault(self.name, va, write, "page table not reachable") from None
       if not e & PTE_VALID:
         self.report(vmid, va, write, "VALID" if lvl == 0 else "PDE0"); raise Fault(self.name, va, write, f"invalid entry at level {lvl}")
+      if further and lvl == 0 and e & PTE_TF:   # a PTE that is a PDE: one more level, 4 KiB pages
+        kind, table = self._pte_target(e)
+        shift, nbits, idx = 12, 9, (rel >> 12) & 0x1ff
+        try: e = self._read_q(kind, table + 8 * idx)
+        except BusError:
+          self.report(vmid, va, write, "PDE0"); raise Fault(self.name, va, write, "page table not reachable") from None
+        if not e & PTE_VALID:
+          self.report(vmid, va, write, "VALID"); raise Fault(self.name, va, write, "invalid entry at the PTE level")
       leaf = lvl == 0 or bool(e & self.pde_pte)
       if leaf:
         if not e & PTE_READABLE and not write:
@@ -181,7 +194,7 @@ class Hub:
         k, a = self._pte_target(e)
         a = (a & ~((1 << shift) - 1)) + (rel & ((1 << shift) - 1) & ~0xfff)
         n = ((1 << shift) - (rel & ((1 << shift) - 1))) >> 12
-        if lvl == 0 and want_pages > 1: n = self._contiguous(kind, table, idx, e, min(want_pages, (1 << nbits) - idx))
+        if shift == 12 and want_pages > 1: n = self._contiguous(kind, table, idx, e, min(want_pages, (1 << nbits) - idx))
         return k, a, int(bool(e & PTE_WRITEABLE)), max(1, min(n, want_pages))
       kind, table = self._pte_target(e)
     raise AssertionError("unreachable")
