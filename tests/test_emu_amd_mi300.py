@@ -118,12 +118,13 @@ def _open_am(bus, vbus):
   return AMDevice(bus, vbus.system)
 
 
-def test_am_loads_every_image_through_the_running_psp(mi300, mi300_fw):
+def test_am_boots_through_psp_smu_and_gmc(mi300, mi300_fw):
   vbus, board, bus, pci = mi300
   pci.close()
-  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading and SMU 13.0.6; GMC 9.4.3"): _open_am(bus, vbus)
+  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading, SMU 13.0.6 and GMC 9.4.3; IH 4.4.2"): _open_am(bus, vbus)
   assert board.fw_loaded == MI300_IMAGES
   assert board.smu.driver_table and board.smu.accumulated == 1             # the driver table set, a metrics table written
+  _every_hub_walks_ams_tables(board)
   log = board.psp.log
   assert not [e for e in log if e[0] == "bootloader"]                   # the IFWI's sOS: no bootloader stages
   assert ("cmd", P.GFX_CMD_ID_SETUP_TMR, 0) in log                         # the boot-time TMR, named without a buffer
@@ -160,3 +161,27 @@ def test_an_smu_that_refuses_is_a_clear_fault(mi300, mi300_fw):
   pci.close()
   board.inject("smu_error", response=0xFE)
   with pytest.raises(DeviceFault, match=r"SMU answered PPSMC_MSG_GetSmuVersion \(0x2, .*UnknownCmd"): _open_am(bus, vbus)
+
+
+def _every_hub_walks_ams_tables(board):
+  """Every XCC's gfxhub and every AID's mmhub were given VMID 0 on one root, 3 levels translating further: pages AM's
+  page-table writer maps there (4 KiB and 2 MiB) translate the same through each hub."""
+  from rawgpu.drivers.am import mm
+  hubs = board.gmc.gcs + board.gmc.mms
+  assert len(hubs) == 12
+  v = board.regs.vals
+  roots = {(v[h.ctx[0][2]] << 32 | v[h.ctx[0][1]]) & ~0xfff for h in hubs}
+  assert len(roots) == 1
+  for h in hubs:
+    c = h.b.regs.reg(h.ip, "regVM_CONTEXT0_CNTL").decode(v[h.ctx[0][0]])
+    assert (c["ENABLE_CONTEXT"], c["PAGE_TABLE_DEPTH"], c["PAGE_TABLE_BLOCK_SIZE"]) == (1, 2, 9), h.ip
+  vram_base = (v.get(board.regs.addr("mmhub", "regMC_VM_FB_OFFSET"), 0) & 0xffffff) << 24
+  root = roots.pop() - vram_base
+  spare = iter(range(96 << 20, 128 << 20, mm.PAGE))
+  pt = mm.PageTables(lambda p, s: board.vram[p:p + s], lambda: next(spare), lambda p: None, mm.PTEFlags(gfx9=True), root=root)
+  small, huge = pt.map(mm.VA_BASE + (5 << 21) + 0x3000, [(0x140_0000, 0x2000)]), pt.map(mm.VA_BASE + (8 << 21), [(0x60_0000, 1 << 21)])
+  assert huge.huge and not small.huge
+  for h in hubs:
+    h.tlb.clear(); h.ext.clear()
+    assert h.page(0, small.va + 0x1000, False) == (0, 0x140_1000)
+    assert h.page(0, huge.va + 0x12_3000, True) == (0, 0x72_3000)

@@ -33,14 +33,25 @@ class GMC(Block):
 
   def mc(self, paddr: int) -> int: return self.fb_base + paddr
 
-  def init_hw(self) -> None:
-    self.init_hub("MM")
-    self.init_hub("GC")
+  @property
+  def gc9(self) -> bool: return self.dev.ips["gc"][0] == 9
 
-  def init_hub(self, hub: str) -> None:
-    ip, p = HUBS[hub], f"reg{hub}"
-    r = lambda n: self.reg(ip, p + n)
-    w64 = lambda lo, hi, v: self.dev.regs.write64(ip, p + lo, p + hi, v)
+  def hubs(self, hub: str) -> tuple[str, str, range]:
+    """(register table, name prefix, instances) of a hub kind: gfx9 (MI300) has a gfxhub per XCC and an mmhub per AID,
+    their registers named VM_*/MC_VM_*; gfx11/12 one of each, named GCVM_*/MMVM_*."""
+    ip = HUBS[hub]
+    if not self.gc9: return ip, f"reg{hub}", range(1)
+    return ip, "reg", range(self.dev.disc.count("gc" if hub == "GC" else "mmhub"))
+
+  def init_hw(self) -> None:
+    for hub in ("MM", "GC"):
+      for inst in self.hubs(hub)[2]: self.init_hub(hub, inst)
+    self.hub_ready = {"MM": True, "GC": True}
+
+  def init_hub(self, hub: str, inst: int = 0) -> None:
+    ip, p, _ = self.hubs(hub)
+    r = lambda n: self.reg(ip, p + n, inst)
+    w64 = lambda lo, hi, v: self.dev.regs.write64(ip, p + lo, p + hi, v, inst)
     # system aperture: AGP off, VRAM MC range, default page for stray accesses
     r("MC_VM_AGP_BASE").write(0)
     r("MC_VM_AGP_BOT").write(0xffffff)
@@ -57,16 +68,20 @@ class GMC(Block):
                            L2_PDE0_CACHE_TAG_GENERATION_MODE=0, PDE_FAULT_CLASSIFICATION=0, CONTEXT1_IDENTITY_ACCESS_MODE=1,
                            IDENTITY_MODE_FRAGMENT_SIZE=0)
     r("VM_L2_CNTL2").update(INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1)
-    r("VM_L2_CNTL3").write(BANK_SELECT=9, L2_CACHE_BIGK_FRAGMENT_SIZE=6, L2_CACHE_4K_ASSOCIATIVITY=1, L2_CACHE_BIGK_ASSOCIATIVITY=1)
+    # gfx9 translates further (gfxhub_v1_2/mmhub_v1_8 init_cache_regs: bank select 12, big-K fragments 9); no VM_L2_CNTL5
+    bank, bigk = (12, 9) if self.gc9 else (9, 6)
+    r("VM_L2_CNTL3").write(BANK_SELECT=bank, L2_CACHE_BIGK_FRAGMENT_SIZE=bigk, L2_CACHE_4K_ASSOCIATIVITY=1, L2_CACHE_BIGK_ASSOCIATIVITY=1)
     r("VM_L2_CNTL4").write(L2_CACHE_4K_PARTITION_COUNT=1)
-    r("VM_L2_CNTL5").write(WALKER_PRIORITY_CLIENT_ID=0x1ff)
+    if not self.gc9: r("VM_L2_CNTL5").write(WALKER_PRIORITY_CLIENT_ID=0x1ff)
     # VMID 0: our 4-level tables over the process VA window, faults reported and redirected to the dummy page
     w64("VM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
     w64("VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
     w64("VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32", (self.dev.pt.root + self.vram_base_offset) | 1)
     faults = {f"{x}_PROTECTION_FAULT_ENABLE_{k}": 1 for x in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
               for k in ("INTERRUPT", "DEFAULT")}
-    r("VM_CONTEXT0_CNTL").write(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=mm.LEVELS - 1, PAGE_TABLE_BLOCK_SIZE=0, **faults)
+    # gfx9: the last of mm's four levels is walked as "translate further" below the hardware's three (block size 9)
+    depth, block = (mm.LEVELS - 2, 9) if self.gc9 else (mm.LEVELS - 1, 0)
+    r("VM_CONTEXT0_CNTL").write(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=depth, PAGE_TABLE_BLOCK_SIZE=block, **faults)
     # no identity aperture for context 1
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32", 0xf_ffff_ffff)
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_HI32", 0)
@@ -75,23 +90,25 @@ class GMC(Block):
     self.hub_ready[hub] = True
 
   def flush_tlb(self, vmid: int = 0) -> None:
-    """Invalidate VMID's translations in both hubs (gmc_v11_0_flush_vm_hub: semaphore on MM, request, wait for ack)."""
+    """Invalidate VMID's translations in every hub (gmc_v11_0_flush_vm_hub: semaphore on MM, request, wait for ack;
+    GC 9.4.3 takes no semaphore, gmc_v9_0_use_invalidate_semaphore)."""
     self.dev.soc.flush_hdp()
     for hub in ("MM", "GC"):
       if not self.hub_ready[hub]: continue
-      ip, p = HUBS[hub], f"reg{hub}"
-      req = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_REQ")
-      sem = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_SEM") if hub == "MM" else None
-      if sem is not None: self.dev.wait(lambda: sem.read() & 1, f"{hub} hub invalidation semaphore")
-      req.write(PER_VMID_INVALIDATE_REQ=1 << vmid, FLUSH_TYPE=0, INVALIDATE_L2_PTES=1, INVALIDATE_L2_PDE0=1,
-                INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1, CLEAR_PROTECTION_FAULT_STATUS_ADDR=0)
-      ack = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_ACK")
-      self.dev.wait(lambda: ack.read() & (1 << vmid), f"{hub} hub TLB invalidation")
-      if sem is not None: sem.write(0)
+      ip, p, insts = self.hubs(hub)
+      for inst in insts:
+        req = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_REQ", inst)
+        sem = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_SEM", inst) if hub == "MM" and not self.gc9 else None
+        if sem is not None: self.dev.wait(lambda: sem.read() & 1, f"{hub} hub invalidation semaphore")
+        req.write(PER_VMID_INVALIDATE_REQ=1 << vmid, FLUSH_TYPE=0, INVALIDATE_L2_PTES=1, INVALIDATE_L2_PDE0=1,
+                  INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1, CLEAR_PROTECTION_FAULT_STATUS_ADDR=0)
+        ack = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_ACK", inst)
+        self.dev.wait(lambda: ack.read() & (1 << vmid), f"{hub} hub {inst} TLB invalidation")
+        if sem is not None: sem.write(0)
 
   def fault_status(self, hub: str) -> dict[str, int]:
     """Decode and clear the hub's L2 protection fault status (the IH entry carries the address)."""
-    ip, p = HUBS[hub], f"reg{hub}"
+    ip, p, _ = self.hubs(hub)
     name = p + "VM_L2_PROTECTION_FAULT_STATUS"
     st = self.reg(ip, name if self.dev.regs.has(ip, name) else name + "_LO32")
     fields = st.fields()
