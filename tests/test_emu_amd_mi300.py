@@ -121,10 +121,11 @@ def _open_am(bus, vbus):
 def test_am_boots_through_psp_smu_and_gmc(mi300, mi300_fw):
   vbus, board, bus, pci = mi300
   pci.close()
-  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading, SMU 13.0.6 and GMC 9.4.3; IH 4.4.2"): _open_am(bus, vbus)
+  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading, SMU 13.0.6, GMC 9.4.3 and IH 4.4.2; GFX 9.4.3"): _open_am(bus, vbus)
   assert board.fw_loaded == MI300_IMAGES
   assert board.smu.driver_table and board.smu.accumulated == 1             # the driver table set, a metrics table written
   _every_hub_walks_ams_tables(board)
+  _a_page_fault_reaches_ams_ih_ring(board)
   log = board.psp.log
   assert not [e for e in log if e[0] == "bootloader"]                   # the IFWI's sOS: no bootloader stages
   assert ("cmd", P.GFX_CMD_ID_SETUP_TMR, 0) in log                         # the boot-time TMR, named without a buffer
@@ -185,3 +186,22 @@ def _every_hub_walks_ams_tables(board):
     h.tlb.clear(); h.ext.clear()
     assert h.page(0, small.va + 0x1000, False) == (0, 0x140_1000)
     assert h.page(0, huge.va + 0x12_3000, True) == (0, 0x72_3000)
+
+
+def _a_page_fault_reaches_ams_ih_ring(board):
+  """A GC-hub fault at an unmapped VA: the board latches it and posts a SOC15 UTCL2 entry into the ring AM set up
+  (RB_BASE, 32-byte IVs), moving the write pointer AM reads from its writeback slot."""
+  import struct
+  from rawgpu.autogen.amd import ih
+  from rawgpu.drivers.am import mm
+  from rawgpu.drivers.emu.amd.gmc import Fault
+  r, v = board.regs, board.regs.vals
+  fb = (v[r.addr("mmhub", "regMC_VM_FB_LOCATION_BASE")] & 0xffffff) << 24
+  base = ((v.get(r.addr("osssys", "regIH_RB_BASE_HI"), 0) << 32 | v[r.addr("osssys", "regIH_RB_BASE")]) << 8) - fb
+  wb = (v[r.addr("osssys", "regIH_RB_WPTR_ADDR_HI")] << 32 | v[r.addr("osssys", "regIH_RB_WPTR_ADDR_LO")]) - fb
+  assert struct.unpack_from("<I", board.vram, wb)[0] == 0
+  va = mm.VA_BASE + (40 << 21)
+  with pytest.raises(Fault): board.gmc.gc.page(0, va, False)
+  assert struct.unpack_from("<I", board.vram, wb)[0] == 32
+  dw = struct.unpack_from("<8I", board.vram, base)
+  assert dw[0] & 0xff == ih.SOC15_IH_CLIENTID_UTCL2 and (dw[4] << 12 | (dw[5] & 0xf) << 44) == va

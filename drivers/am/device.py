@@ -118,7 +118,7 @@ class AMDevice:
     and the SMU's PMFW: no bootloader stages (psp_v13_0_is_sos_alive), no mode-1 reset for a running sOS; the PSP
     keeps its boot-time TMR (SETUP_TMR without a buffer) and loads the P2S table, SDMA, MEC and RLC images; the SMU
     gets the driver table and enables its features; every XCC's gfxhub and every AID's mmhub get VMID 0 on mm's page
-    tables (translating further)."""
+    tables (translating further); the IH ring (vega20_ih: the same registers as ih_v6) takes interrupts."""
     if not self.psp.sos_alive():
       raise DeviceTimeout(f"{self.bus}: the PSP's secure OS is not running (MP0 C2PMSG_81 is 0); on MI300 the IFWI starts it: "
                           "power-cycle the board")
@@ -130,7 +130,8 @@ class AMDevice:
     self.step("smu", self.smu.init_hw)
     self.step("gmc", self.gmc.init_hw)
     self.step("gmc: tlb", self.gmc.flush_tlb)
-    raise DeviceNotFound(f"{self.bus}: AM boots MI300 (GC 9.4.3) as far as PSP firmware loading, SMU 13.0.6 and GMC 9.4.3; IH 4.4.2, "
+    self.step("ih", self.ih.init_hw)
+    raise DeviceNotFound(f"{self.bus}: AM boots MI300 (GC 9.4.3) as far as PSP firmware loading, SMU 13.0.6, GMC 9.4.3 and IH 4.4.2; "
                          "GFX 9.4.3 and SDMA 4.4.2 are not written yet (drivers/emu/amd/MI300.md); use KFD+AMD")
 
   def fini(self) -> None:

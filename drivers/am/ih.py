@@ -1,4 +1,4 @@
-"""IH: the interrupt handler ring (ih_v6_0.c / ih_v7_0.c). The OSS writes 32-byte IV entries into a VRAM ring and
+"""IH: the interrupt handler ring (ih_v6_0.c / ih_v7_0.c; vega20_ih.c for MI300's OSSSYS 4.4.2, the same registers). The OSS writes 32-byte IV entries into a VRAM ring and
 the write pointer to a writeback slot; AM polls it (no MSI in userspace) and turns VM faults into DeviceFault.
 """
 from __future__ import annotations
@@ -13,6 +13,9 @@ ENTRY = 32
 CP_ERRORS = {_IH.GFX_11_0_0__SRCID__CP_BAD_OPCODE_ERROR: "bad opcode", _IH.GFX_11_0_0__SRCID__CP_PRIV_REG_FAULT: "privileged register access",
              _IH.GFX_11_0_0__SRCID__CP_PRIV_INSTR_FAULT: "privileged instruction"}
 DOORBELL_IH = F.AMDGPU_NAVI10_DOORBELL_IH
+# interrupt clients of the events AM acts on: SOC21 (gfx11/12) and SOC15 (gfx9, vega20_ih on MI300)
+CLIENTS = {"soc21": dict(cp=F.SOC21_IH_CLIENTID_GRBM_CP, mm=F.SOC21_IH_CLIENTID_VMC, gc=F.SOC21_IH_CLIENTID_GFX),
+           "soc15": dict(cp=_IH.SOC15_IH_CLIENTID_GRBM_CP, mm=_IH.SOC15_IH_CLIENTID_VMC, gc=_IH.SOC15_IH_CLIENTID_UTCL2)}
 
 
 class IH(Block):
@@ -40,8 +43,9 @@ class IH(Block):
     r("regIH_RB_WPTR_ADDR_HI").write((wb >> 32) & 0xffff)
     r("regIH_RB_WPTR").write(0)
     r("regIH_RB_RPTR").write(0)
-    r("regIH_DOORBELL_RPTR").write(OFFSET=DOORBELL_IH * 2, ENABLE=1)
-    d.soc.doorbell_range(1, awid=0, offset=DOORBELL_IH * 2, size=2, awaddr=0)
+    db = F.AMDGPU_DOORBELL_LAYOUT1_IH if d.ips["gc"][0] == 9 else DOORBELL_IH
+    r("regIH_DOORBELL_RPTR").write(OFFSET=db * 2, ENABLE=1)
+    d.soc.ih_doorbell(db * 2)
     # enable: clear the overflow latch with a 0 -> 1 edge, then turn the ring and its interrupt on
     v = cntl.reg.modify(cntl.read(), RB_ENABLE=1, WPTR_OVERFLOW_CLEAR=0)
     cntl.write(v)
@@ -71,19 +75,20 @@ class IH(Block):
   def check_faults(self) -> bool:
     """Consume pending entries; raise DeviceFault for VM faults and CP queue errors. True if anything arrived."""
     ivs = self.poll()
+    c = CLIENTS["soc15" if self.dev.ips["gc"][0] == 9 else "soc21"]
     for iv in ivs:
-      if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] in CP_ERRORS:
+      if iv["client_id"] == c["cp"] and iv["src_id"] in CP_ERRORS:
         rid = iv["ring_id"]
         me, pipe, queue = (rid & 0x0c) >> 2, rid & 0x03, (rid & 0x70) >> 4   # gfx_v11_0_handle_priv_fault
         raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}) stopped: {CP_ERRORS[iv['src_id']]}; the "
                           "packet stream is malformed (check what was written to the ring); reopen the device to recover")
-      if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] == _IH.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
+      if iv["client_id"] == c["cp"] and iv["src_id"] == _IH.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
         sd, rid = iv["src_data"], iv["ring_id"]
         raise DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4} stopped with a shader error (SQ interrupt) at "
                           f"PC {sd[0] | (sd[1] << 32):#x}: an illegal instruction or a trap; Device.recover() or reopening restarts the queue")
-      if iv["client_id"] in (F.SOC21_IH_CLIENTID_VMC, F.SOC21_IH_CLIENTID_GFX) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
+      if iv["client_id"] in (c["mm"], c["gc"]) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
-        hub = "MM" if iv["client_id"] == F.SOC21_IH_CLIENTID_VMC else "GC"
+        hub = "MM" if iv["client_id"] == c["mm"] else "GC"
         self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}")
     return bool(ivs)
