@@ -56,7 +56,7 @@ LINUX_MEMBERS = (
   "drivers/gpu/drm/amd/amdgpu/amdgpu_discovery.c", "drivers/gpu/drm/amd/amdgpu/soc21.c", "drivers/gpu/drm/amd/amdgpu/soc24.c",
   "drivers/gpu/drm/amd/amdgpu/nbio_v4_3.c", "drivers/gpu/drm/amd/amdgpu/nbif_v6_3_1.c", "drivers/gpu/drm/amd/amdgpu/gfx_v11_0.c",
   "drivers/gpu/drm/amd/amdgpu/gfx_v12_0.c", "drivers/gpu/drm/amd/amdgpu/gmc_v10_0.c", "drivers/gpu/drm/amd/amdgpu/gmc_v11_0.c",
-  "drivers/gpu/drm/amd/amdgpu/gmc_v12_0.c",
+  "drivers/gpu/drm/amd/amdgpu/gmc_v12_0.c", "drivers/gpu/drm/amd/amdgpu/gfx_v9_4_3.c",
   "drivers/gpu/drm/amd/pm/swsmu/smu13/smu_v13_0_0_ppt.c", "drivers/gpu/drm/amd/pm/swsmu/smu14/smu_v14_0_2_ppt.c",
   "include/uapi/linux/kfd_ioctl.h", "include/uapi/linux/kfd_sysfs.h", "include/uapi/linux/pci_regs.h",
   "include/uapi/linux/vfio.h", "include/uapi/linux/ioctl.h", "include/uapi/linux/types.h",

@@ -95,8 +95,9 @@ def test_am_reads_the_table_and_refuses_the_board_clearly(mi300):
   with pytest.raises(DeviceNotFound, match=r"74a1.*not a board AM supports.*KFD\+AMD"): AMDevice(bus, vbus.system)
 
 
-# ---- AM on the board, as far as it has got (RAWGPU_AM_IN_PROGRESS=1): the PSP loads every image with the real files,
-# the SMU (PMFW running from the IFWI, smu_v13_0_6's message set) takes the driver table and reports its features
+# ---- AM on the board (RAWGPU_AM_IN_PROGRESS=1): the PSP loads every image with the real files, the SMU (PMFW running
+# from the IFWI, smu_v13_0_6's message set) takes the driver table, the hubs get VMID 0, the IH its ring, every XCC its
+# MEC; compute queues run on XCC 0
 
 MI300_IMAGES = {P.GFX_FW_TYPE_P2S_TABLE, P.GFX_FW_TYPE_SDMA0, P.GFX_FW_TYPE_SDMA1, P.GFX_FW_TYPE_SDMA2, P.GFX_FW_TYPE_SDMA3,
                 P.GFX_FW_TYPE_CP_MEC, P.GFX_FW_TYPE_CP_MEC_ME1, P.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_CNTL,
@@ -118,14 +119,21 @@ def _open_am(bus, vbus):
   return AMDevice(bus, vbus.system)
 
 
-def test_am_boots_through_psp_smu_and_gmc(mi300, mi300_fw):
+def test_am_boots_the_board(mi300, mi300_fw):
   vbus, board, bus, pci = mi300
   pci.close()
-  with pytest.raises(DeviceNotFound, match="as far as PSP firmware loading, SMU 13.0.6, GMC 9.4.3 and IH 4.4.2; GFX 9.4.3"): _open_am(bus, vbus)
+  dev = _open_am(bus, vbus)
   assert board.fw_loaded == MI300_IMAGES
   assert board.smu.driver_table and board.smu.accumulated == 1             # the driver table set, a metrics table written
   _every_hub_walks_ams_tables(board)
   _a_page_fault_reaches_ams_ih_ring(board)
+  r = board.regs
+  for x in range(8):   # every XCC: its own partition, MEC running, the MEC doorbell window of its layout-1 range
+    key = "gc" if x == 0 else f"gc:{x}"
+    assert r.reg(key, "regCP_HYP_XCP_CTL").decode(r.vals[r.addr(key, "regCP_HYP_XCP_CTL")])["NUM_XCC_IN_XCP"] == 1
+    assert r.vals[r.addr(key, "regCP_MEC_CNTL")] == 0
+    assert r.vals[r.addr(key, "regCP_MEC_DOORBELL_RANGE_LOWER")] == (0x20 * x * 2) << 2
+  dev.fini()
   log = board.psp.log
   assert not [e for e in log if e[0] == "bootloader"]                   # the IFWI's sOS: no bootloader stages
   assert ("cmd", P.GFX_CMD_ID_SETUP_TMR, 0) in log                         # the boot-time TMR, named without a buffer
@@ -205,3 +213,50 @@ def _a_page_fault_reaches_ams_ih_ring(board):
   assert struct.unpack_from("<I", board.vram, wb)[0] == 32
   dw = struct.unpack_from("<8I", board.vram, base)
   assert dw[0] & 0xff == ih.SOC15_IH_CLIENTID_UTCL2 and (dw[4] << 12 | (dw[5] & 0xf) << 44) == va
+
+
+# ---- end to end: hcq on AM on the board (compute on XCC 0; no copy engine yet, copies through the BAR)
+
+@pytest.fixture
+def mi300_device(mi300_fw):
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.hcq.device import Device
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  dev = Device(iface=AMIface(vbus.plug(board), vbus.system))
+  yield dev, board
+  dev.close()
+  board.close()
+
+
+def test_hcq_runs_gfx942_kernels_on_the_board(mi300_device):
+  """The committed gfx942 code objects through hcq's gfx9 PM4 (HDP flush in the stream, gfx9 ACQUIRE_MEM and
+  RELEASE_MEM, wave64 dispatch) on the board's F32 MEC, XCC 0, against numpy."""
+  import numpy as np
+  from rawgpu import kernels
+  dev, board = mi300_device
+  p = dev.props
+  assert (p.arch, p.wave_size, p.copy_engine, p.ip_versions["gc"]) == ("gfx942", 64, False, (9, 4, 3))
+  prg = lambda obj, name: dev.program(kernels.path("gfx942", obj).read_bytes(), name)
+  rng = np.random.default_rng(5)
+  n = 1000
+  a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+  A, B, C = dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(4 * n)
+  A.copyin(a); B.copyin(b)
+  prg("vadd", "vadd_f32")(A, B, C, n, global_size=(4, 1, 1), local_size=(256, 1, 1), wait=True)
+  np.testing.assert_array_equal(C.numpy(np.float32)[:n], a + b)
+  x = rng.random(4096, dtype=np.float32)
+  X, S = dev.alloc(4 * 4096), dev.alloc(4 * 16)
+  X.copyin(x)
+  prg("reduce", "reduce_sum_f32")(X, S, 4096, global_size=(16, 1, 1), local_size=(256, 1, 1), wait=True)
+  np.testing.assert_allclose(S.numpy(np.float32)[:16].astype(np.float64).sum(), x.astype(np.float64).sum(), rtol=1e-5)
+  t = prg("vadd", "vadd_f32")(A, B, C, n, global_size=(4, 1, 1), local_size=(256, 1, 1), timing=True)
+  assert t > 0                                                          # RELEASE_MEM timestamps around the dispatch
+  assert not board.errors
+
+
+def test_without_a_copy_engine_a_transfer_says_why(mi300_device):
+  from rawgpu.errors import RawGPUError
+  dev, _ = mi300_device
+  a, b = dev.alloc(4096), dev.alloc(4096)
+  with pytest.raises(RawGPUError, match="no SDMA 4.4.2"): dev.transfer(b, a, 4096)

@@ -9,7 +9,7 @@ import ctypes
 from dataclasses import dataclass
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
-from rawgpu.errors import RawGPUError
+from rawgpu.errors import DeviceTimeout, RawGPUError
 
 MAX_QUEUES = 8
 MQD_SIZE = 0x1000           # >= sizeof(v11_compute_mqd) and sizeof(v12_compute_mqd)
@@ -38,8 +38,12 @@ class GFX(Block):
   def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0) -> None:
     self.gc("regGRBM_GFX_CNTL").write(MEID=me, PIPEID=pipe, QUEUEID=queue, VMID=vmid)
 
+  @property
+  def gc9(self) -> bool: return self.dev.ips["gc"][0] == 9
+
   def init_hw(self) -> None:
     d = self.dev
+    if self.gc9: return self._init_gc9()
     if not d.warm:
       d.step("gfx: rlc autoload", lambda: d.wait(lambda: self.gc("regCP_STAT").read() == 0 and
                                                  self.gc("regRLC_RLCS_BOOTLOAD_STATUS").fields()["BOOTLOAD_COMPLETE"] == 1,
@@ -57,50 +61,78 @@ class GFX(Block):
     self.gc("regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1, OPCODE_ERROR_INT_ENABLE=1, PRIV_REG_INT_ENABLE=1)
     for q in list(self.queues.values()): self.program_hqd(q)
 
+  def _init_gc9(self) -> None:
+    """GC 9.4.3 (gfx_v9_4_3.c), on every XCC: the PSP loaded and started the RLC; each XCC a partition of its own
+    (CP_HYP_XCP_CTL, what switch_compute_partition writes for one XCC per partition), VMID 0's address mode and
+    apertures, the MEC doorbell window of its layout-1 range, the MEC unhalted. AM's queues run on XCC 0."""
+    for x in range(self.dev.disc.count("gc")):
+      reg = lambda n: self.reg("gc", n, x)
+      if not reg("regRLC_CNTL").fields()["RLC_ENABLE_F32"]:
+        raise DeviceTimeout(f"{self.dev.bus}: the RLC of XCC {x} is not running (the PSP loads and starts it on MI300); power-cycle the board")
+      reg("regCP_HYP_XCP_CTL").write(NUM_XCC_IN_XCP=1, VIRTUAL_XCC_ID=0)
+      reg("regGRBM_GFX_CNTL").write(MEID=0, PIPEID=0, QUEUEID=0, VMID=0)
+      reg("regSH_MEM_CONFIG").write(ADDRESS_MODE=F.SH_MEM_ADDRESS_MODE_64, ALIGNMENT_MODE=F.SH_MEM_ALIGNMENT_MODE_UNALIGNED, RETRY_DISABLE=1)
+      reg("regSH_MEM_BASES").write(PRIVATE_BASE=F.PRIVATE_APERTURE_START >> 48, SHARED_BASE=F.SHARED_APERTURE_START >> 48)
+      first = x * F.AMDGPU_DOORBELL_LAYOUT1_XCC_RANGE
+      reg("regCP_MEC_DOORBELL_RANGE_LOWER").write(((F.AMDGPU_DOORBELL_LAYOUT1_KIQ_START + first) * 2) << 2)
+      reg("regCP_MEC_DOORBELL_RANGE_UPPER").write(((F.AMDGPU_DOORBELL_LAYOUT1_USERQUEUE_END + first) * 2) << 2)
+      reg("regCP_MEC_CNTL").write(0)
+      reg("regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1, OPCODE_ERROR_INT_ENABLE=1, PRIV_REG_INT_ENABLE=1)
+    for q in list(self.queues.values()): self.program_hqd(q)
+
   def mec_enable(self, on: bool) -> None:
+    if self.gc9:
+      for x in range(self.dev.disc.count("gc")): self.reg("gc", "regCP_MEC_CNTL", x).write(MEC_ME1_HALT=int(not on), MEC_ME2_HALT=int(not on))
+      return
     kw = {"MEC_INVALIDATE_ICACHE": int(not on), "MEC_HALT": int(not on)}
     for p in range(4): kw[f"MEC_PIPE{p}_RESET"], kw[f"MEC_PIPE{p}_ACTIVE"] = int(not on), int(on)
     self.gc("regCP_MEC_RS64_CNTL").update(**kw)
 
-  def mec_running(self) -> bool: return self.gc("regCP_MEC_RS64_CNTL").fields()["MEC_HALT"] == 0
+  def mec_running(self) -> bool:
+    if self.gc9: return self.gc("regCP_MEC_CNTL").fields()["MEC_ME1_HALT"] == 0
+    return self.gc("regCP_MEC_RS64_CNTL").fields()["MEC_HALT"] == 0
 
   def new_queue(self, size: int) -> ComputeQueue:
     free = [i for i in range(MAX_QUEUES) if i not in self.queues]
     if not free: raise RawGPUError(f"{self.dev.bus}: all {MAX_QUEUES} compute queues are in use")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"compute ring size {size:#x} must be a power of two >= 4 KiB")
     d, n = self.dev, free[0]
-    q = ComputeQueue(n, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), d.valloc_phys(F.GFX11_MEC_HPD_SIZE, align=0x1000),
-                     d.valloc_phys(MQD_SIZE), (F.AMDGPU_NAVI10_DOORBELL_MEC_RING0 + n) * 2)
-    for paddr, sz in ((q.ring, size), (q.ptrs, 0x1000), (q.eop, F.GFX11_MEC_HPD_SIZE), (q.mqd, MQD_SIZE)): d.vram(paddr, sz)[:] = bytes(sz)
+    hpd, ring0 = (F.GFX9_MEC_HPD_SIZE, F.AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START) if self.gc9 else (F.GFX11_MEC_HPD_SIZE, F.AMDGPU_NAVI10_DOORBELL_MEC_RING0)
+    q = ComputeQueue(n, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), d.valloc_phys(hpd, align=0x1000),
+                     d.valloc_phys(MQD_SIZE), (ring0 + n) * 2)
+    for paddr, sz in ((q.ring, size), (q.ptrs, 0x1000), (q.eop, hpd), (q.mqd, MQD_SIZE)): d.vram(paddr, sz)[:] = bytes(sz)
     self.queues[n] = q
     self.program_hqd(q)
     return q
 
   def build_mqd(self, q: ComputeQueue):
     """The memory queue descriptor as gfx_v11_0_compute_mqd_init / gfx_v12_0_compute_mqd_init fill it."""
-    from rawgpu.autogen.amd import mqd_v11, mqd_v12
+    from rawgpu.autogen.amd import mqd_v9, mqd_v11, mqd_v12
     mc, gc = self.dev.gmc.mc, lambda n: self.dev.regs.reg("gc", n).reg
-    m = (mqd_v12.v12_compute_mqd if self.dev.ips["gc"][0] >= 12 else mqd_v11.v11_compute_mqd)()
+    m = (mqd_v9.v9_mqd if self.gc9 else mqd_v12.v12_compute_mqd if self.dev.ips["gc"][0] >= 12 else mqd_v11.v11_compute_mqd)()
     m.header = 0xC0310800
     m.compute_pipelinestat_enable = 1
     m.compute_static_thread_mgmt_se0 = m.compute_static_thread_mgmt_se1 = 0xffffffff
     m.compute_static_thread_mgmt_se2 = m.compute_static_thread_mgmt_se3 = 0xffffffff
-    m.compute_misc_reserved = 7
+    if not self.gc9: m.compute_misc_reserved = 7
     eop = mc(q.eop) >> 8
     m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = eop & 0xffffffff, eop >> 32
-    m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(F.GFX11_MEC_HPD_SIZE // 4).bit_length() - 2)
+    hpd = F.GFX9_MEC_HPD_SIZE if self.gc9 else F.GFX11_MEC_HPD_SIZE
+    m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(hpd // 4).bit_length() - 2)
     m.cp_mqd_base_addr_lo, m.cp_mqd_base_addr_hi = mc(q.mqd) & 0xfffffffc, mc(q.mqd) >> 32
     m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0)
     base = mc(q.ring) >> 8
     m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = base & 0xffffffff, base >> 32
+    # gfx9 (gfx_v9_4_3_xcc_mqd_init): ordered dispatch, no TUNNEL_DISPATCH field
+    order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)
     m.cp_hqd_pq_control = gc("regCP_HQD_PQ_CONTROL").encode(QUEUE_SIZE=(q.size // 4).bit_length() - 2,
-      RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, UNORD_DISPATCH=1, TUNNEL_DISPATCH=0, PRIV_STATE=1, KMD_QUEUE=1)
+      RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, PRIV_STATE=1, KMD_QUEUE=1, **order)
     m.cp_hqd_pq_rptr_report_addr_lo, m.cp_hqd_pq_rptr_report_addr_hi = mc(q.ptrs) & 0xfffffffc, (mc(q.ptrs) >> 32) & 0xffff
     poll = mc(q.ptrs + 0x100)
     m.cp_hqd_pq_wptr_poll_addr_lo, m.cp_hqd_pq_wptr_poll_addr_hi = poll & 0xfffffffc, (poll >> 32) & 0xffff
     m.cp_hqd_pq_doorbell_control = gc("regCP_HQD_PQ_DOORBELL_CONTROL").encode(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1)
     m.cp_hqd_vmid = 0
-    m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_SIZE=0x55)
+    m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_SIZE=0x53 if self.gc9 else 0x55)
     m.cp_hqd_ib_control = gc("regCP_HQD_IB_CONTROL").encode(MIN_IB_AVAIL_SIZE=3)
     m.cp_hqd_active = 1
     return m
@@ -130,6 +162,7 @@ class GFX(Block):
         d.wait(lambda: (gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
         gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
       for reg, fld in self.HQD_FROM_MQD: gc(reg).write(getattr(m, fld))
+      if self.gc9: gc("regCP_PQ_STATUS").update(DOORBELL_ENABLE=1)   # gfx_v9_4_3_xcc_kiq_init_register's last step
     finally: self.grbm_select()
 
   def stop_hqd(self, q: ComputeQueue) -> None:

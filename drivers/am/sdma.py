@@ -39,6 +39,9 @@ class SDMA(Block):
     else: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=0, RESET=0)   # as sdma_v7_0_gfx_resume starts the engine
 
   def new_queue(self, size: int) -> SDMAQueue:
+    if self.dev.ips["gc"][0] == 9:
+      raise RawGPUError(f"{self.dev.bus}: AM has no SDMA 4.4.2 (MI300's copy engines) yet (drivers/emu/amd/MI300.md); "
+                        "copies through the CPU mapping work, the copy engine does not")
     free = [e for e in range(self.engines) if e not in self.queues]
     if not free: raise RawGPUError(f"{self.dev.bus}: all {self.engines} SDMA engines already have a ring")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"SDMA ring size {size:#x} must be a power of two >= 4 KiB")

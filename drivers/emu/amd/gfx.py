@@ -12,7 +12,8 @@ from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
 from rawgpu.drivers.emu.amd.fetch import Prefetch
 from rawgpu.drivers.emu.amd.gmc import CID_CPC, CID_TCP, Fault, VMMemory, acting_as, as_client
-from rawgpu.drivers.emu.amd.psp import FW_RS64_MEC
+from rawgpu.drivers.emu.amd.psp import FW_RLC_G, FW_RS64_MEC
+from rawgpu.autogen.amd.psp import GFX_FW_TYPE_CP_MEC as FW_CP_MEC
 from rawgpu.drivers.emu import rdna   # the compute units
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
@@ -136,6 +137,8 @@ class ComputeQueue:
       self.inflight = None
       return self._finish(run.result)
     g = self.gfx
+    if g.gfx9 and not g.single_xcc_partition():
+      raise NotImplementedError("a dispatch in a partition of several XCCs (CP_HYP_XCP_CTL.NUM_XCC_IN_XCP > 1) is not modelled")
     sh = self.sh.get
     wg = tuple(sh(a, 0) & 0xffff for a in g.num_thread)
     grid = (x, y, z)
@@ -266,6 +269,8 @@ class GFX:
     rdna.prepare(board.arch)   # the compute units' decoder, loaded at power-on rather than in the first dispatch's time
     r = board.regs
     t = r.tables["gc"]
+    # GC 9.4.3 (MI300): the F32 MEC behind CP_MEC_CNTL, PSP-loaded (no RLC autoload), CUs rather than WGPs; XCC 0 only
+    self.gfx9 = board.asic.version(11)[0] == 9
     self.grbm = t["regGRBM_GFX_CNTL"]
     self.pq_control = t["regCP_HQD_PQ_CONTROL"]
     self.sel = (0, 0, 0, 0)                       # me, pipe, queue, vmid
@@ -285,18 +290,25 @@ class GFX:
     for n in ("regSH_MEM_CONFIG", "regSH_MEM_BASES"):
       a = r.addr("gc", n); r.rd[a] = self._vm_rd; r.wr[a] = self._vm_wr
     self.pc_banks: dict[int, dict[int, int]] = {}
-    for n in ("regCP_MEC_RS64_PRGRM_CNTR_START", "regCP_MEC_RS64_PRGRM_CNTR_START_HI"):
+    for n in ("regCP_MEC_RS64_PRGRM_CNTR_START", "regCP_MEC_RS64_PRGRM_CNTR_START_HI") if not self.gfx9 else ():
       a = r.addr("gc", n); r.rd[a] = self._pc_rd; r.wr[a] = self._pc_wr
     self.db_off = t["regCP_HQD_PQ_DOORBELL_CONTROL"].fields["DOORBELL_OFFSET"]
     self.db_en = t["regCP_HQD_PQ_DOORBELL_CONTROL"].fields["DOORBELL_EN"]
     self.a_db_lo, self.a_db_hi = r.addr("gc", "regCP_MEC_DOORBELL_RANGE_LOWER"), r.addr("gc", "regCP_MEC_DOORBELL_RANGE_UPPER")
     self.err_pq = t["regCP_HQD_ERROR"].fields["PQ_UTCL1_ERROR"][1]
     # MEC control and interrupts
-    self.a_mec = r.addr("gc", "regCP_MEC_RS64_CNTL")
-    r.vals[self.a_mec] = t["regCP_MEC_RS64_CNTL"].encode(MEC_HALT=1)        # halted until the driver starts it
-    self.mec_halt = t["regCP_MEC_RS64_CNTL"].fields["MEC_HALT"][1]
     self.pipes = [p for p in range(4) if f"regCP_ME1_PIPE{p}_INT_CNTL" in t]
-    self.mec_active = [t["regCP_MEC_RS64_CNTL"].fields[f"MEC_PIPE{p}_ACTIVE"][1] for p in self.pipes]
+    if self.gfx9:   # the F32 MEC runs its pipes while ME1 is not halted (gfx_v9_4_3_xcc_cp_compute_enable writes 0)
+      self.a_mec = r.addr("gc", "regCP_MEC_CNTL")
+      r.vals[self.a_mec] = t["regCP_MEC_CNTL"].encode(MEC_ME1_HALT=1, MEC_ME2_HALT=1)
+      self.mec_halt, self.mec_active = t["regCP_MEC_CNTL"].fields["MEC_ME1_HALT"][1], [0] * len(self.pipes)
+      for key in [k for k in r.tables if k == "gc" or k.startswith("gc:")]: r.hook(key, "regRLC_CNTL", rd=self._rlc_cntl_rd)   # every XCC
+      self.a_xcp = r.addr("gc", "regCP_HYP_XCP_CTL")
+    else:
+      self.a_mec = r.addr("gc", "regCP_MEC_RS64_CNTL")
+      r.vals[self.a_mec] = t["regCP_MEC_RS64_CNTL"].encode(MEC_HALT=1)        # halted until the driver starts it
+      self.mec_halt = t["regCP_MEC_RS64_CNTL"].fields["MEC_HALT"][1]
+      self.mec_active = [t["regCP_MEC_RS64_CNTL"].fields[f"MEC_PIPE{p}_ACTIVE"][1] for p in self.pipes]
     self.pipe_int_cntl = {p: r.addr("gc", f"regCP_ME1_PIPE{p}_INT_CNTL") for p in self.pipes}
     self.pipe_int_status = {p: r.addr("gc", f"regCP_ME1_PIPE{p}_INT_STATUS") for p in self.pipes if f"regCP_ME1_PIPE{p}_INT_STATUS" in t}
     f = t["regCP_ME1_PIPE0_INT_CNTL"].fields
@@ -307,9 +319,10 @@ class GFX:
     r.hook("gc", "regGRBM_SOFT_RESET", wr=self._soft_reset)
     self.cp_stat_busy = t["regCP_STAT"].fields["MEQ_BUSY"][1] | t["regCP_STAT"].fields["ROQ_RING_BUSY"][1]
     # RLC
-    self.bootload = t["regRLC_RLCS_BOOTLOAD_STATUS"]
-    self.a_bootload = r.addr("gc", "regRLC_RLCS_BOOTLOAD_STATUS")
-    r.hook("gc", "regRLC_RLCS_BOOTLOAD_STATUS", wr=lambda a, v: None)
+    if not self.gfx9:
+      self.bootload = t["regRLC_RLCS_BOOTLOAD_STATUS"]
+      self.a_bootload = r.addr("gc", "regRLC_RLCS_BOOTLOAD_STATUS")
+      r.hook("gc", "regRLC_RLCS_BOOTLOAD_STATUS", wr=lambda a, v: None)
     r.hook("gc", "regRLC_SAFE_MODE", wr=self._safe_mode)
     r.hook("gc", "regRLC_GPU_CLOCK_COUNT_LSB", rd=lambda a: board.clock.now() & 0xffffffff)
     r.hook("gc", "regRLC_GPU_CLOCK_COUNT_MSB", rd=lambda a: board.clock.now() >> 32)
@@ -326,19 +339,20 @@ class GFX:
     self.scratch_lo, self.scratch_hi = r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_LO"), r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_HI")
     self.use_thread_dims = t["regCOMPUTE_DISPATCH_INITIATOR"].fields["USE_THREAD_DIMENSIONS"][1]
     self.autoload_done = False
-    # WGP harvesting per shader array, read through GRBM_GFX_INDEX (gfx_v11_0_get_cu_active_bitmap_per_sh)
+    # WGP (gfx9: CU) harvesting per shader array, read through GRBM_GFX_INDEX (gfx_v11_0_get_cu_active_bitmap_per_sh)
     a = board.asic
-    nsa, active = a.num_se * a.num_sa_per_se, max(1, board.cus // 2)
+    unit = 2 if self.gfx9 else 1                  # the config counts CUs on gfx9, WGPs (2 CUs) after
+    nsa, active = a.num_se * a.num_sa_per_se, max(1, board.cus * unit // 2)
     per = [active // nsa + (1 if i < active % nsa else 0) for i in range(nsa)]
-    full = (1 << a.wgp_per_sa) - 1
+    full = (1 << (a.wgp_per_sa * unit)) - 1
     self.inactive = {(i // a.num_sa_per_se, i % a.num_sa_per_se): full & ~((1 << n) - 1) for i, n in enumerate(per)}
     self.gfx_index = t["regGRBM_GFX_INDEX"]
     self.a_gfx_index = r.addr("gc", "regGRBM_GFX_INDEX")
-    self.f_inactive = t["regCC_GC_SHADER_ARRAY_CONFIG"].fields["INACTIVE_WGPS"]
+    self.f_inactive = t["regCC_GC_SHADER_ARRAY_CONFIG"].fields["INACTIVE_CUS" if self.gfx9 else "INACTIVE_WGPS"]
     r.hook("gc", "regCC_GC_SHADER_ARRAY_CONFIG", rd=self._cc_rd, wr=lambda a_, v: None)
     self.a_sched = r.addr("gc", "regRLC_CP_SCHEDULERS")
     mqd_mod = __import__(f"rawgpu.autogen.amd.mqd_v{board.asic.version(11)[0]}", fromlist=["x"])
-    mqd_t = getattr(mqd_mod, f"v{board.asic.version(11)[0]}_compute_mqd")
+    mqd_t = mqd_mod.v9_mqd if self.gfx9 else getattr(mqd_mod, f"v{board.asic.version(11)[0]}_compute_mqd")
     self.a_mqd_base = self.hqd_addr["regCP_MQD_BASE_ADDR"]
     self.mqd_first = mqd_t.cp_mqd_base_addr_lo.offset // 4      # the MQD holds the HQD registers in address order
     self.mqd_regs = t["regCP_HQD_PQ_WPTR_HI"].offset - t["regCP_MQD_BASE_ADDR"].offset + 1
@@ -376,7 +390,17 @@ class GFX:
 
   def _cc_rd(self, a: int) -> int:
     d = self.gfx_index.decode(self.b.regs.vals.get(self.a_gfx_index, 0))
-    return (self.inactive.get((d["SE_INDEX"], d["SA_INDEX"]), 0) << self.f_inactive[0]) & self.f_inactive[1]
+    sa = d["SH_INDEX"] if self.gfx9 else d["SA_INDEX"]
+    return (self.inactive.get((d["SE_INDEX"], sa), 0) << self.f_inactive[0]) & self.f_inactive[1]
+
+  def _rlc_cntl_rd(self, a: int) -> int:
+    """GFX9: the RLC's F32 runs once the PSP has loaded RLC_G (gfx_v9_4_3_is_rlc_enabled reads RLC_ENABLE_F32)."""
+    v = self.b.regs.vals.get(a, 0)
+    return v | 1 if FW_RLC_G in self.b.fw_loaded else v & ~1
+
+  def single_xcc_partition(self) -> bool:
+    """XCC 0 runs a dispatch's workgroups alone only when CP_HYP_XCP_CTL puts it in a partition of one XCC."""
+    return self.b.regs.reg("gc", "regCP_HYP_XCP_CTL").decode(self.b.regs.vals.get(self.a_xcp, 0))["NUM_XCC_IN_XCP"] == 1
 
   def _vm_rd(self, a: int) -> int: return self.vm_banks.get(self.sel[3], {}).get(a, 0)
   def _vm_wr(self, a: int, v: int) -> None: self.vm_banks.setdefault(self.sel[3], {})[a] = v
@@ -427,6 +451,7 @@ class GFX:
 
   def mec_running(self, pipe: int) -> bool:
     c = self.b.regs.vals.get(self.a_mec, 0)
+    if self.gfx9: return FW_CP_MEC in self.b.fw_loaded and pipe < len(self.pipes) and not c & self.mec_halt
     return (self.autoload_done and FW_RS64_MEC in self.b.fw_loaded and pipe < len(self.mec_active) and not c & self.mec_halt
             and bool(c & self.mec_active[pipe]))
 
