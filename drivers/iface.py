@@ -24,7 +24,6 @@ class DeviceProps:
   ip_versions: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # "gc", "sdma", "mmhub", ...
   ip_bases: dict[str, tuple[int, ...]] = field(default_factory=dict)          # register segment bases (dwords) per IP, instance 0
   emulated: bool = False
-  copy_engine: bool = True             # False: the interface has no copy engine (yet); copies go through the CPU mapping
 
 
 @dataclass

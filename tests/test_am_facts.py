@@ -95,7 +95,7 @@ def test_doorbells_and_queues(src):
   for n in ("AMDGPU_NAVI10_DOORBELL_KIQ", "AMDGPU_NAVI10_DOORBELL_MEC_RING0", "AMDGPU_NAVI10_DOORBELL_USERQUEUE_END",
             "AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0", "AMDGPU_NAVI10_DOORBELL_IH", "AMDGPU_DOORBELL_LAYOUT1_IH",
             "AMDGPU_DOORBELL_LAYOUT1_KIQ_START", "AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START", "AMDGPU_DOORBELL_LAYOUT1_USERQUEUE_END",
-            "AMDGPU_DOORBELL_LAYOUT1_XCC_RANGE"): assert src(h, n) == getattr(F, n), n
+            "AMDGPU_DOORBELL_LAYOUT1_XCC_RANGE", "AMDGPU_DOORBELL_LAYOUT1_sDMA_ENGINE_START"): assert src(h, n) == getattr(F, n), n
   assert src(f"{AMD}/amdgpu/gfx_v9_4_3.c", "GFX9_MEC_HPD_SIZE") == F.GFX9_MEC_HPD_SIZE
   for f in ("soc21.c", "soc24.c"): assert src(f"{AMD}/amdgpu/{f}", "adev->doorbell_index.sdma_doorbell_range") == F.SDMA_DOORBELL_RANGE
   assert src(f"{AMD}/amdgpu/gfx_v11_0.c", "GFX11_MEC_HPD_SIZE") == F.GFX11_MEC_HPD_SIZE

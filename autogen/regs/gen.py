@@ -30,6 +30,7 @@ TARGETS: list[tuple[str, str, str, tuple[int, int, int]]] = [
   ("athub", "athub", "athub_1_8_0", (1, 8, 0)), ("athub", "athub", "athub_3_0_0", (3, 0, 0)),
   ("athub", "athub", "athub_4_1_0", (4, 1, 0)),
   ("smuio", "smuio", "smuio_13_0_6", (13, 0, 6)), ("smuio", "smuio", "smuio_14_0_2", (14, 0, 2)),
+  ("sdma", "sdma", "sdma_4_4_2", (4, 4, 2)),
 ]
 # Register-name prefixes in *_offset.h: MMIO (reg, older mm), indirect index space (ix), PCI config space (cfg).
 PREFIXES = ("reg", "mm", "ix", "cfg")

@@ -1,5 +1,5 @@
 """AM: rawgpu's own userspace amdgpu driver over PCI (RDNA3 gfx1100/1101/1102, RDNA4 gfx1200/1201; MI300X in progress,
-opened only with RAWGPU_AM_IN_PROGRESS=1: compute on XCC 0, no copy engine yet).
+opened only with RAWGPU_AM_IN_PROGRESS=1: compute on XCC 0, copies on SDMA 4.4.2).
 
   from rawgpu.drivers.am import AMIface, supported
   iface = AMIface("0000:03:00.0")        # boots the board (cold or warm) and serves drivers/iface.py's Iface

@@ -34,7 +34,6 @@ class AMIface(PeerMaps):
                              ip_versions={k: tuple(v) for k, v in d.ips.items()}, emulated=system.host_memory is not None,
                              ip_bases={n: d.disc.find(n).bases for n in ("gc", "mmhub", "osssys", "hdp", "nbif") if d.disc.has(n)})
     if "nbif" in self.props.ip_bases: self.props.ip_bases["nbio"] = self.props.ip_bases["nbif"]   # hcq's gfx9 HDP flush reads NBIO
-    if d.ips["gc"][0] == 9: self.props.copy_engine = False   # AM has no SDMA 4.4.2 yet (drivers/emu/amd/MI300.md)
 
   # ---- memory
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = True, contiguous: bool = False) -> Mem:

@@ -1,4 +1,5 @@
-"""SDMA: one ring per engine on queue 0 (sdma_v6_0.c / sdma_v7_0.c gfx_resume). Write pointers are in bytes."""
+"""SDMA: one ring per engine on queue 0 (sdma_v6_0.c / sdma_v7_0.c gfx_resume; sdma_v4_4_2.c on MI300, where each engine
+is an IP instance of its own and queue 0 is the GFX ring). Write pointers are in bytes."""
 from __future__ import annotations
 from dataclasses import dataclass
 from rawgpu.drivers.am import facts as F
@@ -25,7 +26,12 @@ class SDMA(Block):
     self.queues: dict[int, SDMAQueue] = {}
     self.engines = max(1, min(2, self.dev.disc.count("sdma")))
 
+  @property
+  def v4(self) -> bool: return self.dev.ips["gc"][0] == 9   # SDMA 4.4.2 (MI300): an IP of its own per engine, SDMA_GFX_* names
+
   def r(self, engine: int, name: str):
+    """Engine `engine`'s register by its SDMA0 name (SDMA 4.4.2: the engine's own instance, queue 0 is the GFX ring)."""
+    if self.v4: return self.dev.regs.reg("sdma", name.replace("regSDMA0_QUEUE0_", "regSDMA_GFX_").replace("regSDMA0_", "regSDMA_"), engine)
     b = self.dev.regs.reg("gc", name)
     return type(b)(b.regs, b.reg, b.addr + engine * SDMA1_REG_OFFSET)
 
@@ -34,20 +40,19 @@ class SDMA(Block):
     for q in list(self.queues.values()): self.program(q)
 
   def halt(self, e: int, on: bool, reset: bool = False) -> None:
-    if self.dev.regs.has("gc", "regSDMA0_F32_CNTL"): self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), TH1_RESET=int(on))
+    if self.v4: self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), **({"RESET": 1} if on and reset else {"RESET": 0}))
+    elif self.dev.regs.has("gc", "regSDMA0_F32_CNTL"): self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), TH1_RESET=int(on))
     elif on: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=1, **({"RESET": 1} if reset else {}))   # SDMA 7 renamed it
     else: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=0, RESET=0)   # as sdma_v7_0_gfx_resume starts the engine
 
   def new_queue(self, size: int) -> SDMAQueue:
-    if self.dev.ips["gc"][0] == 9:
-      raise RawGPUError(f"{self.dev.bus}: AM has no SDMA 4.4.2 (MI300's copy engines) yet (drivers/emu/amd/MI300.md); "
-                        "copies through the CPU mapping work, the copy engine does not")
     free = [e for e in range(self.engines) if e not in self.queues]
     if not free: raise RawGPUError(f"{self.dev.bus}: all {self.engines} SDMA engines already have a ring")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"SDMA ring size {size:#x} must be a power of two >= 4 KiB")
     d, e = self.dev, free[0]
-    q = SDMAQueue(e, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000),
-                  (F.AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0 << 1) + e * F.SDMA_DOORBELL_RANGE * 2)
+    first = F.AMDGPU_DOORBELL_LAYOUT1_sDMA_ENGINE_START if self.v4 else F.AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0
+    # engine e's doorbell: sdma_engine[e] = first + e * (sdma_doorbell_range >> 1) 64-bit doorbells (soc21.c, aqua_vanjaram.c)
+    q = SDMAQueue(e, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), (first << 1) + e * F.SDMA_DOORBELL_RANGE)
     d.vram(q.ring, size)[:] = bytes(size)
     d.vram(q.ptrs, 0x1000)[:] = bytes(0x1000)
     self.queues[e] = q
@@ -65,8 +70,10 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_HI").write(mc(q.ptrs + 0x100) >> 32)
     r("regSDMA0_QUEUE0_RB_RPTR_ADDR_HI").write(mc(q.ptrs) >> 32)
     r("regSDMA0_QUEUE0_RB_RPTR_ADDR_LO").write(mc(q.ptrs) & 0xfffffffc)
-    poll = "F32_WPTR_POLL_ENABLE" if "F32_WPTR_POLL_ENABLE" in cntl.reg.fields else "MCU_WPTR_POLL_ENABLE"   # SDMA 7 renamed it
-    v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, **{poll: 1})
+    if self.v4: v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1)   # SDMA 4 keeps its write-pointer polling in RB_WPTR_POLL_CNTL
+    else:
+      poll = "F32_WPTR_POLL_ENABLE" if "F32_WPTR_POLL_ENABLE" in cntl.reg.fields else "MCU_WPTR_POLL_ENABLE"   # SDMA 7 renamed it
+      v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, **{poll: 1})
     r("regSDMA0_QUEUE0_RB_BASE").write((mc(q.ring) >> 8) & 0xffffffff)
     r("regSDMA0_QUEUE0_RB_BASE_HI").write(mc(q.ring) >> 40)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(1)
@@ -74,9 +81,10 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_RB_WPTR_HI").write(0)
     r("regSDMA0_QUEUE0_DOORBELL").update(ENABLE=1)
     r("regSDMA0_QUEUE0_DOORBELL_OFFSET").update(OFFSET=q.doorbell)
-    if e == 0: self.dev.soc.doorbell_range(2, awid=0xe, offset=q.doorbell, size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
+    # MI300's per-AID S2A routing (nbio_v7_9_sdma_doorbell_range) is not written yet: the emulated board does not route
+    if e == 0 and not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=q.doorbell, size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(0)
-    r("regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
+    if not self.v4: r("regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
     self.halt(e, False)
     cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)

@@ -144,18 +144,9 @@ class AMDBackend:
     q.signal(self.dev.timeline, self.dev.timeline_gpu(v)).submit(self.dev)
     return v
 
-  def _cpu_only(self, buf: Buffer) -> bool:
-    """Whether a copy to or from buf goes through the CPU mapping: host memory, or any memory on an interface with no
-    copy engine (then the memory must be CPU-visible; the HDP flush before each doorbell publishes the writes)."""
-    if buf.host and buf.mem.cpu is not None: return True
-    if self.dev.props.copy_engine: return False
-    if buf.mem.cpu is None:
-      raise RawGPUError(f"{self.dev}: {buf} is not CPU-visible and this interface has no copy engine; allocate it within the BAR")
-    return True
-
   def copyin(self, dst: Buffer, src: memoryview) -> None:
     dst.wait_peers()
-    if self._cpu_only(dst):
+    if dst.host and dst.mem.cpu is not None:
       self.dev.wait_timeline(dst._root().last_use)
       dst.mem.cpu.writebytes(dst.offset, src)
       return
@@ -171,7 +162,7 @@ class AMDBackend:
   def copyout(self, dst: memoryview, src: Buffer) -> None:
     self.dev.wait_timeline(src._root().last_use)
     src.wait_peers()
-    if self._cpu_only(src):
+    if src.host and src.mem.cpu is not None:
       dst[:] = src.mem.cpu.readbytes(src.offset, len(dst))
       return
     bufs, pending = self._staging_bufs(), []

@@ -99,11 +99,11 @@ def _mi300x() -> Asic:
   ranges gfx_v9_4_3.c normalizes packet offsets to) and moves XCC k up by k << 20 and AID a by a << 24, which keeps
   every instance's low 16 bits and no two segments overlapping. The driver must read them from discovery.
   Only the engine models that exist for it are built: NBIO, the hubs (GFX9 page walks), the IH, XCC 0's GFX (F32 MEC
-  queues), the PSP and the SMU (see MI300.md for the plan)."""
+  queues), the 16 SDMA 4.4.2 engines, the PSP and the SMU (see MI300.md for the plan)."""
   X, A = (lambda k: k << 20), (lambda a: a << 24)
   sdma = ((0x1260, 0x12540, 0x40A800), (0x1860, 0x12560, 0x40AC00), (0x13760, 0x1E000, 0x42EC00), (0x13780, 0x1E400, 0x42F000))
   ips = (*(IPEntry(GC_HWID, k, (9, 4, 3), (0x2000 + X(k), 0xA000 + X(k)), "gc") for k in range(8)),
-         *(IPEntry(SDMA0_HWID, 4 * a + j, (4, 4, 2), tuple(b + A(a) for b in sdma[j])) for a in range(4) for j in range(4)),
+         *(IPEntry(SDMA0_HWID, 4 * a + j, (4, 4, 2), tuple(b + A(a) for b in sdma[j]), "sdma") for a in range(4) for j in range(4)),
          *(IPEntry(MMHUB_HWID, a, (1, 8, 0), (0x1A000 + A(a), 0x02408800 + A(a)), "mmhub") for a in range(4)),
          IPEntry(NBIF_HWID, 0, (7, 9, 0), (*_NBIO, 0, 0, 0x04800000), "nbio"),   # nbio_7_9 also uses segment 8 (none use 6, 7)
          IPEntry(MP0_HWID, 0, (13, 0, 6), _MP, "mp"), IPEntry(MP1_HWID, 0, (13, 0, 6), _MP, "mp"),
@@ -116,7 +116,7 @@ def _mi300x() -> Asic:
   gc = {"gc_num_se": 4, "gc_num_cu_per_sh": 10, "gc_num_sh_per_se": 1, "gc_num_rb_per_se": 0, "gc_num_tccs": 16,
         "gc_num_gprs": 512, "gc_wave_size": 64, "gc_max_waves_per_simd": 8, "gc_max_scratch_slots_per_cu": 32, "gc_lds_size": 64}
   return Asic("gfx942", 0x74a1, 0x00, "AMD Instinct MI300X", ips, fw, num_se=4, num_sa_per_se=1, wgp_per_sa=5, sdma_engines=16,
-              pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, blocks=("gmc", "ih", "gfx", "psp", "smu"), boot_time_tmr=True,
+              pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, blocks=("gmc", "ih", "gfx", "sdma", "psp", "smu"), boot_time_tmr=True,
               ifwi_firmware=True)
 
 

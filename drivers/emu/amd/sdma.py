@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd.gmc import CID_SDMA0, Fault, acting_as
 from rawgpu.drivers.emu.amd.fetch import Prefetch
+from rawgpu.drivers.emu.amd.asic import SDMA0_HWID
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 from rawgpu.autogen.amd import sdma_v6 as S
@@ -19,7 +20,11 @@ OP_POLL_REGMEM, OP_CONST_FILL, OP_TIMESTAMP, OP_SRBM_WRITE, OP_GCR_REQ = S.SDMA_
 SUB_COPY_LINEAR, SUB_WRITE_LINEAR = S.SDMA_SUBOP_COPY_LINEAR, S.SDMA_SUBOP_WRITE_LINEAR
 SUB_TS_SET, SUB_TS_GET, SUB_TS_GET_GLOBAL = S.SDMA_SUBOP_TIMESTAMP_SET, S.SDMA_SUBOP_TIMESTAMP_GET, S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL
 IH_CLIENT_GFX, SRC_SDMA_TRAP = 0x0a, 49           # SDMA sits in GFX on SOC21 (irqsrcs_gfx_11_0_0.h)
+from rawgpu.autogen.amd import ih as IH, psp as G
 from rawgpu.drivers.emu.amd.psp import FW_SDMA_TH0
+# SDMA 4.4.2 (MI300): SOC15 clients per engine of an AID, the SDMA trap source, and the image the PSP loads per engine type
+SOC15_SDMA_CLIENTS = (IH.SOC15_IH_CLIENTID_SDMA0, IH.SOC15_IH_CLIENTID_SDMA1, IH.SOC15_IH_CLIENTID_SDMA2, IH.SOC15_IH_CLIENTID_SDMA3)
+FW_SDMA_V4 = (G.GFX_FW_TYPE_SDMA0, G.GFX_FW_TYPE_SDMA1, G.GFX_FW_TYPE_SDMA2, G.GFX_FW_TYPE_SDMA3)
 
 
 class Bad(Exception):
@@ -29,16 +34,16 @@ class Bad(Exception):
 class SDMAQueue:
   def __init__(self, eng: "SDMAEngine", q: int):
     self.e, self.b, self.q = eng, eng.b, q
-    r = self.b.regs
-    p = f"regSDMA{eng.i}_QUEUE{q}_"
-    a = lambda n: r.addr("gc", p + n)
-    self.cntl = r.reg("gc", p + "RB_CNTL")
+    r, ip = self.b.regs, eng.ip
+    p = "regSDMA_GFX_" if eng.v4 else f"regSDMA{eng.i}_QUEUE{q}_"   # SDMA 4.4.2: an IP per engine, queue 0 its GFX ring
+    a = lambda n: r.addr(ip, p + n)
+    self.cntl = r.reg(ip, p + "RB_CNTL")
     self.a_cntl, self.a_base, self.a_base_hi = a("RB_CNTL"), a("RB_BASE"), a("RB_BASE_HI")
     self.a_rptr, self.a_rptr_hi, self.a_wptr, self.a_wptr_hi = a("RB_RPTR"), a("RB_RPTR_HI"), a("RB_WPTR"), a("RB_WPTR_HI")
     self.a_rb_lo, self.a_rb_hi = a("RB_RPTR_ADDR_LO"), a("RB_RPTR_ADDR_HI")
     self.a_db, self.a_db_off, self.a_ib_cntl, self.a_minor = a("DOORBELL"), a("DOORBELL_OFFSET"), a("IB_CNTL"), a("MINOR_PTR_UPDATE")
-    self.db_en = r.reg("gc", p + "DOORBELL").fields["ENABLE"][1]
-    self.db_off = r.reg("gc", p + "DOORBELL_OFFSET").fields["OFFSET"]
+    self.db_en = r.reg(ip, p + "DOORBELL").fields["ENABLE"][1]
+    self.db_off = r.reg(ip, p + "DOORBELL_OFFSET").fields["OFFSET"]
     r.wr[self.a_cntl] = self._cntl_wr
     r.wr[self.a_wptr] = r.wr[self.a_wptr_hi] = self._wptr_wr
     self.enabled, self.rptr, self.wptr = False, 0, 0
@@ -88,7 +93,7 @@ class SDMAQueue:
     v = self.b.regs.vals
     return ((v.get(self.a_base_hi, 0) << 32) | v.get(self.a_base, 0)) << 8
 
-  def hub(self): return self.b.gmc.gc
+  def hub(self): return self.e.hub()
 
   def busy(self) -> bool: return self.enabled and self.hung is None and (self.waiting or self.rptr != self.wptr or bool(self.ib))
 
@@ -181,7 +186,9 @@ class SDMAQueue:
       return True
     if op == OP_TRAP:
       if self.b.regs.vals.get(self.e.a_cntl, 0) & self.e.trap_en:
-        self.b.ih.post(client=IH_CLIENT_GFX, src=SRC_SDMA_TRAP, ring_id=self.q | (self.e.i << 4), data=(p[1] & 0xfffffff, 0, 0, 0))
+        if self.e.v4: self.b.ih.post(client=SOC15_SDMA_CLIENTS[self.e.i % 4], src=IH.SDMA0_5_0__SRCID__SDMA_TRAP, ring_id=self.q,
+                                     data=(p[1] & 0xfffffff, 0, 0, 0))
+        else: self.b.ih.post(client=IH_CLIENT_GFX, src=SRC_SDMA_TRAP, ring_id=self.q | (self.e.i << 4), data=(p[1] & 0xfffffff, 0, 0, 0))
       return True
     if op == OP_POLL_REGMEM:
       func, mem, hdp = (p[0] >> 28) & 7, p[0] >> 31, (p[0] >> 26) & 1
@@ -217,21 +224,29 @@ class SDMAEngine:
   def __init__(self, board: "AMDBoard", i: int):
     self.b, self.i = board, i
     r = board.regs
-    self.halt_name = "F32_CNTL" if r.has("gc", f"regSDMA{i}_F32_CNTL") else "MCU_CNTL"
-    hn = f"regSDMA{i}_{self.halt_name}"
-    self.a_halt = r.addr("gc", hn)
-    self.halt_bit = r.reg("gc", hn).fields["HALT"][1]
+    self.v4 = board.asic.version(SDMA0_HWID)[0] == 4   # SDMA 4.4.2 (MI300): registers in the engine's own IP instance
+    self.ip = ("sdma" if i == 0 else f"sdma:{i}") if self.v4 else "gc"
+    pfx = "regSDMA_" if self.v4 else f"regSDMA{i}_"
+    self.halt_name = "F32_CNTL" if r.has(self.ip, f"{pfx}F32_CNTL") else "MCU_CNTL"
+    hn = f"{pfx}{self.halt_name}"
+    self.a_halt = r.addr(self.ip, hn)
+    self.halt_bit = r.reg(self.ip, hn).fields["HALT"][1]
     r.vals[self.a_halt] = self.halt_bit                  # halted at power-on
-    self.a_cntl = r.addr("gc", f"regSDMA{i}_CNTL")
-    self.trap_en = r.reg("gc", f"regSDMA{i}_CNTL").fields["TRAP_ENABLE"][1]
-    self.queues = [SDMAQueue(self, q) for q in range(2)]
+    self.a_cntl = r.addr(self.ip, f"{pfx}CNTL")
+    self.trap_en = r.reg(self.ip, f"{pfx}CNTL").fields["TRAP_ENABLE"][1]
+    self.queues = [SDMAQueue(self, q) for q in range(1 if self.v4 else 2)]
     self.halted_by_error = False
 
+  def hub(self):
+    """The VM hub the engine's accesses go through: the GC hub on gfx11/12; MI300's engines sit on their AID's MM hub."""
+    return self.b.gmc.mms[self.i // 4] if self.v4 else self.b.gmc.gc
+
   def running(self) -> bool:
-    return FW_SDMA_TH0 in self.b.fw_loaded and not self.b.regs.vals.get(self.a_halt, 0) & self.halt_bit
+    fw = FW_SDMA_V4[self.i % 4] if self.v4 else FW_SDMA_TH0   # SDMA 4.4.2: one image per engine of an AID, for every AID
+    return fw in self.b.fw_loaded and not self.b.regs.vals.get(self.a_halt, 0) & self.halt_bit
 
   def copy(self, vmid: int, src: int, dst: int, n: int) -> None:
-    hub = self.b.gmc.gc
+    hub = self.hub()
     s_chunks, d_chunks = hub.chunks(vmid, src, n, False), hub.chunks(vmid, dst, n, True)
     si = di = so = do = 0
     while si < len(s_chunks) and di < len(d_chunks):
@@ -245,7 +260,7 @@ class SDMAEngine:
   def fill(self, vmid: int, dst: int, pat: bytes, n: int) -> None:
     block = pat * (max(1, 65536 // len(pat)))
     pos = 0
-    for c in self.b.gmc.gc.chunks(vmid, dst, n, True):
+    for c in self.hub().chunks(vmid, dst, n, True):
       for o in range(0, len(c), len(block)):
         k = min(len(block), len(c) - o)
         start = (pos + o) % len(pat)
