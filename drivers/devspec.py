@@ -10,6 +10,8 @@ EMULATED_IFACES = {"AMD": ("MOCKPCI", "MOCKKFD", "MOCKUSB"), "NV": ()}
 RENDERERS = {"AMD": ("LLVM",), "NV": ("PTX", "NVRTC")}
 ARCHS = {"AMD": ("gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201", "gfx942"), "NV": ("sm_86", "sm_89", "sm_90")}
 EMULATED_ARCHS = ("gfx1100", "gfx1201")
+# boards MOCKPCI also emulates whose AM support is in progress (AM opens them with RAWGPU_AM_IN_PROGRESS=1)
+IN_PROGRESS_ARCHS = {"MOCKPCI": ("gfx942",)}
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,9 @@ def parse_dev(spec: str) -> DevSpec:
     if name not in valid: raise DeviceSpecError(f"DEV={spec!r}: unknown interface {name!r} for {vendor}; valid: {', '.join(valid)}")
     if colon: indices = _indices(idx, spec)
     iface = name
-    if name.startswith("MOCK") and arch and arch not in EMULATED_ARCHS:
-      raise DeviceSpecError(f"DEV={spec!r}: the emulated {name} board models {', '.join(EMULATED_ARCHS)}, not {arch}")
+    if name.startswith("MOCK") and arch and arch not in EMULATED_ARCHS + IN_PROGRESS_ARCHS.get(name, ()):
+      more = "".join(f" ({', '.join(a)}: in progress, with RAWGPU_AM_IN_PROGRESS=1)" for a in [IN_PROGRESS_ARCHS.get(name, ())] if a)
+      raise DeviceSpecError(f"DEV={spec!r}: the emulated {name} board models {', '.join(EMULATED_ARCHS)}{more}, not {arch}")
   return DevSpec(vendor, iface, indices, renderer.upper() or None, arch or None)
 
 

@@ -9,6 +9,7 @@ GOOD = {
   "USB+AMD": DevSpec("AMD", "USB"),
   "MOCKPCI+AMD": DevSpec("AMD", "MOCKPCI"),
   "MOCKPCI+AMD::gfx1201": DevSpec("AMD", "MOCKPCI", arch="gfx1201"),
+  "MOCKPCI+AMD::gfx942": DevSpec("AMD", "MOCKPCI", arch="gfx942"),   # in progress: AM opens it with RAWGPU_AM_IN_PROGRESS=1
   "PCI:0-3+AMD": DevSpec("AMD", "PCI", (0, 1, 2, 3)),
   "PCI:1,3+AMD": DevSpec("AMD", "PCI", (1, 3)),
   "NVK+NV": DevSpec("NV", "NVK"),
@@ -28,7 +29,7 @@ def test_good(text):
 @pytest.mark.parametrize("text,words", [
   ("", "empty"), ("+AMD", "nothing before"), ("FOO+AMD", "unknown interface"), ("PCI+INTEL", "unknown vendor"),
   ("PCI:3-1+AMD", "backwards"), ("PCI:a+AMD", "bad device index"), ("PCI:1,1+AMD", "repeated"),
-  ("AMD::gfx9000", "unknown arch"), ("AMD:FOO", "unknown renderer"), ("MOCKPCI+AMD::gfx942", "emulated"),
+  ("AMD::gfx9000", "unknown arch"), ("AMD:FOO", "unknown renderer"), ("MOCKKFD+AMD::gfx942", "emulated"),
   ("NVK+AMD", "unknown interface"), ("AMD:LLVM:gfx1100:x", "too many"),
 ])
 def test_bad(text, words):
@@ -38,3 +39,8 @@ def test_bad(text, words):
 
 def test_emulated_flag():
   assert parse_dev("MOCKPCI+AMD").emulated and not parse_dev("PCI+AMD").emulated and not parse_dev("AMD").emulated
+
+
+def test_an_in_progress_board_is_named_as_such():
+  with pytest.raises(DeviceSpecError, match=r"models gfx1100, gfx1201 \(gfx942: in progress, with RAWGPU_AM_IN_PROGRESS=1\), not gfx1101"):
+    parse_dev("MOCKPCI+AMD::gfx1101")

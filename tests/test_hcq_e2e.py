@@ -9,7 +9,8 @@ from rawgpu.hcq.graph import Graph
 from rawgpu.hcq.patch import Var
 
 ARCHS = ["gfx1100", "gfx1201"]
-TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS]
+# MI300X (gfx942): AM's support is in progress (drivers/emu/amd/MI300.md): MOCKPCI only, opened with RAWGPU_AM_IN_PROGRESS=1
+TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS] + ["MOCKPCI+AMD::gfx942"]
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -19,9 +20,12 @@ def dev(request):
   if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
   os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
   from rawgpu.hcq.device import Device
+  mp = pytest.MonkeyPatch()
+  if request.param.endswith("gfx942"): mp.setenv("RAWGPU_AM_IN_PROGRESS", "1")
   d = Device(request.param)
   yield d
   d.close()
+  mp.undo()
 
 
 def prog(dev, name, kernel=None):
@@ -31,7 +35,7 @@ def prog(dev, name, kernel=None):
 def test_props(dev):
   p = dev.props
   assert p.vendor == "AMD" and p.iface in ("MOCKPCI", "MOCKKFD") and p.vram_size > 0 and p.compute_units > 0
-  assert p.ip_versions["gc"][0] == (11 if p.arch == "gfx1100" else 12)
+  assert p.ip_versions["gc"][0] == {"gfx1100": 11, "gfx1201": 12, "gfx942": 9}[p.arch]
 
 
 def test_signal_wait_from_host(dev):
@@ -289,6 +293,14 @@ def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   finally: d2.close()
 
 
+def recover(d):
+  """recover(), or on MI300 (gfx942) its refusal: SDMA 4.4.2 has no GRBM soft reset (amdgpu resets it through the SMU,
+  which AM does not do yet); the refusal is checked and the rest of the test skipped."""
+  if d.props.arch != "gfx942": return d.recover()
+  with pytest.raises(RawGPUError, match="SDMA 4.4.2 engine 0 has no GRBM soft reset; .*SMU.*open it again"): d.recover()
+  pytest.skip("MI300 in-place recovery needs the SMU's SDMA engine reset, not written yet (drivers/emu/amd/MI300.md)")
+
+
 def test_page_fault_then_in_place_recovery(spare_dev):
   from rawgpu.errors import DeviceFault
   d = spare_dev
@@ -296,7 +308,7 @@ def test_page_fault_then_in_place_recovery(spare_dev):
   with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000 \\(write, client TCP, .*client id 8"):   # a wave's store
     prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   with pytest.raises(DeviceFault, match="faulted earlier"): d.synchronize()
-  d.recover()
+  recover(d)
   buf = d.alloc(64)
   for v in (4, 9):
     prog(d, "fill")(buf, v, 16, local_size=16, wait=True)
@@ -315,7 +327,7 @@ def test_one_faulting_store_is_one_fault_interrupt(spare_dev):
   faults, posted = hub.faults, ih.posted
   with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000"): prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   assert (hub.faults - faults, ih.posted - posted) == (1, 1)
-  d.recover()
+  recover(d)
 
 
 def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare_dev):
@@ -336,7 +348,7 @@ def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare
     v = d.next_timeline("compute")
     d.compute_queue().exec(p, kernargs, (1, 1, 1), (16, 1, 1)).signal(d.timeline, d.timeline_gpu(v)).submit(d)
     with pytest.raises(DeviceFault, match="page fault at VA " + where): d.wait_timeline(v, timeout_ms=5000)
-    d.recover()
+    recover(d)
   fill(buf, 6, 16, local_size=16, wait=True)
   assert list(buf.numpy(np.uint32)) == [6] * 16
 
@@ -350,8 +362,10 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   y = d.alloc(1 << 16)
   v = d.next_timeline("sdma")
   d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
-  with pytest.raises(DeviceFault, match="page fault at VA 0x7f3000000000 \\(read, client SDMA0, .*client id 13"): d.wait_timeline(v, timeout_ms=5000)
-  d.recover()
+  # MI300's engines reach memory through their AID's MM hub, whose client ids amdgpu does not name (mmhub_v1_8.c)
+  who = "hub MM, client id" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
+  with pytest.raises(DeviceFault, match=f"page fault at VA 0x7f3000000000 \\(read, .*{who}"): d.wait_timeline(v, timeout_ms=5000)
+  recover(d)
   data = np.arange(4096, dtype=np.uint32)
   assert np.array_equal(y.copyin(data).numpy(np.uint32)[:4096], data)   # through the copy engine, both ways
   prog(d, "fill")(y, 3, 16, local_size=16, wait=True)
@@ -402,7 +416,7 @@ def test_shader_trap_is_a_device_fault_naming_the_pc(spare_dev, tmp_path):
   from rawgpu.kernels.build import ASM_FLAGS
   if not (shutil.which("llvm-mc-19") and shutil.which("ld.lld-19")): pytest.skip("llvm-mc-19 / ld.lld-19 not installed (apt-get install llvm-19 lld-19)")
   d, arch = spare_dev, spare_dev.props.arch
-  src = (kernels.KERNELS_DIR / f"empty.{'gfx11' if arch.startswith('gfx11') else 'gfx12'}.s").read_text()
+  src = (kernels.KERNELS_DIR / f"empty.{'gfx9' if arch.startswith('gfx9') else 'gfx11' if arch.startswith('gfx11') else 'gfx12'}.s").read_text()
   (tmp_path / "trap.s").write_text(src.replace("  s_endpgm\n", "  s_trap 2\n  s_endpgm\n", 1))
   subprocess.run(["llvm-mc-19", *ASM_FLAGS, f"-mcpu={arch}", str(tmp_path / "trap.s"), "-o", str(tmp_path / "trap.o")], check=True)
   subprocess.run(["ld.lld-19", "-shared", str(tmp_path / "trap.o"), "-o", str(tmp_path / "trap.hsaco")], check=True)
@@ -711,5 +725,6 @@ def test_mapping_needs_both_devices_on_one_interface(dev):
   """A buffer of a MOCKPCI board cannot be mapped into a MOCKKFD device (nor the other way): a clear error."""
   from rawgpu.hcq.device import Device
   other_iface = "MOCKKFD" if dev.props.iface == "MOCKPCI" else "MOCKPCI"
+  if dev.props.arch == "gfx942": pytest.skip("MOCKKFD has no MI300 (gfx942) board yet (drivers/emu/amd/MI300.md)")
   with Device(f"{other_iface}+AMD::{dev.props.arch}") as other:
     with pytest.raises(RawGPUError, match="peer mappings need both devices on the same interface"): dev.map(other.alloc(4096))

@@ -49,8 +49,10 @@ class AMDevice:
     p = self.pci
     in_progress = p.vendor == AMD_VENDOR and p.device in IN_PROGRESS and os.environ.get("RAWGPU_AM_IN_PROGRESS") == "1"
     if not in_progress and (p.vendor != AMD_VENDOR or p.device not in BOARDS):
+      later = (f"; AM's {IN_PROGRESS[p.device].name} support is being written: RAWGPU_AM_IN_PROGRESS=1 opens it as far as it goes"
+               if p.vendor == AMD_VENDOR and p.device in IN_PROGRESS else "")
       raise DeviceNotFound(f"{self.bus}: PCI {p.vendor:04x}:{p.device:04x} is not a board AM supports "
-                           f"(supported: {', '.join(f'{d:04x} {b.name}' for d, b in BOARDS.items())}); use KFD+AMD instead")
+                           f"(supported: {', '.join(f'{d:04x} {b.name}' for d, b in BOARDS.items())}){later}; use KFD+AMD instead")
     self.board = IN_PROGRESS[p.device] if in_progress else BOARDS[p.device]
     if p.info.driver is not None and not probe:
       raise DeviceBusy(f"{self.bus} is bound to the kernel driver {p.info.driver}; unbind it first "
@@ -124,6 +126,7 @@ class AMDevice:
     if not self.psp.sos_alive():
       raise DeviceTimeout(f"{self.bus}: the PSP's secure OS is not running (MP0 C2PMSG_81 is 0); on MI300 the IFWI starts it: "
                           "power-cycle the board")
+    self.vram(self.pt.root, mm.PAGE)[:] = bytes(mm.PAGE)   # a fresh VA space
     self.fw = self.step("firmware", lambda: firmware.load(self.ips, self.system))
     self.step("soc", self.soc.init_hw)
     self.step("psp: ring", self.psp.ring_create)

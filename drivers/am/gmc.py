@@ -10,8 +10,9 @@ from rawgpu.drivers.am.block import Block
 from rawgpu.errors import DeviceFault
 
 HUBS = {"GC": "gc", "MM": "mmhub"}     # register prefix -> register table
-# GC-hub UTCL2 clients by GCVM_L2_PROTECTION_FAULT_STATUS.CID, as amdgpu names them (gfxhub_v3_0.c, gfxhub_v12_0.c)
-GC_CLIENTS = {11: ("CB/DB", "Reserved", "GE1", "GE2", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)", "SQC (data)", "SQG",
+# GC-hub UTCL2 clients by the L2 protection fault status' CID, as amdgpu names them (gmc_v9_0.c, gfxhub_v3_0.c, gfxhub_v12_0.c)
+GC_CLIENTS = {9: ("CB", "DB", "IA", "WD", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)", "SQC (data)", "SQG", "PA"),   # gmc_v9_0.c
+              11: ("CB/DB", "Reserved", "GE1", "GE2", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)", "SQC (data)", "SQG",
                    "Reserved", "SDMA0", "SDMA1", "GCR", "SDMA2", "SDMA3"),
               12: ("CB", "DB", "GE1", "GE2", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)", "SQC (data)", "SQG/PC/SC",
                    "Reserved", "SDMA0", "SDMA1", "GCR", "Reserved", "Reserved", "WGS", "DSM", "PA")}

@@ -39,6 +39,7 @@ class IH(Block):
     cntl.write(cntl.reg.modify(0, MC_SPACE=4, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=1, RB_SIZE=(RING_SIZE // 4).bit_length() - 1,
                                WPTR_WRITEBACK_ENABLE=1, MC_SNOOP=1, MC_RO=0, MC_VMID=0, RPTR_REARM=0))
     wb = d.gmc.mc(self.wptr_wb)
+    d.vram(self.wptr_wb, 4)[:] = bytes(4)   # a board not reset since its last owner keeps that owner's write pointer here
     r("regIH_RB_WPTR_ADDR_LO").write(wb & 0xffffffff)
     r("regIH_RB_WPTR_ADDR_HI").write((wb >> 32) & 0xffff)
     r("regIH_RB_WPTR").write(0)

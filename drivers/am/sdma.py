@@ -94,12 +94,15 @@ class SDMA(Block):
     halt the engine, pulse its GRBM soft reset, then empty the ring and pointers and program it afresh (the queued
     work is dropped)."""
     e, r, has = q.engine, lambda n: self.r(q.engine, n), self.dev.regs.has
+    grbm = self.reg("gc", "regGRBM_SOFT_RESET")
+    if f"SOFT_RESET_SDMA{e}" not in grbm.reg.fields:   # SDMA 4.4.2 (MI300): sdma_v4_4_2_soft_reset is a todo in Linux 6.12
+      raise RawGPUError(f"{self.dev.bus}: SDMA {'.'.join(map(str, self.dev.ips['sdma']))} engine {e} has no GRBM soft reset; "
+                        "amdgpu resets these engines through the SMU, which AM does not do yet: close the device and open it again")
     r("regSDMA0_QUEUE0_RB_CNTL").update(RB_ENABLE=0)
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
     if "FREEZE" in r("regSDMA0_FREEZE").reg.fields: r("regSDMA0_FREEZE").update(FREEZE=1)   # SDMA 6 only (7 leaves it)
     self.halt(e, True, reset=True)
     if has("gc", "regSDMA0_QUEUE0_PREEMPT"): r("regSDMA0_QUEUE0_PREEMPT").write(0)
-    grbm = self.reg("gc", "regGRBM_SOFT_RESET")
     grbm.write(grbm.reg.encode(**{f"SOFT_RESET_SDMA{e}": 1}))
     grbm.read()                      # the read back lets the write land before the reset is released
     grbm.write(0)

@@ -215,7 +215,7 @@ class Hub:
     self.faults += 1
     vals = self.b.regs.vals
     if vals.get(self.a_st, 0) == 0:
-      vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=getattr(_client, "cid", CID_CPC) if self.name == "gc" else 0x2,
+      vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=getattr(_client, "cid", CID_CPC) if self.name.startswith("gc") else 0x2,
                                        PERMISSION_FAULTS=int(kind in ("READ", "WRITE")), MAPPING_ERROR=int(kind in ("VALID", "PDE0")))
       vals[self.a_fa_lo], vals[self.a_fa_hi] = (va >> 12) & 0xffffffff, va >> 44
     else: vals[self.a_st] |= self.st.encode(MORE_FAULTS=1)
