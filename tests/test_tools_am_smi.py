@@ -180,3 +180,17 @@ def test_emulated_board_metrics_from_its_smu(firmware_dir):
   (board,) = _json.loads(out.stdout)
   assert board["source"] == "smu" and board["unavailable"] is None and board["owner_pids"]
   assert 0 < board["temp_edge"] < 120 and board["gfx_clock_mhz"] > 0 and board["vram_total"] == 512 << 20
+
+
+def test_emulated_mi300_metrics_from_its_smu(firmware_dir):
+  """DEV=MOCKPCI+AMD::gfx942: the SMU 13.0.6 metrics table (MetricsTableX_t, Q10 fixed point) read and rounded as
+  smu_v13_0_6_ppt.c does; MI300 has no edge temperature and no fan, shown as n/a rather than guessed."""
+  import json as _json, subprocess as _sp, sys as _sys, os as _os
+  env = {**_os.environ, "DEV": "MOCKPCI+AMD::gfx942", "RAWGPU_FIRMWARE_DIR": firmware_dir, "RAWGPU_AM_IN_PROGRESS": "1"}
+  out = _sp.run([_sys.executable, "-m", "rawgpu.tools.am_smi", "--list", "--json"], capture_output=True, text=True, env=env, timeout=120)
+  assert out.returncode == 0, out.stderr
+  (board,) = _json.loads(out.stdout)
+  assert board["source"] == "smu" and board["unavailable"] is None and board["name"] == "Instinct MI300X"
+  assert board["temp_edge"] is None and board["fan_rpm"] is None and board["fan_pct"] is None
+  assert 0 < board["temp_hotspot"] < 120 and 0 < board["temp_mem"] < 120 and 0 < board["power_w"] <= board["power_limit_w"] <= 750
+  assert 500 <= board["gfx_clock_mhz"] <= 2100 and board["mem_clock_mhz"] == 1300 and 0 <= board["gfx_activity"] <= 100

@@ -51,6 +51,7 @@ class SMUMetrics:
     try:
       if dev.regs.reg("gc", "regSCRATCH_REG7").read() != BOOT_MARKER and not dev.gfx.mec_running():
         return SMUReading(source="none", unavailable="metrics unavailable: the board was not booted by AM", time=time.time())
+      if dev.ips["mp1"] == (13, 0, 6): return _read_metrics_x(dev)
       mod = dev.smu.driver_if()
       dev.smu.send("PPSMC_MSG_TransferTableSmu2Dram", mod.TABLE_SMU_METRICS, timeout=0.5)
       m = mod.SmuMetrics_t.from_buffer_copy(bytes(dev.vram(dev.smu.driver_table, ctypes.sizeof(mod.SmuMetrics_t))))
@@ -63,3 +64,18 @@ class SMUMetrics:
         fan_rpm=int(m.AvgFanRpm), fan_pct=float(m.AvgFanPwm), vram_total=dev.vram_size, time=time.time())
     except RawGPUError as e: return SMUReading(source="none", unavailable=f"metrics unavailable: {e}", time=time.time())
     finally: dev.pci.close()
+
+
+def _read_metrics_x(dev) -> SMUReading:
+  """MI300 (SMU 13.0.6): GetMetricsTable fills MetricsTableX_t, Q10 fixed point, rounded as smu_v13_0_6_ppt.c's
+  SMUQ10_ROUND does. It has no edge temperature and no fan (hotspot is the socket's maximum, mem the HBM's)."""
+  from rawgpu.autogen.amd import smu_v13_0_6 as mod
+  dev.smu.send("PPSMC_MSG_GetMetricsTable", timeout=0.5)
+  m = mod.MetricsTableX_t.from_buffer_copy(bytes(dev.vram(dev.smu.driver_table, ctypes.sizeof(mod.MetricsTableX_t))))
+  q10 = lambda v: (v >> 10) + ((v & 0x3ff) >= 0x200)
+  return SMUReading(
+    gfx_activity=float(q10(m.SocketGfxBusy)), mem_activity=float(q10(m.DramBandwidthUtilization)),
+    temp_hotspot=float(q10(m.MaxSocketTemperature)), temp_mem=float(q10(m.MaxHbmTemperature)),
+    power_w=float(q10(m.SocketPower)), power_limit_w=float(q10(m.SocketPowerLimit)),
+    gfx_clock_mhz=float(q10(m.GfxclkFrequency[0])), mem_clock_mhz=float(q10(m.UclkFrequency)),
+    soc_clock_mhz=float(q10(m.SocclkFrequency[0])), vram_total=dev.vram_size, time=time.time())

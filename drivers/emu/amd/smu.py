@@ -93,9 +93,7 @@ class SMU:
     if n == "GetMetricsTable":
       if not self.driver_table: return REJECTED_PREREQ, None
       self.accumulated += 1
-      t = V13_6.MetricsTableX_t(AccumulationCounter=self.accumulated, SocketPowerLimit=self.ppt, MaxSocketPowerLimit=750,
-                                SocketPower=int(self.ppt * self.b.activity()))
-      try: self.b.gmc.phys(self.driver_table, ctypes.sizeof(t))[:] = bytes(t)
+      try: self.b.gmc.phys(self.driver_table, ctypes.sizeof(V13_6.MetricsTableX_t))[:] = self.metrics_x()
       except BusError: return FAILED, None
       return OK, None
     if n == "TestMessage": return OK, arg + 1
@@ -155,6 +153,20 @@ class SMU:
     for i, t in enumerate((38 + 40 * busy, 45 + 50 * busy, 0, 0, 50 + 30 * busy)):   # TEMP_EDGE, HOTSPOT, .., MEM (Q8.8? plain C)
       struct.pack_into("<H", out, m["Temperature"] + 2 * i, int(t))
     return bytes(out)
+
+  def metrics_x(self) -> bytes:
+    """MI300's MetricsTableX_t, following the emulated load. Its figures are Q10 fixed point (smu_v13_0_6_ppt.c reads
+    them through SMUQ10_ROUND): temperatures in C, power in W, clocks in MHz, busy figures in percent. The clock
+    ranges are MI300X's published ones (2100 MHz peak engine clock, 1300 MHz HBM3 memory clock); the rest is model."""
+    busy, q10 = self.b.activity(), lambda v: int(round(v * 1024))
+    gfx = q10(500 + 1600 * busy)
+    return bytes(V13_6.MetricsTableX_t(
+      AccumulationCounter=self.accumulated, Timestamp=self.accumulated * 1000,
+      MaxSocketTemperature=q10(40 + 45 * busy), MaxVrTemperature=q10(38 + 30 * busy), MaxHbmTemperature=q10(42 + 30 * busy),
+      SocketPowerLimit=q10(self.ppt), MaxSocketPowerLimit=q10(750), SocketPower=q10(140 + (self.ppt - 140) * busy),
+      SocketGfxBusy=q10(100 * busy), DramBandwidthUtilization=q10(60 * busy),
+      GfxclkFrequency=(ctypes.c_uint32 * 8)(*[gfx] * 8), MaxGfxclkFrequency=q10(2100), MinGfxclkFrequency=q10(500),
+      UclkFrequency=q10(1300), FclkFrequency=q10(2000), SocclkFrequency=(ctypes.c_uint32 * 4)(*[q10(1143)] * 4)))
 
   def preload(self) -> None:
     self.running = True
