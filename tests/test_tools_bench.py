@@ -178,6 +178,27 @@ def test_decode_sdma(tmp_path, capsys):
   assert len(capsys.readouterr().out.splitlines()) == 3
 
 
+def test_decode_follows_the_arch(tmp_path, capsys):
+  """An MI300 ring holds gfx9's PM4 forms (a 7-dword ACQUIRE_MEM, RELEASE_MEM's TC bits) and SDMA 4 packets:
+  --arch gfx942 decodes them so; read as gfx11's they come out wrong."""
+  pm4 = pytest.importorskip("rawgpu.hcq.amd.pm4", reason="the PM4 encoders/decoder (hcq/amd/pm4.py) are not in this build")
+  sdma = pytest.importorskip("rawgpu.hcq.amd.sdma", reason="the SDMA encoders/decoder (hcq/amd/sdma.py) are not in this build")
+  words = pm4.acquire_mem(gen=9) + pm4.release_mem(0x1000, 5, gen=9)
+  (tmp_path / "g9.txt").write_text(" ".join(f"{w:08x}" for w in words))
+  assert cli.main(["decode", "pm4", str(tmp_path / "g9.txt"), "--arch", "gfx942", "--json"]) == 0
+  got = json.loads(capsys.readouterr().out)
+  assert [(p["name"], p["fields"], p["error"]) for p in got] == [(p.name, p.fields, "") for p in pm4.decode_pm4(words, 9)]
+  assert got[0]["fields"]["tc_wb"] == 1 and got[1]["fields"]["tc_wb"] == 1
+  assert cli.main(["decode", "pm4", str(tmp_path / "g9.txt"), "--json"]) == 0
+  assert "too short" in json.loads(capsys.readouterr().out)[0]["error"]   # gfx11's ACQUIRE_MEM is 8 dwords
+  words = sdma.copy_linear(0x2000, 0x1000, 256, version=(4, 4)) + sdma.fence(0x3000, 5, version=(4, 4))
+  (tmp_path / "s4.txt").write_text(" ".join(f"{w:08x}" for w in words))
+  assert cli.main(["decode", "sdma", str(tmp_path / "s4.txt"), "--arch", "gfx942", "--json"]) == 0
+  assert [p["fields"] for p in json.loads(capsys.readouterr().out)] == [p.fields for p in sdma.decode_sdma(words, (4, 4))]
+  assert cli.main(["decode", "sdma", str(tmp_path / "s4.txt"), "--arch", "gfx90a"]) == 1
+  assert "unknown --arch 'gfx90a'; valid: gfx1100" in capsys.readouterr().err
+
+
 def test_cases_fail_and_skip_one_at_a_time(fake_benches):
   @benchmark("zz_cases")
   def cases(ctx):

@@ -43,6 +43,7 @@ reports print them); `-` reads stdin. isa takes an AMDGPU code object (.hsaco) o
 examples:
   rawgpu decode pm4 ring.bin
   rawgpu decode sdma dump.txt --json
+  rawgpu decode pm4 ring.txt --arch gfx942     MI300 rings: gfx9 PM4 forms (sdma: SDMA 4.4 layouts)
   rawgpu decode isa kernels/gfx1100/vadd.hsaco
   rawgpu decode isa code.bin --arch gfx1201
   rawgpu decode isa kernels/gfx942/reduce.hsaco      CDNA3 code objects too
@@ -105,6 +106,19 @@ def _isa(data: bytes, arch: str | None) -> list[dict]:
   return [{"kernel": None, "offset": i.addr, "text": disasm(arch, i, w64)} for i in decode_all(arch, data)]
 
 
+# the SDMA IP each target family carries (SDMA 4.4.2 on MI300, 6.0 on RDNA3, 7.0 on RDNA4): packet layouts differ before 5
+SDMA_OF_FAMILY = {9: (4, 4), 11: (6, 0), 12: (7, 0)}
+
+
+def _stream_version(stream: str, arch: str | None):
+  """The PM4 generation or SDMA version the stream's packets follow: from --arch, else RDNA3's."""
+  if arch is None: return 11 if stream == "pm4" else SDMA_OF_FAMILY[11]
+  from rawgpu.drivers.devspec import ARCHS
+  if arch not in ARCHS["AMD"]: raise RawGPUError(f"unknown --arch {arch!r}; valid: {', '.join(ARCHS['AMD'])}")
+  family = int(arch[3:-2])
+  return family if stream == "pm4" else SDMA_OF_FAMILY[family]
+
+
 def cmd_decode(args) -> int:
   data = _read_input(args.file)
   try:
@@ -127,7 +141,7 @@ def cmd_decode(args) -> int:
         kernel = r["kernel"]
         print(f"  {r['offset']:06x}  {r['text']}")
     return 0
-  packets = dec(_words(data))
+  packets = dec(_words(data), _stream_version(args.stream, args.arch))
   if args.json:
     import dataclasses
     print(json.dumps([dataclasses.asdict(p) for p in packets], indent=2, default=str))
@@ -164,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
                      description="Print command packets or instructions one per line.")
   c.add_argument("stream", choices=["pm4", "sdma", "isa"], help="what the input holds")
   c.add_argument("file", help="input file (- for stdin)")
-  c.add_argument("--arch", help="isa: the target (gfx1100, gfx1201, ...); needed for raw bytes")
+  c.add_argument("--arch", help="the target (gfx1100, gfx1201, gfx942): pm4/sdma packets follow its forms (default "
+                 "gfx11's: PM4 gfx11, SDMA 6); isa: needed for raw bytes")
   c.add_argument("--json", action="store_true", help="print JSON")
   c.set_defaults(fn=cmd_decode)
   return p
