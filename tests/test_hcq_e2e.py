@@ -297,7 +297,11 @@ def recover(d):
   """recover(), or on MI300 (gfx942) its refusal: SDMA 4.4.2 has no GRBM soft reset (amdgpu resets it through the SMU,
   which AM does not do yet); the refusal is checked and the rest of the test skipped."""
   if d.props.arch != "gfx942": return d.recover()
+  hw = d.ring("compute").hw
+  state = lambda: (hw.ring.cpu.readbytes(0, hw.ring.size), int(hw.write_ptr[0]))
+  before = state()
   with pytest.raises(RawGPUError, match="SDMA 4.4.2 engine 0 has no GRBM soft reset; .*SMU.*open it again"): d.recover()
+  assert state() == before and d.faulted   # refused before any ring was touched
   pytest.skip("MI300 in-place recovery needs the SMU's SDMA engine reset, not written yet (drivers/emu/amd/MI300.md)")
 
 
@@ -305,6 +309,7 @@ def test_page_fault_then_in_place_recovery(spare_dev):
   from rawgpu.errors import DeviceFault
   d = spare_dev
   if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  d.ring("compute")   # created before the copy ring: recover() meets it first (a refusal must still come before any reset)
   with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000 \\(write, client TCP, .*client id 8"):   # a wave's store
     prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   with pytest.raises(DeviceFault, match="faulted earlier"): d.synchronize()

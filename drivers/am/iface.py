@@ -114,6 +114,9 @@ class AMIface(PeerMaps):
     q = next((q for h, q in self.rings if h is hw), None)
     if q is None: raise RawGPUError(f"{self.dev.bus}: ring {hw.name or hw.kind} is not one of this device's")
     d = self.dev
+    # every ring restarts after a fault: refuse before touching any if one of them cannot
+    for why in (d.sdma.reset_refusal(sq.engine) for h, sq in self.rings if h.kind == "sdma"):
+      if why is not None: raise RawGPUError(why)
     if hw.kind == "sdma": return d.sdma.reset_queue(q)
     d.gfx.stop_hqd(q)   # the CP must be off the queue before its ring and pointers change under it
     for paddr, sz in ((q.ring, q.size), (q.ptrs, mm.PAGE)): d.vram(paddr, sz)[:] = bytes(sz)

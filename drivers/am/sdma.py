@@ -89,15 +89,20 @@ class SDMA(Block):
     cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)
 
+  def reset_refusal(self, e: int) -> str | None:
+    """Why engine e cannot be reset in place, or None. SDMA 4.4.2 (MI300) has no GRBM soft reset bit: Linux 6.12's
+    sdma_v4_4_2_soft_reset is a todo, later kernels ask the SMU."""
+    if f"SOFT_RESET_SDMA{e}" in self.reg("gc", "regGRBM_SOFT_RESET").reg.fields: return None
+    return (f"{self.dev.bus}: SDMA {'.'.join(map(str, self.dev.ips['sdma']))} engine {e} has no GRBM soft reset; amdgpu resets "
+            "these engines through the SMU, which AM does not do yet: close the device and open it again")
+
   def reset_queue(self, q: SDMAQueue) -> None:
     """Restart a ring's engine after a fault the way sdma_v6_0/v7_0_soft_reset do: stop the ring, freeze (SDMA 6) and
     halt the engine, pulse its GRBM soft reset, then empty the ring and pointers and program it afresh (the queued
     work is dropped)."""
     e, r, has = q.engine, lambda n: self.r(q.engine, n), self.dev.regs.has
+    if (why := self.reset_refusal(e)) is not None: raise RawGPUError(why)
     grbm = self.reg("gc", "regGRBM_SOFT_RESET")
-    if f"SOFT_RESET_SDMA{e}" not in grbm.reg.fields:   # SDMA 4.4.2 (MI300): sdma_v4_4_2_soft_reset is a todo in Linux 6.12
-      raise RawGPUError(f"{self.dev.bus}: SDMA {'.'.join(map(str, self.dev.ips['sdma']))} engine {e} has no GRBM soft reset; "
-                        "amdgpu resets these engines through the SMU, which AM does not do yet: close the device and open it again")
     r("regSDMA0_QUEUE0_RB_CNTL").update(RB_ENABLE=0)
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
     if "FREEZE" in r("regSDMA0_FREEZE").reg.fields: r("regSDMA0_FREEZE").update(FREEZE=1)   # SDMA 6 only (7 leaves it)
