@@ -24,6 +24,9 @@ class ComputeQueue:
   eop: int
   mqd: int
   doorbell: int       # dword index in the doorbell BAR
+  # (ring, rptr report, wptr poll, eop) GPU addresses and the EOP size when they are not AM's own buffers (MOCKKFD's
+  # kernel runs user queues from process VAs)
+  user: tuple[int, int, int, int, int] | None = None
 
 
 class GFX(Block):
@@ -115,20 +118,18 @@ class GFX(Block):
     m.compute_static_thread_mgmt_se0 = m.compute_static_thread_mgmt_se1 = 0xffffffff
     m.compute_static_thread_mgmt_se2 = m.compute_static_thread_mgmt_se3 = 0xffffffff
     if not self.gc9: m.compute_misc_reserved = 7
-    eop = mc(q.eop) >> 8
-    m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = eop & 0xffffffff, eop >> 32
     hpd = F.GFX9_MEC_HPD_SIZE if self.gc9 else F.GFX11_MEC_HPD_SIZE
-    m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(hpd // 4).bit_length() - 2)
+    ring, rptr, poll, eop, eop_size = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100), mc(q.eop), hpd)
+    m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = (eop >> 8) & 0xffffffff, eop >> 40
+    m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(eop_size // 4).bit_length() - 2)
     m.cp_mqd_base_addr_lo, m.cp_mqd_base_addr_hi = mc(q.mqd) & 0xfffffffc, mc(q.mqd) >> 32
     m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0)
-    base = mc(q.ring) >> 8
-    m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = base & 0xffffffff, base >> 32
+    m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = (ring >> 8) & 0xffffffff, ring >> 40
     # gfx9 (gfx_v9_4_3_xcc_mqd_init): ordered dispatch, no TUNNEL_DISPATCH field
     order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)
     m.cp_hqd_pq_control = gc("regCP_HQD_PQ_CONTROL").encode(QUEUE_SIZE=(q.size // 4).bit_length() - 2,
       RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, PRIV_STATE=1, KMD_QUEUE=1, **order)
-    m.cp_hqd_pq_rptr_report_addr_lo, m.cp_hqd_pq_rptr_report_addr_hi = mc(q.ptrs) & 0xfffffffc, (mc(q.ptrs) >> 32) & 0xffff
-    poll = mc(q.ptrs + 0x100)
+    m.cp_hqd_pq_rptr_report_addr_lo, m.cp_hqd_pq_rptr_report_addr_hi = rptr & 0xfffffffc, (rptr >> 32) & 0xffff
     m.cp_hqd_pq_wptr_poll_addr_lo, m.cp_hqd_pq_wptr_poll_addr_hi = poll & 0xfffffffc, (poll >> 32) & 0xffff
     m.cp_hqd_pq_doorbell_control = gc("regCP_HQD_PQ_DOORBELL_CONTROL").encode(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1)
     m.cp_hqd_vmid = 0

@@ -16,6 +16,7 @@ class SDMAQueue:
   size: int
   ptrs: int          # rptr writeback at +0, wptr poll at +0x100
   doorbell: int      # dword index
+  user: tuple[int, int, int] | None = None   # (ring, rptr, wptr) GPU addresses when not AM's own (MOCKKFD's user queues)
 
 
 class SDMA(Block):
@@ -50,32 +51,37 @@ class SDMA(Block):
     if not free: raise RawGPUError(f"{self.dev.bus}: all {self.engines} SDMA engines already have a ring")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"SDMA ring size {size:#x} must be a power of two >= 4 KiB")
     d, e = self.dev, free[0]
-    first = F.AMDGPU_DOORBELL_LAYOUT1_sDMA_ENGINE_START if self.v4 else F.AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0
-    # engine e's doorbell: sdma_engine[e] = first + e * (sdma_doorbell_range >> 1) 64-bit doorbells (soc21.c, aqua_vanjaram.c)
-    q = SDMAQueue(e, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), (first << 1) + e * F.SDMA_DOORBELL_RANGE)
+    q = SDMAQueue(e, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), self.doorbell(e))
     d.vram(q.ring, size)[:] = bytes(size)
     d.vram(q.ptrs, 0x1000)[:] = bytes(0x1000)
     self.queues[e] = q
     self.program(q)
     return q
 
+  def doorbell(self, e: int) -> int:
+    """Engine e's doorbell (dword index): sdma_engine[e] = first + e * (sdma_doorbell_range >> 1) 64-bit doorbells
+    (soc21.c, aqua_vanjaram.c)."""
+    first = F.AMDGPU_DOORBELL_LAYOUT1_sDMA_ENGINE_START if self.v4 else F.AMDGPU_NAVI10_DOORBELL_sDMA_ENGINE0
+    return (first << 1) + e * F.SDMA_DOORBELL_RANGE
+
   def program(self, q: SDMAQueue) -> None:
     e, mc, r = q.engine, self.dev.gmc.mc, lambda n: self.r(q.engine, n)
+    ring, rptr, wptr = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100))
     if self.dev.regs.has("gc", "regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL"): r("regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL").write(0)
     cntl = r("regSDMA0_QUEUE0_RB_CNTL")
     v = cntl.reg.modify(cntl.read(), RB_ENABLE=0, RB_SIZE=(q.size // 4).bit_length() - 1, RB_PRIV=1)
     cntl.write(v)
     for n in ("RB_RPTR", "RB_RPTR_HI", "RB_WPTR", "RB_WPTR_HI"): r(f"regSDMA0_QUEUE0_{n}").write(0)
-    r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_LO").write(mc(q.ptrs + 0x100) & 0xffffffff)
-    r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_HI").write(mc(q.ptrs + 0x100) >> 32)
-    r("regSDMA0_QUEUE0_RB_RPTR_ADDR_HI").write(mc(q.ptrs) >> 32)
-    r("regSDMA0_QUEUE0_RB_RPTR_ADDR_LO").write(mc(q.ptrs) & 0xfffffffc)
+    r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_LO").write(wptr & 0xffffffff)
+    r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_HI").write(wptr >> 32)
+    r("regSDMA0_QUEUE0_RB_RPTR_ADDR_HI").write(rptr >> 32)
+    r("regSDMA0_QUEUE0_RB_RPTR_ADDR_LO").write(rptr & 0xfffffffc)
     if self.v4: v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1)   # SDMA 4 keeps its write-pointer polling in RB_WPTR_POLL_CNTL
     else:
       poll = "F32_WPTR_POLL_ENABLE" if "F32_WPTR_POLL_ENABLE" in cntl.reg.fields else "MCU_WPTR_POLL_ENABLE"   # SDMA 7 renamed it
       v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, **{poll: 1})
-    r("regSDMA0_QUEUE0_RB_BASE").write((mc(q.ring) >> 8) & 0xffffffff)
-    r("regSDMA0_QUEUE0_RB_BASE_HI").write(mc(q.ring) >> 40)
+    r("regSDMA0_QUEUE0_RB_BASE").write((ring >> 8) & 0xffffffff)
+    r("regSDMA0_QUEUE0_RB_BASE_HI").write(ring >> 40)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(1)
     r("regSDMA0_QUEUE0_RB_WPTR").write(0)
     r("regSDMA0_QUEUE0_RB_WPTR_HI").write(0)

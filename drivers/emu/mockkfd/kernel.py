@@ -388,7 +388,7 @@ class Process:
         want = [a.sdma_engine_id] if a.queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID else range(g.sdma_engines)
         free = [e for e in want if e not in g.sdma_slots]
         if not free: raise fail(errno.ENOMEM, "no more SDMA queues")   # allocate_sdma_queue
-        hwq = hw.sdma_start(dev, free[0], g.sdma_engines, a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
+        hwq = hw.sdma_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
         slots = g.sdma_slots
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
