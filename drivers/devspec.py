@@ -11,7 +11,7 @@ RENDERERS = {"AMD": ("LLVM",), "NV": ("PTX", "NVRTC")}
 ARCHS = {"AMD": ("gfx1100", "gfx1101", "gfx1102", "gfx1200", "gfx1201", "gfx942"), "NV": ("sm_86", "sm_89", "sm_90")}
 EMULATED_ARCHS = ("gfx1100", "gfx1201")
 # boards MOCKPCI also emulates whose AM support is in progress (AM opens them with RAWGPU_AM_IN_PROGRESS=1)
-IN_PROGRESS_ARCHS = {"MOCKPCI": ("gfx942",)}
+IN_PROGRESS_ARCHS = {"MOCKPCI": ("gfx942",), "MOCKKFD": ("gfx942",)}
 
 
 @dataclass(frozen=True)

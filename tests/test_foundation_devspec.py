@@ -29,7 +29,7 @@ def test_good(text):
 @pytest.mark.parametrize("text,words", [
   ("", "empty"), ("+AMD", "nothing before"), ("FOO+AMD", "unknown interface"), ("PCI+INTEL", "unknown vendor"),
   ("PCI:3-1+AMD", "backwards"), ("PCI:a+AMD", "bad device index"), ("PCI:1,1+AMD", "repeated"),
-  ("AMD::gfx9000", "unknown arch"), ("AMD:FOO", "unknown renderer"), ("MOCKKFD+AMD::gfx942", "emulated"),
+  ("AMD::gfx9000", "unknown arch"), ("AMD:FOO", "unknown renderer"), ("MOCKUSB+AMD::gfx942", "emulated"),
   ("NVK+AMD", "unknown interface"), ("AMD:LLVM:gfx1100:x", "too many"),
 ])
 def test_bad(text, words):

@@ -9,8 +9,8 @@ from rawgpu.hcq.graph import Graph
 from rawgpu.hcq.patch import Var
 
 ARCHS = ["gfx1100", "gfx1201"]
-# MI300X (gfx942): AM's support is in progress (drivers/emu/amd/MI300.md): MOCKPCI only, opened with RAWGPU_AM_IN_PROGRESS=1
-TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS] + ["MOCKPCI+AMD::gfx942"]
+# MI300X (gfx942): AM's support is in progress (drivers/emu/amd/MI300.md), opened with RAWGPU_AM_IN_PROGRESS=1
+TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS + ["gfx942"]]
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -36,6 +36,10 @@ def test_props(dev):
   p = dev.props
   assert p.vendor == "AMD" and p.iface in ("MOCKPCI", "MOCKKFD") and p.vram_size > 0 and p.compute_units > 0
   assert p.ip_versions["gc"][0] == {"gfx1100": 11, "gfx1201": 12, "gfx942": 9}[p.arch]
+  if p.iface == "MOCKKFD":   # the node as amdkfd publishes it: gfx_target_version (kfd_device.c), SIMDs per CU, wave size
+    node = dev.iface.node.props
+    want = {"gfx1100": (110000, 2, 32), "gfx1201": (120001, 2, 32), "gfx942": (90402, 4, 64)}[p.arch]
+    assert (node["gfx_target_version"], node["simd_per_cu"], node["wave_front_size"], node["num_xcc"]) == (*want, 1)
 
 
 def test_signal_wait_from_host(dev):
@@ -730,6 +734,5 @@ def test_mapping_needs_both_devices_on_one_interface(dev):
   """A buffer of a MOCKPCI board cannot be mapped into a MOCKKFD device (nor the other way): a clear error."""
   from rawgpu.hcq.device import Device
   other_iface = "MOCKKFD" if dev.props.iface == "MOCKPCI" else "MOCKPCI"
-  if dev.props.arch == "gfx942": pytest.skip("MOCKKFD has no MI300 (gfx942) board yet (drivers/emu/amd/MI300.md)")
   with Device(f"{other_iface}+AMD::{dev.props.arch}") as other:
     with pytest.raises(RawGPUError, match="peer mappings need both devices on the same interface"): dev.map(other.alloc(4096))

@@ -161,6 +161,13 @@ def test_unsupported_gpu(machine):
   assert "AMDKFD_IOC_ACQUIRE_VM" not in fake.calls
 
 
+def test_mi300_in_a_multi_xcc_partition_is_refused(machine):
+  """gfx942 nodes are driven one XCC per node (CPX); an SPX node (8 XCCs behind one queue) is a clear refusal."""
+  s, fake = machine(gpus=[(GPU_ID, gpu_props(gfxv=90402, num_xcc=8, wave_front_size=64, simd_per_cu=4))])
+  with pytest.raises(DeviceNotFound, match="gfx942.*partition of 8 XCCs.*CPX"): KFDIface(0, s)
+  assert "AMDKFD_IOC_ACQUIRE_VM" not in fake.calls
+
+
 def test_no_gpu(machine):
   s, _ = machine(gpus=[])
   with pytest.raises(DeviceNotFound, match="lists no GPU"): KFDIface(0, s)

@@ -16,6 +16,7 @@ from rawgpu.errors import DeviceFault, DeviceNotFound, IoctlError, PermissionPro
 
 KFD_PATH = "/dev/kfd"
 SUPPORTED_GFX = (11, 12)             # hcq's PM4/SDMA encoders cover RDNA3 and RDNA4
+SUPPORTED_GFX9 = (90402,)            # and CDNA3's gfx942 (MI300: gfx9 PM4 forms, SDMA 4.4)
 MIN_MINOR = 6                        # ACQUIRE_VM, ALLOC_MEMORY_OF_GPU and event data as used here
 RUNTIME_ENABLE_MINOR = 13            # 1.13 added the debugger API and RUNTIME_ENABLE
 DOORBELL_SLICE = 2 * PAGE            # SOC15: a process's doorbell frame is two pages
@@ -95,8 +96,12 @@ class KFDIface(PeerMaps):
     if not nodes: raise DeviceNotFound("the KFD topology lists no GPU: amdgpu found no ROCm-capable GPU")
     if index >= len(nodes): raise DeviceNotFound(f"KFD device index {index} asked for, but only {len(nodes)} GPU node(s) found")
     self.node = n = nodes[index]
-    if n.gfx_target_version // 10000 not in SUPPORTED_GFX:
-      raise DeviceNotFound(f"KFD node {n.index} ({n.pci_bus}) is {n.arch}: unsupported GPU (rawgpu runs gfx11 and gfx12 parts: RDNA3, RDNA4)")
+    if n.gfx_target_version // 10000 not in SUPPORTED_GFX and n.gfx_target_version not in SUPPORTED_GFX9:
+      raise DeviceNotFound(f"KFD node {n.index} ({n.pci_bus}) is {n.arch}: unsupported GPU (rawgpu runs gfx11 and gfx12 parts, "
+                           "RDNA3 and RDNA4, and gfx942, MI300)")
+    if (xcc := n.props.get("num_xcc", 1)) > 1:   # SPX/DPX/QPX: the CP runs one queue on several XCCs
+      raise DeviceNotFound(f"KFD node {n.index} ({n.pci_bus}) is {n.arch} in a partition of {xcc} XCCs: rawgpu's PM4 queues run on "
+                           "one XCC so far; switch the GPU to CPX mode (amd-smi set --compute-partition CPX)")
     self.gpu_id = n.gpu_id
     versions, bases = topology.ip_discovery(sysm, n.render_minor)
     drm = self.proc.drm.get(self.gpu_id)

@@ -77,25 +77,32 @@ class GPU:
     cu = compute_units(gc)
     se, sa = gc.get("gc_num_se", 1), gc.get("gc_num_sa_per_se", gc.get("gc_num_sh_per_se", 1))
     ver = dev.ips["gc"]
-    self.gfxv = ver[0] * 10000 + ver[1] * 100 + ver[2]
-    self.props = {"cpu_cores_count": 0, "simd_count": cu * 2, "mem_banks_count": 1, "caches_count": 0, "io_links_count": 1,
-                  "max_waves_per_simd": 16, "lds_size_in_kb": 64, "gds_size_in_kb": 0, "num_gws": 64, "wave_front_size": gc.get("gc_wave_size", 32) or 32,
-                  "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": cu // max(1, se * sa), "simd_per_cu": 2,
+    # kfd_device.c: GC 9.4.3 with rev_id >= 1 is gfx942 (the emulated MI300X); elsewhere the version's digits
+    self.gfxv = 90402 if ver == (9, 4, 3) else ver[0] * 10000 + ver[1] * 100 + ver[2]
+    # a node is XCC 0's partition on MI300 (AM runs no multi-XCC partition); gfx9 CUs have 4 SIMDs, RDNA's 2
+    simds = 4 if ver[0] == 9 else 2
+    self.props = {"cpu_cores_count": 0, "simd_count": cu * simds, "mem_banks_count": 1, "caches_count": 0, "io_links_count": 1,
+                  "max_waves_per_simd": 16, "lds_size_in_kb": 64, "gds_size_in_kb": 0, "num_gws": 64,
+                  "wave_front_size": 64 if ver[0] == 9 else gc.get("gc_wave_size", 32) or 32,
+                  "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": cu // max(1, se * sa), "simd_per_cu": simds,
                   "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
                   "location_id": self._location(dev.bus), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
                   "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": 1,
                   "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": dev.vram_size, "num_xcc": 1, "gpu_id": self.gpu_id}
-    s = queue_sizes(self.gfxv, cu * 2, 2, se * sa, sa)
+    s = queue_sizes(self.gfxv, cu * simds, simds, se * sa, sa)
     self.sizes = s
     self.props["cwsr_size"], self.props["ctl_stack_size"] = s.cwsr, s.ctl_stack
     self.fault_interrupts(True)
 
   def fault_interrupts(self, on: bool) -> None:
     """What gfxhub/mmhub setup_vmid_config does for user VMIDs: every protection fault interrupts (VMID 0 here)."""
-    for ip, name in (("gc", "regGCVM_CONTEXT0_CNTL"), ("mmhub", "regMMVM_CONTEXT0_CNTL")):
-      r = self.dev.regs.reg(ip, name)
-      r.update(**{f: int(on) for k in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
-                  if (f := f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT") in r.reg.fields})
+    gmc = self.dev.gmc
+    for hub in ("GC", "MM"):
+      ip, p, insts = gmc.hubs(hub)
+      for inst in insts:
+        r = self.dev.regs.reg(ip, f"{p}VM_CONTEXT0_CNTL", inst)
+        r.update(**{f: int(on) for k in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
+                    if (f := f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT") in r.reg.fields})
 
   @staticmethod
   def _location(bus: str) -> int:
