@@ -6,6 +6,9 @@ side (drivers/emu/mockkfd/kernel.py) boots them with rawgpu's AM driver, as amdg
   from rawgpu.drivers.emu.mockkfd import mock_kfd
   system = mock_kfd("gfx1100", count=1)          # a System with /dev/kfd and sysfs mounted
   iface = KFDIface(0, system)
+
+gfx942 (the emulated MI300X, a node for XCC 0's partition) needs RAWGPU_AM_IN_PROGRESS=1: its kernel boots the board
+with AM, whose MI300 support is in progress (drivers/emu/amd/MI300.md).
 """
 from __future__ import annotations
 import threading
