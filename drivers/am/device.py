@@ -66,6 +66,7 @@ class AMDevice:
     self.disc = discovery.parse(self.read_vram(self.vram_size - F.DISCOVERY_TMR_OFFSET, F.DISCOVERY_TMR_SIZE))
     self.ips = self.disc.versions()
     self.ips["mp0"], self.ips["mp1"] = self.disc.find("mp0").version, self.disc.find("mp1").version
+    self.gc9 = self.ips["gc"][0] == 9   # MI300 (GC 9.4.3): SOC15 blocks, per-XCC/per-AID instances, its own boot
     if self.ips["gc"] not in SUPPORTED_GC and not in_progress:
       raise DeviceNotFound(f"{self.bus}: GC {'.'.join(map(str, self.ips['gc']))} ({self.board.chip}) is not supported by AM yet; "
                            "use KFD+AMD")
@@ -90,12 +91,12 @@ class AMDevice:
     self.visible = mm.RangeAllocator(self.boot_base, 0, f"{self.bus} CPU-visible VRAM")
     hidden = self.vram_size - RESERVED_TOP - visible_top
     self.hidden = mm.RangeAllocator(hidden, visible_top, f"{self.bus} VRAM beyond the BAR") if hidden > 0 and self.bar_size < self.vram_size else None
-    self.pt = mm.PageTables(self.vram, lambda: self.visible.alloc(mm.PAGE), self.visible.free, mm.PTEFlags(gfx12=self.ips["gc"][0] >= 12, gfx9=self.ips["gc"][0] == 9),
+    self.pt = mm.PageTables(self.vram, lambda: self.visible.alloc(mm.PAGE), self.visible.free, mm.PTEFlags(gfx12=self.ips["gc"][0] >= 12, gfx9=self.gc9),
                             root=self.boot_alloc(mm.PAGE))
 
   def boot(self, force_cold: bool = False) -> None:
     for b in self.blocks: b.init_sw()
-    if self.ips["gc"][0] == 9: return self._boot_gc9()
+    if self.gc9: return self._boot_gc9()
     marker = self.regs.reg("gc", "regSCRATCH_REG7").read()
     sos = self.psp.sos_alive()
     self.warm = not force_cold and marker == BOOT_MARKER and sos and not self.gfx.mec_running()
@@ -121,8 +122,8 @@ class AMDevice:
     keeps its boot-time TMR (SETUP_TMR without a buffer) and loads the P2S table, SDMA, MEC and RLC images; the SMU
     gets the driver table and enables its features; every XCC's gfxhub and every AID's mmhub get VMID 0 on mm's page
     tables (translating further); the IH ring (vega20_ih: the same registers as ih_v6) takes interrupts; every XCC's
-    MEC runs, each XCC a partition of its own, and compute queues run on XCC 0. SDMA 4.4.2 is not written yet: a copy
-    ring is refused with an error saying so (drivers/emu/amd/MI300.md)."""
+    MEC runs, each XCC a partition of its own, and compute queues run on XCC 0; SDMA 4.4.2 engines 0-1 take copy rings
+    as they are created. Not written: multi-XCC partitions and in-place recovery (drivers/emu/amd/MI300.md)."""
     if not self.psp.sos_alive():
       raise DeviceTimeout(f"{self.bus}: the PSP's secure OS is not running (MP0 C2PMSG_81 is 0); on MI300 the IFWI starts it: "
                           "power-cycle the board")
@@ -138,7 +139,7 @@ class AMDevice:
     self.step("ih", self.ih.init_hw)
     self.warm = False
     self.step("gfx", self.gfx.init_hw)
-    self.step("boot done (MI300: compute queues on XCC 0; no copy engine yet)", lambda: None)
+    self.step("boot done (MI300: compute queues on XCC 0)", lambda: None)
 
   def fini(self) -> None:
     for b in (self.gfx, self.sdma):

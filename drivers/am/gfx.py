@@ -41,12 +41,9 @@ class GFX(Block):
   def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0) -> None:
     self.gc("regGRBM_GFX_CNTL").write(MEID=me, PIPEID=pipe, QUEUEID=queue, VMID=vmid)
 
-  @property
-  def gc9(self) -> bool: return self.dev.ips["gc"][0] == 9
-
   def init_hw(self) -> None:
     d = self.dev
-    if self.gc9: return self._init_gc9()
+    if self.dev.gc9: return self._init_gc9()
     if not d.warm:
       d.step("gfx: rlc autoload", lambda: d.wait(lambda: self.gc("regCP_STAT").read() == 0 and
                                                  self.gc("regRLC_RLCS_BOOTLOAD_STATUS").fields()["BOOTLOAD_COMPLETE"] == 1,
@@ -84,7 +81,7 @@ class GFX(Block):
     for q in list(self.queues.values()): self.program_hqd(q)
 
   def mec_enable(self, on: bool) -> None:
-    if self.gc9:
+    if self.dev.gc9:
       for x in range(self.dev.disc.count("gc")): self.reg("gc", "regCP_MEC_CNTL", x).write(MEC_ME1_HALT=int(not on), MEC_ME2_HALT=int(not on))
       return
     kw = {"MEC_INVALIDATE_ICACHE": int(not on), "MEC_HALT": int(not on)}
@@ -92,7 +89,7 @@ class GFX(Block):
     self.gc("regCP_MEC_RS64_CNTL").update(**kw)
 
   def mec_running(self) -> bool:
-    if self.gc9: return self.gc("regCP_MEC_CNTL").fields()["MEC_ME1_HALT"] == 0
+    if self.dev.gc9: return self.gc("regCP_MEC_CNTL").fields()["MEC_ME1_HALT"] == 0
     return self.gc("regCP_MEC_RS64_CNTL").fields()["MEC_HALT"] == 0
 
   def new_queue(self, size: int) -> ComputeQueue:
@@ -100,40 +97,45 @@ class GFX(Block):
     if not free: raise RawGPUError(f"{self.dev.bus}: all {MAX_QUEUES} compute queues are in use")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"compute ring size {size:#x} must be a power of two >= 4 KiB")
     d, n = self.dev, free[0]
-    hpd, ring0 = (F.GFX9_MEC_HPD_SIZE, F.AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START) if self.gc9 else (F.GFX11_MEC_HPD_SIZE, F.AMDGPU_NAVI10_DOORBELL_MEC_RING0)
+    hpd = self.hpd_size()
     q = ComputeQueue(n, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), d.valloc_phys(hpd, align=0x1000),
-                     d.valloc_phys(MQD_SIZE), (ring0 + n) * 2)
+                     d.valloc_phys(MQD_SIZE), self.doorbell(n))
     for paddr, sz in ((q.ring, size), (q.ptrs, 0x1000), (q.eop, hpd), (q.mqd, MQD_SIZE)): d.vram(paddr, sz)[:] = bytes(sz)
     self.queues[n] = q
     self.program_hqd(q)
     return q
 
+  def hpd_size(self) -> int: return F.GFX9_MEC_HPD_SIZE if self.dev.gc9 else F.GFX11_MEC_HPD_SIZE   # a queue's EOP buffer
+
+  def doorbell(self, n: int) -> int:
+    """Queue n's doorbell (dword index): MEC ring n of XCC 0's layout-1 range on MI300, of NAVI10's layout elsewhere."""
+    return ((F.AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START if self.dev.gc9 else F.AMDGPU_NAVI10_DOORBELL_MEC_RING0) + n) * 2
+
   def build_mqd(self, q: ComputeQueue):
     """The memory queue descriptor as gfx_v11_0_compute_mqd_init / gfx_v12_0_compute_mqd_init fill it."""
     from rawgpu.autogen.amd import mqd_v9, mqd_v11, mqd_v12
     mc, gc = self.dev.gmc.mc, lambda n: self.dev.regs.reg("gc", n).reg
-    m = (mqd_v9.v9_mqd if self.gc9 else mqd_v12.v12_compute_mqd if self.dev.ips["gc"][0] >= 12 else mqd_v11.v11_compute_mqd)()
+    m = (mqd_v9.v9_mqd if self.dev.gc9 else mqd_v12.v12_compute_mqd if self.dev.ips["gc"][0] >= 12 else mqd_v11.v11_compute_mqd)()
     m.header = 0xC0310800
     m.compute_pipelinestat_enable = 1
     m.compute_static_thread_mgmt_se0 = m.compute_static_thread_mgmt_se1 = 0xffffffff
     m.compute_static_thread_mgmt_se2 = m.compute_static_thread_mgmt_se3 = 0xffffffff
-    if not self.gc9: m.compute_misc_reserved = 7
-    hpd = F.GFX9_MEC_HPD_SIZE if self.gc9 else F.GFX11_MEC_HPD_SIZE
-    ring, rptr, poll, eop, eop_size = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100), mc(q.eop), hpd)
+    if not self.dev.gc9: m.compute_misc_reserved = 7
+    ring, rptr, poll, eop, eop_size = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100), mc(q.eop), self.hpd_size())
     m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = (eop >> 8) & 0xffffffff, eop >> 40
     m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(eop_size // 4).bit_length() - 2)
     m.cp_mqd_base_addr_lo, m.cp_mqd_base_addr_hi = mc(q.mqd) & 0xfffffffc, mc(q.mqd) >> 32
     m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0)
     m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = (ring >> 8) & 0xffffffff, ring >> 40
     # gfx9 (gfx_v9_4_3_xcc_mqd_init): ordered dispatch, no TUNNEL_DISPATCH field
-    order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)
+    order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.dev.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)
     m.cp_hqd_pq_control = gc("regCP_HQD_PQ_CONTROL").encode(QUEUE_SIZE=(q.size // 4).bit_length() - 2,
       RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, PRIV_STATE=1, KMD_QUEUE=1, **order)
     m.cp_hqd_pq_rptr_report_addr_lo, m.cp_hqd_pq_rptr_report_addr_hi = rptr & 0xfffffffc, (rptr >> 32) & 0xffff
     m.cp_hqd_pq_wptr_poll_addr_lo, m.cp_hqd_pq_wptr_poll_addr_hi = poll & 0xfffffffc, (poll >> 32) & 0xffff
     m.cp_hqd_pq_doorbell_control = gc("regCP_HQD_PQ_DOORBELL_CONTROL").encode(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1)
     m.cp_hqd_vmid = 0
-    m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_SIZE=0x53 if self.gc9 else 0x55)
+    m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_SIZE=0x53 if self.dev.gc9 else 0x55)
     m.cp_hqd_ib_control = gc("regCP_HQD_IB_CONTROL").encode(MIN_IB_AVAIL_SIZE=3)
     m.cp_hqd_active = 1
     return m
@@ -163,7 +165,7 @@ class GFX(Block):
         d.wait(lambda: (gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
         gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
       for reg, fld in self.HQD_FROM_MQD: gc(reg).write(getattr(m, fld))
-      if self.gc9: gc("regCP_PQ_STATUS").update(DOORBELL_ENABLE=1)   # gfx_v9_4_3_xcc_kiq_init_register's last step
+      if self.dev.gc9: gc("regCP_PQ_STATUS").update(DOORBELL_ENABLE=1)   # gfx_v9_4_3_xcc_kiq_init_register's last step
     finally: self.grbm_select()
 
   def stop_hqd(self, q: ComputeQueue) -> None:

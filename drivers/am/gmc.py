@@ -24,7 +24,7 @@ class GMC(Block):
 
   def init_sw(self) -> None:
     d = self.dev
-    pfx = "reg" if d.ips["gc"][0] == 9 else "regMM"   # mmhub 1.8 (MI300) names them MC_VM_*, mmhub 3/4 MMMC_VM_*
+    pfx = "reg" if d.gc9 else "regMM"   # mmhub 1.8 (MI300) names them MC_VM_*, mmhub 3/4 MMMC_VM_*
     self.fb_base = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_BASE").read() & 0xffffff) << 24
     self.fb_top = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_TOP").read() & 0xffffff) << 24
     self.vram_base_offset = (self.reg("mmhub", f"{pfx}MC_VM_FB_OFFSET").read() & 0xffffff) << 24
@@ -34,14 +34,11 @@ class GMC(Block):
 
   def mc(self, paddr: int) -> int: return self.fb_base + paddr
 
-  @property
-  def gc9(self) -> bool: return self.dev.ips["gc"][0] == 9
-
   def hubs(self, hub: str) -> tuple[str, str, range]:
     """(register table, name prefix, instances) of a hub kind: gfx9 (MI300) has a gfxhub per XCC and an mmhub per AID,
     their registers named VM_*/MC_VM_*; gfx11/12 one of each, named GCVM_*/MMVM_*."""
     ip = HUBS[hub]
-    if not self.gc9: return ip, f"reg{hub}", range(1)
+    if not self.dev.gc9: return ip, f"reg{hub}", range(1)
     return ip, "reg", range(self.dev.disc.count("gc" if hub == "GC" else "mmhub"))
 
   def init_hw(self) -> None:
@@ -70,10 +67,10 @@ class GMC(Block):
                            IDENTITY_MODE_FRAGMENT_SIZE=0)
     r("VM_L2_CNTL2").update(INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1)
     # gfx9 translates further (gfxhub_v1_2/mmhub_v1_8 init_cache_regs: bank select 12, big-K fragments 9); no VM_L2_CNTL5
-    bank, bigk = (12, 9) if self.gc9 else (9, 6)
+    bank, bigk = (12, 9) if self.dev.gc9 else (9, 6)
     r("VM_L2_CNTL3").write(BANK_SELECT=bank, L2_CACHE_BIGK_FRAGMENT_SIZE=bigk, L2_CACHE_4K_ASSOCIATIVITY=1, L2_CACHE_BIGK_ASSOCIATIVITY=1)
     r("VM_L2_CNTL4").write(L2_CACHE_4K_PARTITION_COUNT=1)
-    if not self.gc9: r("VM_L2_CNTL5").write(WALKER_PRIORITY_CLIENT_ID=0x1ff)
+    if not self.dev.gc9: r("VM_L2_CNTL5").write(WALKER_PRIORITY_CLIENT_ID=0x1ff)
     # VMID 0: our 4-level tables over the process VA window, faults reported and redirected to the dummy page
     w64("VM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
     w64("VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
@@ -81,7 +78,7 @@ class GMC(Block):
     faults = {f"{x}_PROTECTION_FAULT_ENABLE_{k}": 1 for x in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
               for k in ("INTERRUPT", "DEFAULT")}
     # gfx9: the last of mm's four levels is walked as "translate further" below the hardware's three (block size 9)
-    depth, block = (mm.LEVELS - 2, 9) if self.gc9 else (mm.LEVELS - 1, 0)
+    depth, block = (mm.LEVELS - 2, 9) if self.dev.gc9 else (mm.LEVELS - 1, 0)
     r("VM_CONTEXT0_CNTL").write(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=depth, PAGE_TABLE_BLOCK_SIZE=block, **faults)
     # no identity aperture for context 1
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32", 0xf_ffff_ffff)
@@ -99,7 +96,7 @@ class GMC(Block):
       ip, p, insts = self.hubs(hub)
       for inst in insts:
         req = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_REQ", inst)
-        sem = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_SEM", inst) if hub == "MM" and not self.gc9 else None
+        sem = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_SEM", inst) if hub == "MM" and not self.dev.gc9 else None
         if sem is not None: self.dev.wait(lambda: sem.read() & 1, f"{hub} hub invalidation semaphore")
         req.write(PER_VMID_INVALIDATE_REQ=1 << vmid, FLUSH_TYPE=0, INVALIDATE_L2_PTES=1, INVALIDATE_L2_PDE0=1,
                   INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1, CLEAR_PROTECTION_FAULT_STATUS_ADDR=0)

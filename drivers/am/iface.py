@@ -29,7 +29,7 @@ class AMIface(PeerMaps):
     self._init_peers()
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
                              name=d.board.name, pci_bus=bus, compute_units=compute_units(d.disc.gc_info),
-                             wave_size=d.disc.gc_info.get("gc_wave_size", 32) if d.ips["gc"][0] == 9 else 32,
+                             wave_size=d.disc.gc_info.get("gc_wave_size", 32) if d.gc9 else 32,
                              lds_size=64 << 10, vram_size=d.vram_size, bar_size=d.bar_size,
                              ip_versions={k: tuple(v) for k, v in d.ips.items()}, emulated=system.host_memory is not None,
                              ip_bases={n: d.disc.find(n).bases for n in ("gc", "mmhub", "osssys", "hdp", "nbif") if d.disc.has(n)})

@@ -44,7 +44,7 @@ class IH(Block):
     r("regIH_RB_WPTR_ADDR_HI").write((wb >> 32) & 0xffff)
     r("regIH_RB_WPTR").write(0)
     r("regIH_RB_RPTR").write(0)
-    db = F.AMDGPU_DOORBELL_LAYOUT1_IH if d.ips["gc"][0] == 9 else DOORBELL_IH
+    db = F.AMDGPU_DOORBELL_LAYOUT1_IH if d.gc9 else DOORBELL_IH
     r("regIH_DOORBELL_RPTR").write(OFFSET=db * 2, ENABLE=1)
     d.soc.ih_doorbell(db * 2)
     # enable: clear the overflow latch with a 0 -> 1 edge, then turn the ring and its interrupt on
@@ -76,7 +76,7 @@ class IH(Block):
   def check_faults(self) -> bool:
     """Consume pending entries; raise DeviceFault for VM faults and CP queue errors. True if anything arrived."""
     ivs = self.poll()
-    c = CLIENTS["soc15" if self.dev.ips["gc"][0] == 9 else "soc21"]
+    c = CLIENTS["soc15" if self.dev.gc9 else "soc21"]
     for iv in ivs:
       if iv["client_id"] == c["cp"] and iv["src_id"] in CP_ERRORS:
         rid = iv["ring_id"]

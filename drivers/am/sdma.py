@@ -28,7 +28,7 @@ class SDMA(Block):
     self.engines = max(1, min(2, self.dev.disc.count("sdma")))
 
   @property
-  def v4(self) -> bool: return self.dev.ips["gc"][0] == 9   # SDMA 4.4.2 (MI300): an IP of its own per engine, SDMA_GFX_* names
+  def v4(self) -> bool: return self.dev.gc9   # SDMA 4.4.2 (MI300): an IP of its own per engine, SDMA_GFX_* names
 
   def r(self, engine: int, name: str):
     """Engine `engine`'s register by its SDMA0 name (SDMA 4.4.2: the engine's own instance, queue 0 is the GFX ring)."""

@@ -51,7 +51,6 @@ class Asic:
   pci_class: int = PCI_CLASS_VGA
   base_addr_64: bool = False          # discovery v4 with 64-bit base addresses (MI300)
   gc_info: dict[str, int] | None = None   # gc_info v2.0 fields (CDNA: CUs per shader array, no WGPs); None: v1.2
-  blocks: tuple[str, ...] | None = None   # the engine models the board has (None: all of AMDBoard.BLOCKS)
   ifwi_firmware: bool = False         # IFWI starts the PSP's secure OS and the SMU's PMFW (MI300: no bootloader stages, no SMU image)
 
   def ip(self, hw_id: int, instance: int = 0) -> IPEntry:
@@ -116,7 +115,7 @@ def _mi300x() -> Asic:
   gc = {"gc_num_se": 4, "gc_num_cu_per_sh": 10, "gc_num_sh_per_se": 1, "gc_num_rb_per_se": 0, "gc_num_tccs": 16,
         "gc_num_gprs": 512, "gc_wave_size": 64, "gc_max_waves_per_simd": 8, "gc_max_scratch_slots_per_cu": 32, "gc_lds_size": 64}
   return Asic("gfx942", 0x74a1, 0x00, "AMD Instinct MI300X", ips, fw, num_se=4, num_sa_per_se=1, wgp_per_sa=5, sdma_engines=16,
-              pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, blocks=("gmc", "ih", "gfx", "sdma", "psp", "smu"), boot_time_tmr=True,
+              pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, boot_time_tmr=True,
               ifwi_firmware=True)
 
 

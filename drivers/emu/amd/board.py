@@ -88,14 +88,13 @@ class AMDBoard:
     self.vram[off:off + len(self.discovery_blob)] = self.discovery_blob
     self.blocks: list[Any] = [self.nbio]
     for mod, cls, attr in self.BLOCKS:
-      if self.asic.blocks is not None and attr not in self.asic.blocks: continue   # a board whose engines are not modelled yet
       m = __import__(f"rawgpu.drivers.emu.amd.{mod}", fromlist=[cls])
       blk = getattr(m, cls)(self)
       setattr(self, attr, blk)
       self.blocks.append(blk)
       if hasattr(blk, "step"): self.engines.append(blk)
     # blocks that watch the doorbell BAR; the NBIO routes each doorbell to one of them (the queue engines are asked first)
-    self._doorbell_sinks = sorted((blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")), key=lambda d: d.__self__ is getattr(self, "ih", None))
+    self._doorbell_sinks = sorted((blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")), key=lambda d: d.__self__ is self.ih)
 
   BLOCKS: list[tuple[str, str, str]] = [("gmc", "GMC", "gmc"), ("ih", "IH", "ih"), ("gfx", "GFX", "gfx"), ("sdma", "SDMA", "sdma"),
                                           ("psp", "PSP", "psp"), ("smu", "SMU", "smu")]

@@ -15,6 +15,7 @@ import numpy as np
 from rawgpu.autogen.amd import ih
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd.asic import GC_HWID, MMHUB_HWID
+from rawgpu.drivers.emu.amd.regfile import instance_key
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 PTE_VALID, PTE_SYSTEM, PTE_READABLE, PTE_WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 << 6
@@ -267,9 +268,8 @@ class GMC:
   def __init__(self, board: "AMDBoard"):
     if board.asic.version(11)[0] == 9:   # GC 9.4.3: gfxhub 1.2 per XCC and mmhub 1.8 per AID, named VM_/MC_VM_ (SOC15 clients)
       n = lambda hw: sum(1 for e in board.asic.ips if e.hw_id == hw)
-      key = lambda ip, i: ip if i == 0 else f"{ip}:{i}"
-      self.gcs = [Hub(board, f"gc{i}", key("gc", i), "VM_", "MC_VM_", ih.SOC15_IH_CLIENTID_UTCL2) for i in range(n(GC_HWID))]
-      self.mms = [Hub(board, f"mm{i}", key("mmhub", i), "VM_", "MC_VM_", ih.SOC15_IH_CLIENTID_VMC) for i in range(n(MMHUB_HWID))]
+      self.gcs = [Hub(board, f"gc{i}", instance_key("gc", i), "VM_", "MC_VM_", ih.SOC15_IH_CLIENTID_UTCL2) for i in range(n(GC_HWID))]
+      self.mms = [Hub(board, f"mm{i}", instance_key("mmhub", i), "VM_", "MC_VM_", ih.SOC15_IH_CLIENTID_VMC) for i in range(n(MMHUB_HWID))]
       self.gc, self.mm = self.gcs[0], self.mms[0]
     else:
       self.gc = Hub(board, "gc", "gc", "GCVM_", "GCMC_VM_", IH_CLIENT_GFX)

@@ -12,6 +12,11 @@ ReadHook = Callable[[int], int]
 WriteHook = Callable[[int, int], None]
 
 
+def instance_key(ip: str, inst: int) -> str:
+  """The register-file name of an IP instance: the IP's own name for instance 0, "<ip>:<instance>" for the others."""
+  return f"{ip}:{inst}" if inst else ip
+
+
 class RegFile:
   def __init__(self, asic: Asic):
     self.asic = asic
@@ -23,7 +28,7 @@ class RegFile:
     for e in asic.ips:   # instance 0 under the IP's name, the others as "<ip>:<instance>" (MI300's XCCs and AIDs)
       if e.reg_ip is None: continue
       key = "mp1" if e.hw_id == 1 else "mp0" if e.hw_id == 255 else e.reg_ip
-      if e.instance: key = f"{key}:{e.instance}"
+      key = instance_key(key, e.instance)
       self.tables[key], self.bases[key] = ip_regs(e.reg_ip, *(e.reg_version or e.version)), e.bases
 
   # ---- names -> addresses

@@ -11,6 +11,7 @@ from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd.gmc import CID_SDMA0, Fault, acting_as
 from rawgpu.drivers.emu.amd.fetch import Prefetch
 from rawgpu.drivers.emu.amd.asic import SDMA0_HWID
+from rawgpu.drivers.emu.amd.regfile import instance_key
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 from rawgpu.autogen.amd import sdma_v6 as S
@@ -225,7 +226,7 @@ class SDMAEngine:
     self.b, self.i = board, i
     r = board.regs
     self.v4 = board.asic.version(SDMA0_HWID)[0] == 4   # SDMA 4.4.2 (MI300): registers in the engine's own IP instance
-    self.ip = ("sdma" if i == 0 else f"sdma:{i}") if self.v4 else "gc"
+    self.ip = instance_key("sdma", i) if self.v4 else "gc"
     pfx = "regSDMA_" if self.v4 else f"regSDMA{i}_"
     self.halt_name = "F32_CNTL" if r.has(self.ip, f"{pfx}F32_CNTL") else "MCU_CNTL"
     hn = f"{pfx}{self.halt_name}"

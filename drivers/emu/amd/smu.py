@@ -54,7 +54,7 @@ class SMU:
     self.names = _messages(MODS[self.major])
     self.layout = _metrics_layout(MODS[self.major]) if self.major != (13, 0, 6) else None
     self.accumulated = 0                           # 13.0.6 metrics: AccumulationCounter, which the driver waits on to move
-    if board.asic.ifwi_firmware: self.running, self.enabled = True, (1 << 64) - 1   # PMFW started by the IFWI, all features on
+    if board.asic.ifwi_firmware: self.preload()   # PMFW started by the IFWI, all features on
 
   def firmware_loaded(self) -> None: self.running = True
 

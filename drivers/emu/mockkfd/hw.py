@@ -6,12 +6,10 @@ Every process shares VMID 0 and one page table here (the real kernel gives each 
 """
 from __future__ import annotations
 from dataclasses import dataclass
-from rawgpu.drivers.am import facts as F
-from rawgpu.drivers.am.gfx import ComputeQueue
+from rawgpu.drivers.am.gfx import MAX_QUEUES, MQD_SIZE, ComputeQueue
 from rawgpu.drivers.am.sdma import SDMAQueue
 
-MAX_COMPUTE = 8        # MEC 1 pipe 0 queues 0..7 (doorbells MEC_RING0 + n; on MI300 XCC 0's layout-1 MEC rings)
-MQD_SIZE = 0x1000
+MAX_COMPUTE = MAX_QUEUES   # MEC 1 pipe 0 queues 0..7 (AM's GFX.doorbell: MEC_RING0 + n; on MI300 XCC 0's layout-1 MEC rings)
 
 
 @dataclass
@@ -23,8 +21,7 @@ class HWQueue:
 
 
 def compute_start(dev, slot: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int, eop_va: int, eop_size: int) -> HWQueue:
-  ring0 = F.AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START if dev.gfx.gc9 else F.AMDGPU_NAVI10_DOORBELL_MEC_RING0
-  q = ComputeQueue(slot, 0, ring_size, 0, 0, dev.valloc_phys(MQD_SIZE), (ring0 + slot) * 2, user=(ring_va, rptr_va, wptr_va, eop_va, eop_size))
+  q = ComputeQueue(slot, 0, ring_size, 0, 0, dev.valloc_phys(MQD_SIZE), dev.gfx.doorbell(slot), user=(ring_va, rptr_va, wptr_va, eop_va, eop_size))
   dev.vram(q.mqd, MQD_SIZE)[:] = bytes(MQD_SIZE)
   dev.gfx.program_hqd(q)
   dev.regs.reg("gc", "regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1)   # end-of-pipe interrupts reach the IH (events)
