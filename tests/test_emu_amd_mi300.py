@@ -272,3 +272,61 @@ def test_sdma_copies_on_the_board(mi300_device):
   dev.transfer(B, A, 4096)
   assert (B.numpy(np.uint32)[:1024] == 0x5a5a5a5a).all()
   assert any(q.rptr for e in board.sdma.engines[:4] for q in e.queues) and not board.errors
+
+
+# ---- in-place recovery: the SMU resets an SDMA engine (ResetSDMA, newer than 6.12's headers: drivers/am/facts.py)
+
+def _fault_the_copy_engine(dev):
+  from rawgpu.errors import DeviceFault
+  v = dev.next_timeline("sdma")
+  dev.copy_queue().copy(dev.alloc(4096).va, 0x7f30_0000_0000, 4096).signal(dev.timeline, dev.timeline_gpu(v)).submit(dev)
+  with pytest.raises(DeviceFault, match="page fault at VA 0x7f3000000000"): dev.wait_timeline(v, timeout_ms=5000)
+
+
+def test_recovery_resets_only_the_faulted_engine_through_the_smu(mi300_device, monkeypatch):
+  """recover() after a copy fault: AM stops the ring and sends ResetSDMA with the engine's instance bit; the SMU
+  resets that engine alone (its ring registers read as at power-on, its microengine runs again) and AM programs the
+  ring afresh. The other engines keep their state."""
+  import numpy as np
+  from rawgpu.drivers.emu.amd.sdma import SDMAEngine
+  dev, board = mi300_device
+  am = dev.iface.dev
+  _fault_the_copy_engine(dev)
+  e = next(q.engine for h, q in dev.iface.rings if h.kind == "sdma")
+  hung = board.sdma.engines[e].queues[0]
+  assert hung.hung and "memory fault" in hung.hung
+  other = board.sdma.engines[e + 1]
+  other_base = board.regs.get(other.ip, "regSDMA_GFX_RB_BASE")
+  reset, orig = [], SDMAEngine.reset
+  monkeypatch.setattr(SDMAEngine, "reset", lambda self: (reset.append(self.i), orig(self)))
+  dev.recover()
+  assert reset == [e]
+  assert hung.hung is None and hung.enabled and board.sdma.engines[e].running()
+  assert board.regs.get(other.ip, "regSDMA_GFX_RB_BASE") == other_base
+  data = np.arange(1024, dtype=np.uint32)
+  assert np.array_equal(dev.alloc(4096).copyin(data).numpy(np.uint32)[:1024], data)   # the copy engine works again
+  with pytest.raises(Exception, match=r"SMU answered 77 \(0x4d, arg 0x10000\) with .*Failed"): am.smu.send(0x4D, 1 << 16)  # no engine 16
+  assert not board.errors
+
+
+def test_recovery_with_a_pmfw_too_old_for_the_reset_is_refused_clearly(mi300_fw):
+  """PMFW before 85.121.0 does not know ResetSDMA (smu_v13_0_6_init_caps): AM refuses recover() by naming both
+  versions before it touches any ring, and the board's SMU indeed answers the message with UnknownCmd."""
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.errors import DeviceFault, RawGPUError
+  from rawgpu.hcq.device import Device
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  board.smu.version = 0x00557300
+  dev = Device(iface=AMIface(vbus.plug(board), vbus.system))
+  try:
+    _fault_the_copy_engine(dev)
+    hw = dev.ring("sdma").hw
+    before = (hw.ring.cpu.readbytes(0, hw.ring.size), int(hw.write_ptr[0]))
+    with pytest.raises(RawGPUError, match=r"SDMA 4.4.2 engine 0 is reset by the SMU, and its PMFW 85.115.0 \(program 0\) is older .*"
+                                          r"PMFW 85.121.0 \(program 0\) knows it.*open it again"):
+      dev.recover()
+    assert (hw.ring.cpu.readbytes(0, hw.ring.size), int(hw.write_ptr[0])) == before and dev.faulted
+    with pytest.raises(DeviceFault, match="UnknownCmd"): dev.iface.dev.smu.send(0x4D, 1)
+  finally:
+    dev.close(); board.close()

@@ -297,18 +297,6 @@ def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   finally: d2.close()
 
 
-def recover(d):
-  """recover(), or on MI300 (gfx942) its refusal: SDMA 4.4.2 has no GRBM soft reset (amdgpu resets it through the SMU,
-  which AM does not do yet); the refusal is checked and the rest of the test skipped."""
-  if d.props.arch != "gfx942": return d.recover()
-  hw = d.ring("compute").hw
-  state = lambda: (hw.ring.cpu.readbytes(0, hw.ring.size), int(hw.write_ptr[0]))
-  before = state()
-  with pytest.raises(RawGPUError, match="SDMA 4.4.2 engine 0 has no GRBM soft reset; .*SMU.*open it again"): d.recover()
-  assert state() == before and d.faulted   # refused before any ring was touched
-  pytest.skip("MI300 in-place recovery needs the SMU's SDMA engine reset, not written yet (drivers/emu/amd/MI300.md)")
-
-
 def test_page_fault_then_in_place_recovery(spare_dev):
   from rawgpu.errors import DeviceFault
   d = spare_dev
@@ -317,7 +305,7 @@ def test_page_fault_then_in_place_recovery(spare_dev):
   with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000 \\(write, client TCP, .*client id 8"):   # a wave's store
     prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   with pytest.raises(DeviceFault, match="faulted earlier"): d.synchronize()
-  recover(d)
+  d.recover()
   buf = d.alloc(64)
   for v in (4, 9):
     prog(d, "fill")(buf, v, 16, local_size=16, wait=True)
@@ -336,7 +324,7 @@ def test_one_faulting_store_is_one_fault_interrupt(spare_dev):
   faults, posted = hub.faults, ih.posted
   with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000"): prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   assert (hub.faults - faults, ih.posted - posted) == (1, 1)
-  recover(d)
+  d.recover()
 
 
 def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare_dev):
@@ -357,14 +345,14 @@ def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare
     v = d.next_timeline("compute")
     d.compute_queue().exec(p, kernargs, (1, 1, 1), (16, 1, 1)).signal(d.timeline, d.timeline_gpu(v)).submit(d)
     with pytest.raises(DeviceFault, match="page fault at VA " + where): d.wait_timeline(v, timeout_ms=5000)
-    recover(d)
+    d.recover()
   fill(buf, 6, 16, local_size=16, wait=True)
   assert list(buf.numpy(np.uint32)) == [6] * 16
 
 
 def test_copy_engine_fault_then_in_place_recovery(spare_dev):
-  """A copy from an unmapped address faults the copy engine; recover() soft-resets it (sdma_v6_0_soft_reset's
-  sequence) with the compute queue, and both engines work again."""
+  """A copy from an unmapped address faults the copy engine; recover() resets it (sdma_v6_0_soft_reset's sequence;
+  on MI300 the SMU's engine reset) with the compute queue, and both engines work again."""
   from rawgpu.errors import DeviceFault
   d = spare_dev
   if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
@@ -374,7 +362,7 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   # MI300's engines reach memory through their AID's MM hub, whose client ids amdgpu does not name (mmhub_v1_8.c)
   who = "hub MM, client id" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
   with pytest.raises(DeviceFault, match=f"page fault at VA 0x7f3000000000 \\(read, .*{who}"): d.wait_timeline(v, timeout_ms=5000)
-  recover(d)
+  d.recover()
   data = np.arange(4096, dtype=np.uint32)
   assert np.array_equal(y.copyin(data).numpy(np.uint32)[:4096], data)   # through the copy engine, both ways
   prog(d, "fill")(y, 3, 16, local_size=16, wait=True)

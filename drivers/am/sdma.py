@@ -96,28 +96,42 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)
 
   def reset_refusal(self, e: int) -> str | None:
-    """Why engine e cannot be reset in place, or None. SDMA 4.4.2 (MI300) has no GRBM soft reset bit: Linux 6.12's
-    sdma_v4_4_2_soft_reset is a todo, later kernels ask the SMU."""
-    if f"SOFT_RESET_SDMA{e}" in self.reg("gc", "regGRBM_SOFT_RESET").reg.fields: return None
-    return (f"{self.dev.bus}: SDMA {'.'.join(map(str, self.dev.ips['sdma']))} engine {e} has no GRBM soft reset; amdgpu resets "
-            "these engines through the SMU, which AM does not do yet: close the device and open it again")
+    """Why engine e cannot be reset in place, or None. SDMA 6/7 reset through GRBM_SOFT_RESET; SDMA 4.4.2 (MI300) has
+    no such bit (Linux 6.12's sdma_v4_4_2_soft_reset is a todo) and later kernels ask the SMU, whose PMFW must be new
+    enough to know the message."""
+    if not self.v4:
+      if f"SOFT_RESET_SDMA{e}" in self.reg("gc", "regGRBM_SOFT_RESET").reg.fields: return None
+      return f"{self.dev.bus}: SDMA engine {e} has no GRBM soft reset bit: close the device and open it again"
+    smu, v = self.dev.smu, self.dev.smu.version
+    need = F.SDMA_RESET_MIN_PMFW.get(v >> 24)
+    if need is not None and v >= need: return None
+    return (f"{self.dev.bus}: SDMA 4.4.2 engine {e} is reset by the SMU, and its PMFW {smu.version_str(v)} is older than the message "
+            f"({'PMFW ' + smu.version_str(need) if need else 'no version of this PMFW program'} knows it): close the device and "
+            "open it again, or update the board's firmware")
 
   def reset_queue(self, q: SDMAQueue) -> None:
-    """Restart a ring's engine after a fault the way sdma_v6_0/v7_0_soft_reset do: stop the ring, freeze (SDMA 6) and
-    halt the engine, pulse its GRBM soft reset, then empty the ring and pointers and program it afresh (the queued
-    work is dropped)."""
+    """Restart a ring's engine after a fault, then empty the ring and pointers and program it afresh (the queued work
+    is dropped). SDMA 6/7 as sdma_v6_0/v7_0_soft_reset: stop the ring, freeze (SDMA 6) and halt the engine, pulse its
+    GRBM soft reset. SDMA 4.4.2 as sdma_v4_4_2_reset_queue after 6.12: stop the ring, clear IB_PREEMPT, have the SMU
+    reset the engine, and wait for its firmware to run again."""
     e, r, has = q.engine, lambda n: self.r(q.engine, n), self.dev.regs.has
     if (why := self.reset_refusal(e)) is not None: raise RawGPUError(why)
-    grbm = self.reg("gc", "regGRBM_SOFT_RESET")
     r("regSDMA0_QUEUE0_RB_CNTL").update(RB_ENABLE=0)
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
-    if "FREEZE" in r("regSDMA0_FREEZE").reg.fields: r("regSDMA0_FREEZE").update(FREEZE=1)   # SDMA 6 only (7 leaves it)
-    self.halt(e, True, reset=True)
-    if has("gc", "regSDMA0_QUEUE0_PREEMPT"): r("regSDMA0_QUEUE0_PREEMPT").write(0)
-    grbm.write(grbm.reg.encode(**{f"SOFT_RESET_SDMA{e}": 1}))
-    grbm.read()                      # the read back lets the write land before the reset is released
-    grbm.write(0)
-    grbm.read()
+    if self.v4:
+      r("regSDMA0_QUEUE0_PREEMPT").update(IB_PREEMPT=0)
+      self.dev.smu.send(F.PPSMC_MSG_ResetSDMA_13_0_6, 1 << e)
+      halt = r("regSDMA0_F32_CNTL")
+      self.dev.wait(lambda: not halt.fields()["HALT"], f"SDMA engine {e} to run again after the SMU reset it")
+    else:
+      grbm = self.reg("gc", "regGRBM_SOFT_RESET")
+      if "FREEZE" in r("regSDMA0_FREEZE").reg.fields: r("regSDMA0_FREEZE").update(FREEZE=1)   # SDMA 6 only (7 leaves it)
+      self.halt(e, True, reset=True)
+      if has("gc", "regSDMA0_QUEUE0_PREEMPT"): r("regSDMA0_QUEUE0_PREEMPT").write(0)
+      grbm.write(grbm.reg.encode(**{f"SOFT_RESET_SDMA{e}": 1}))
+      grbm.read()                      # the read back lets the write land before the reset is released
+      grbm.write(0)
+      grbm.read()
     self.dev.vram(q.ring, q.size)[:] = bytes(q.size)
     self.dev.vram(q.ptrs, 0x1000)[:] = bytes(0x1000)
     self.program(q)

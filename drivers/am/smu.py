@@ -19,6 +19,7 @@ class SMU(Block):
   name = "smu"
 
   def init_sw(self) -> None:
+    self._version: int | None = None
     self.driver_table = self.dev.boot_alloc(0x4000)
 
   def driver_if(self):
@@ -49,8 +50,17 @@ class SMU(Block):
     except (DeviceTimeout, DeviceFault): return False
     return True
 
+  @property
+  def version(self) -> int:
+    """The running PMFW's version (asked once: a warm boot does not run init_hw)."""
+    if self._version is None: self._version = self.send("PPSMC_MSG_GetSmuVersion", timeout=5.0)
+    return self._version
+
+  @staticmethod
+  def version_str(v: int) -> str: return f"{v >> 16 & 0xff}.{v >> 8 & 0xff}.{v & 0xff} (program {v >> 24})"   # as amdgpu prints it
+
   def init_hw(self) -> None:
-    self.version = self.send("PPSMC_MSG_GetSmuVersion", timeout=5.0)
+    self._version = self.send("PPSMC_MSG_GetSmuVersion", timeout=5.0)   # the first message: PMFW may still be starting
     mc = self.dev.gmc.mc(self.driver_table)
     self.send("PPSMC_MSG_SetDriverDramAddrHigh", mc >> 32)
     self.send("PPSMC_MSG_SetDriverDramAddrLow", mc & 0xffffffff)

@@ -55,6 +55,16 @@ class SDMAQueue:
     self.ahead, self._streams = Prefetch(), 0   # fetched ahead of the parser; IBs entered (each a stream of its own)
     self._cntl_fields: tuple[int, dict[str, int]] = (0, self.cntl.decode(0))
 
+  def reset(self) -> None:
+    """The engine's reset (see SDMAEngine.reset): the ring stops, forgets where it was, and its registers read as at
+    power-on."""
+    vals, t = self.b.regs.vals, self.b.regs.tables[self.e.ip]
+    for n in t.names():
+      if n.startswith("regSDMA_GFX_"): vals.pop(self.b.regs.addr(self.e.ip, n), None)
+    self.enabled, self.rptr, self.wptr, self.ib, self.hung, self.waiting, self.hdp_armed = False, 0, 0, [], None, False, False
+    self.ahead.clear()
+    self._cntl_fields = (0, self.cntl.decode(0))
+
   def _cntl_wr(self, a: int, v: int) -> None:
     vals = self.b.regs.vals
     vals[a] = v
@@ -237,6 +247,16 @@ class SDMAEngine:
     self.trap_en = r.reg(self.ip, f"{pfx}CNTL").fields["TRAP_ENABLE"][1]
     self.queues = [SDMAQueue(self, q) for q in range(1 if self.v4 else 2)]
     self.halted_by_error = False
+
+  def reset(self) -> None:
+    """MI300's engine reset, which the SMU performs (ResetSDMA). What it clears is not published; the model follows
+    what amdgpu does around it (sdma_v4_4_2 stop/restore queue, after Linux 6.12): the ring stops and its registers
+    (all that amdgpu programs again) return to power-on values; an engine halted by an error runs again; the
+    microengine restarts on the image it holds (amdgpu waits for F32_CNTL.HALT to drop, and loads none). Engine-wide
+    registers (SDMA_CNTL and the like) keep their values."""
+    for q in self.queues: q.reset()
+    self.halted_by_error = False
+    self.b.regs.vals[self.a_halt] = 0
 
   def hub(self):
     """The VM hub the engine's accesses go through: the GC hub on gfx11/12; MI300's engines sit on their AID's MM hub."""

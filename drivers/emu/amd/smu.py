@@ -13,7 +13,11 @@ OK, FAILED, UNKNOWN_CMD, REJECTED_PREREQ = V13.PPSMC_Result_OK, V13.PPSMC_Result
 MODS = {13: V13, 14: V14, (13, 0, 6): V13_6}   # by major; MI300's 13.0.6 has a message set of its own
 DEBUGSMC_MSG_MODE1_RESET = 0x2     # MP1 14 resets through the debug mailbox (smu_v14_0_2_ppt.c)
 DRIVER_IF = {13: V13.SMU13_0_0_DRIVER_IF_VERSION, 14: 0x2E, (13, 0, 6): 0x1}
-SMU_VERSION = {13: 0x004e4c00, 14: 0x00683d00, (13, 0, 6): 0x00557300}   # 13.0.6: PMFW 85.115.0 (new enough for the main sOS set)
+SMU_VERSION = {13: 0x004e4c00, 14: 0x00683d00, (13, 0, 6): 0x00557900}   # 13.0.6: PMFW 85.121.0, the first amdgpu resets SDMA with
+# MI300's SDMA engine reset (SMU 13.0.6). The message is newer than Linux 6.12's smu_v13_0_6_ppsmc.h: PPSMC_MSG_ResetSDMA
+# 0x4D arrived with amdgpu's SDMA queue reset (amd-gfx, Jesse Zhang, 2024); smu_v13_0_6_ppt.c sends it with a mask of
+# SDMA instances, and only to PMFW 85.121.0 and newer (program 0), which older PMFW does not know.
+MSG_RESET_SDMA_13_0_6, RESET_SDMA_MIN_PMFW = 0x4D, 0x00557900
 TABLE_SMU_METRICS = V13.TABLE_SMU_METRICS
 
 
@@ -51,6 +55,7 @@ class SMU:
     self.soft = {c: (v[0], v[-1]) for c, v in DPM.items()}
     self.ppt = {13: 355, 14: 304, (13, 0, 6): 750}[self.major]
     self.messages = 0
+    self.version = SMU_VERSION[self.major]        # the running PMFW's (a test may set an older one before the driver opens)
     self.names = _messages(MODS[self.major])
     self.layout = _metrics_layout(MODS[self.major]) if self.major != (13, 0, 6) else None
     self.accumulated = 0                           # 13.0.6 metrics: AccumulationCounter, which the driver waits on to move
@@ -86,6 +91,7 @@ class SMU:
     return True
 
   def _handle(self, m: int, arg: int) -> tuple[int, int | None]:
+    if self.major == (13, 0, 6) and m == MSG_RESET_SDMA_13_0_6: return self._reset_sdma(arg)
     n = self.names.get(m)
     if n is None: return UNKNOWN_CMD, None
     if n == "Mode1Reset" or n == "GfxDriverReset": self.b.request_mode1_reset(); return OK, None   # 13.0.6: GfxDriverReset(1)
@@ -97,7 +103,7 @@ class SMU:
       except BusError: return FAILED, None
       return OK, None
     if n == "TestMessage": return OK, arg + 1
-    if n == "GetSmuVersion": return OK, SMU_VERSION[self.major]
+    if n == "GetSmuVersion": return OK, self.version
     if n == "GetDriverIfVersion": return OK, DRIVER_IF[self.major]
     if n == "SetAllowedFeaturesMaskLow": self.allowed = (self.allowed & ~0xffffffff) | arg; return OK, None
     if n == "SetAllowedFeaturesMaskHigh": self.allowed = (self.allowed & 0xffffffff) | (arg << 32); return OK, None
@@ -136,6 +142,16 @@ class SMU:
     if n == "SetPptLimit": self.ppt = arg & 0xffff; return OK, None
     if n == "GetPptLimit": return OK, self.ppt
     return OK, None                                # configuration messages the model accepts without effect
+
+  def _reset_sdma(self, mask: int) -> tuple[int, int | None]:
+    """ResetSDMA: reset the SDMA engines whose instance bits are set. PMFW older than the message does not know it; a
+    mask naming no engine, or one the board lacks, fails (a model choice: the response to a bad mask is not public)."""
+    if self.version < RESET_SDMA_MIN_PMFW: return UNKNOWN_CMD, None
+    engines = self.b.sdma.engines
+    if not mask or mask >> len(engines): return FAILED, None
+    for e in engines:
+      if mask >> e.i & 1: e.reset()
+    return OK, None
 
   def metrics(self) -> bytes:
     """SmuMetrics_t with clocks, activity, power and temperatures that follow the emulated load."""
