@@ -111,7 +111,8 @@ def _mi300x() -> Asic:
   fw = {"sos": "psp_13_0_6_sos.bin", "ta": "psp_13_0_6_ta.bin", "smu": "smu_13_0_6.bin", "sdma": "sdma_4_4_2.bin",
         "mec": "gc_9_4_3_mec.bin", "rlc": "gc_9_4_3_rlc.bin"}
   # gc_info is per XCC (gfx_v9_4_3 walks max_shader_engines for each XCC): 4 SEs of one shader array of 10 CUs
-  # (the physical 40 of an XCD; 38 are enabled on MI300X, harvesting not modelled yet)
+  # (the physical 40 of an XCD; 38 are enabled on MI300X, harvesting not modelled yet); 8 waves per SIMD, the 32 per CU
+  # that ROCm's rocminfo reports for MI300X
   gc = {"gc_num_se": 4, "gc_num_cu_per_sh": 10, "gc_num_sh_per_se": 1, "gc_num_rb_per_se": 0, "gc_num_tccs": 16,
         "gc_num_gprs": 512, "gc_wave_size": 64, "gc_max_waves_per_simd": 8, "gc_max_scratch_slots_per_cu": 32, "gc_lds_size": 64}
   return Asic("gfx942", 0x74a1, 0x00, "AMD Instinct MI300X", ips, fw, num_se=4, num_sa_per_se=1, wgp_per_sa=5, sdma_engines=16,

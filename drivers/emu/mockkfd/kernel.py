@@ -79,10 +79,11 @@ class GPU:
     ver = dev.ips["gc"]
     # kfd_device.c: GC 9.4.3 with rev_id >= 1 is gfx942 (the emulated MI300X); elsewhere the version's digits
     self.gfxv = 90402 if ver == (9, 4, 3) else ver[0] * 10000 + ver[1] * 100 + ver[2]
-    # a node is XCC 0's partition on MI300 (AM runs no multi-XCC partition); gfx9 CUs have 4 SIMDs, RDNA's 2
+    # a node is XCC 0's partition on MI300 (AM runs no multi-XCC partition); gfx9 CUs have 4 SIMDs, RDNA's 2. Waves per
+    # SIMD come from the discovery table, as amdgpu's cu_info takes them (amdgpu_discovery.c)
     simds = 4 if ver[0] == 9 else 2
     self.props = {"cpu_cores_count": 0, "simd_count": cu * simds, "mem_banks_count": 1, "caches_count": 0, "io_links_count": 1,
-                  "max_waves_per_simd": 16, "lds_size_in_kb": 64, "gds_size_in_kb": 0, "num_gws": 64,
+                  "max_waves_per_simd": gc["gc_max_waves_per_simd"], "lds_size_in_kb": 64, "gds_size_in_kb": 0, "num_gws": 64,
                   "wave_front_size": 64 if ver[0] == 9 else gc.get("gc_wave_size", 32) or 32,
                   "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": cu // max(1, se * sa), "simd_per_cu": simds,
                   "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
