@@ -264,7 +264,7 @@ def test_dispatch_vadd_matches_numpy(d, P):
 
 def test_dispatch_indirect_reads_dims_from_memory(d, P, monkeypatch):
   """What the CP hands the compute units: the programmed SH registers and the dimensions read from memory."""
-  import rawgpu.drivers.emu.rdna as rdna
+  import rawgpu.drivers.emu.shader as rdna
   seen = []
   def waves(mem, regs, **kw):
     seen.append(regs)
@@ -491,7 +491,7 @@ def test_dma_data_from_a_register_halts_the_queue(d, P):
 
 def test_dispatch_indirect_relative_to_set_base(d, P, monkeypatch):
   """The 2-dword DISPATCH_INDIRECT takes its dimensions at an offset from the base SET_BASE index 1 gave."""
-  import rawgpu.drivers.emu.rdna as rdna
+  import rawgpu.drivers.emu.shader as rdna
   seen = []
   def waves(mem, regs, **kw):
     seen.append(regs.grid)

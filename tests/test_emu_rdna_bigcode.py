@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 from test_emu_rdna_common import compile_cl, kernels, launch
-from rawgpu.drivers.emu.rdna import DispatchRegs, MemoryFault, run_dispatch
+from rawgpu.drivers.emu.shader import DispatchRegs, MemoryFault, run_dispatch
 
 STEPS = 12000
 SRC = f"""

@@ -92,7 +92,7 @@ def launch(k: Kernel, mcpu: str, args: list, grid: tuple[int, int, int], block: 
            wave64: bool = False, max_instructions: int | None = None):
   """Play the command processor: lay out code, kernarg and buffers in a FlatMemory, program the dispatch registers
   from the kernel descriptor, run it. Returns (DispatchResult, [buffer contents after the run], memory)."""
-  from rawgpu.drivers.emu.rdna import FlatMemory, DispatchRegs, run_dispatch
+  from rawgpu.drivers.emu.shader import FlatMemory, DispatchRegs, run_dispatch
   base = 0x1000_0000
   code_off = 0
   kern_off = -(-len(k.code) // 4096) * 4096

@@ -6,8 +6,8 @@ import os, re, subprocess
 import pytest
 
 from test_emu_rdna_common import compile_cl, kernels, objdump, need, MC
-from rawgpu.drivers.emu.rdna.decode import decode_at, DecodeError
-from rawgpu.drivers.emu.rdna.disasm import disasm
+from rawgpu.drivers.emu.shader.decode import decode_at, DecodeError
+from rawgpu.drivers.emu.shader.disasm import disasm
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = [("gfx1100", ()), ("gfx1100", ("-mwavefrontsize64",)), ("gfx1201", ()), ("gfx942", ())]
@@ -301,9 +301,9 @@ def test_instruction_list_matches_llvm_mc(mcpu):
 
 def test_prepare_loads_the_arch_tables_and_refuses_other_archs():
   """A board calls prepare(arch) at power-on: the family's opcode tables are loaded then, not in the first dispatch."""
-  from rawgpu.drivers.emu import rdna
-  from rawgpu.drivers.emu.rdna.decode import tables
+  from rawgpu.drivers.emu import shader
+  from rawgpu.drivers.emu.shader.decode import tables
   tables.cache_clear()
-  rdna.prepare("gfx1201")
+  shader.prepare("gfx1201")
   assert tables.cache_info().currsize == 1 and tables.cache_info().misses == 1
-  with pytest.raises(ValueError, match="unsupported architecture 'gfx90a'"): rdna.prepare("gfx90a")
+  with pytest.raises(ValueError, match="unsupported architecture 'gfx90a'"): shader.prepare("gfx90a")

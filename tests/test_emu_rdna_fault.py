@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from test_emu_rdna_common import compile_cl, kernels, launch, need, objdump, MC
-from rawgpu.drivers.emu.rdna import DispatchRegs, FlatMemory, run_dispatch
+from rawgpu.drivers.emu.shader import DispatchRegs, FlatMemory, run_dispatch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = ["gfx1100", "gfx1201", "gfx942"]

@@ -349,7 +349,7 @@ def test_scratch_wave_size_counts_the_generation_s_units(ver, unit):
 # registers out of the packets as a command processor would, and runs the dispatch they describe)
 
 def _dispatch_of(be, words, arch="gfx942"):
-  from rawgpu.drivers.emu.rdna import DispatchRegs
+  from rawgpu.drivers.emu.shader import DispatchRegs
   names = {be.gc[n].addr(GC_BASE): n for n in be.gc.names() if be.gc[n].base_idx == 0}
   regs, disp = {}, None
   for p in pm4.decode_pm4(words, gen=9):
@@ -369,7 +369,7 @@ def test_gfx9_dispatch_runs_on_the_emulated_compute_units(obj, name):
   """hcq's gfx942 launch (program address, RSRC1-3, user SGPRs, workgroup size, grid, initiator, and for a kernel with
   private memory the backend's COMPUTE_TMPRING_SIZE) runs the kernel as numpy expects."""
   import numpy as np
-  from rawgpu.drivers.emu.rdna import FlatMemory, run_dispatch
+  from rawgpu.drivers.emu.shader import FlatMemory, run_dispatch
   from rawgpu.hcq.amd.backend import AMDBackend
   base, n = 0x7000_0000_0000, 1000
   co = load_code_object(kernels.path("gfx942", obj).read_bytes(), "gfx942")

@@ -87,8 +87,8 @@ def _words(data: bytes) -> list[int]:
 def _isa(data: bytes, arch: str | None) -> list[dict]:
   """Lane masks print as SGPR pairs in wave64 code: each kernel's descriptor says which it is (CDNA3 is always wave64;
   raw bytes count as wave32 on RDNA)."""
-  from rawgpu.drivers.emu.rdna.decode import decode_all, family
-  from rawgpu.drivers.emu.rdna.disasm import disasm
+  from rawgpu.drivers.emu.shader.decode import decode_all, family
+  from rawgpu.drivers.emu.shader.disasm import disasm
   if data[:4] == b"\x7fELF":
     from rawgpu.hcq.amd.elf import load_code_object
     co = load_code_object(data, arch)

@@ -1,5 +1,5 @@
 /* One wave32 multiplies 16x16 tiles with the WMMA builtins. Matrices are row-major in memory; each lane gathers its
-   fragment as the layouts in drivers/emu/rdna/wmma.py (from AMD's WMMA guide and ISA docs) say.
+   fragment as the layouts in drivers/emu/shader/wmma.py (from AMD's WMMA guide and ISA docs) say.
    GFX12 (-DGFX12): the gfx12 builtins and their half-size fragments. */
 #pragma OPENCL EXTENSION cl_khr_fp16 : enable
 typedef half h16 __attribute__((ext_vector_type(16)));

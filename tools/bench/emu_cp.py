@@ -30,7 +30,7 @@ class Dispatch:
 
   def run(self) -> tuple[float, int]:
     """Run once: (seconds, wave instructions). A fault is an error, not a speed."""
-    from rawgpu.drivers.emu.rdna import run_dispatch
+    from rawgpu.drivers.emu.shader import run_dispatch
     t0 = time.perf_counter()
     r = run_dispatch(self.mem, self.regs)
     dt = time.perf_counter() - t0
@@ -46,7 +46,7 @@ def prepare(arch: str, obj: str, kernel: str, args: list, grid: tuple[int, int, 
   """A dispatch of kernels/<arch>/<obj>.hsaco:<kernel> over `grid` workgroups of `block`; numpy arrays become buffers."""
   from rawgpu import kernels
   from rawgpu.autogen.regs import ip_regs
-  from rawgpu.drivers.emu.rdna import DispatchRegs, FlatMemory
+  from rawgpu.drivers.emu.shader import DispatchRegs, FlatMemory
   from rawgpu.hcq.amd.elf import load_code_object
   co = load_code_object(kernels.path(arch, obj).read_bytes(), arch)
   k = co.kernels[kernel]

@@ -14,7 +14,7 @@ from rawgpu.drivers.emu.amd.fetch import Prefetch
 from rawgpu.drivers.emu.amd.gmc import CID_CPC, CID_TCP, Fault, VMMemory, acting_as, as_client
 from rawgpu.drivers.emu.amd.psp import FW_RLC_G, FW_RS64_MEC
 from rawgpu.autogen.amd.psp import GFX_FW_TYPE_CP_MEC as FW_CP_MEC
-from rawgpu.drivers.emu import rdna   # the compute units
+from rawgpu.drivers.emu import shader   # the compute units
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 IH_CLIENT_GRBM_CP, SRC_CP_EOP, SRC_CP_BAD_OPCODE = 0x14, 181, 183
@@ -144,13 +144,13 @@ class ComputeQueue:
     grid = (x, y, z)
     if initiator & g.use_thread_dims: grid = tuple(-(-n // max(w, 1)) for n, w in zip(grid, wg))
     self.dispatches += 1
-    regs = rdna.DispatchRegs(arch=self.board.arch, pgm_addr=((sh(g.pgm_hi, 0) << 32) | sh(g.pgm_lo, 0)) << 8,
+    regs = shader.DispatchRegs(arch=self.board.arch, pgm_addr=((sh(g.pgm_hi, 0) << 32) | sh(g.pgm_lo, 0)) << 8,
                         rsrc1=sh(g.rsrc[0], 0), rsrc2=sh(g.rsrc[1], 0), rsrc3=sh(g.rsrc[2], 0),
                         user_data=[sh(a, 0) for a in g.user_data], num_thread=wg, grid=grid,
                         start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
                         tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8)
     slice_s = None if self.board.deterministic else self.board.wave_slice
-    self.inflight = WaveRun(rdna.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s))
+    self.inflight = WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s))
     return self.dispatch(x, y, z, initiator)
 
   def _finish(self, res) -> bool:
@@ -266,7 +266,7 @@ class ComputeQueue:
 class GFX:
   def __init__(self, board: "AMDBoard"):
     self.b = board
-    rdna.prepare(board.arch)   # the compute units' decoder, loaded at power-on rather than in the first dispatch's time
+    shader.prepare(board.arch)   # the compute units' decoder, loaded at power-on rather than in the first dispatch's time
     r = board.regs
     t = r.tables["gc"]
     # GC 9.4.3 (MI300): the F32 MEC behind CP_MEC_CNTL, PSP-loaded (no RLC autoload), CUs rather than WGPs; XCC 0 only

@@ -312,7 +312,7 @@ class BusMemory:
   def __init__(self, board: "AMDBoard"): self.b = board
 
   def _dma(self, addr: int, size: int, write: bool) -> memoryview:
-    from rawgpu.drivers.emu.rdna.memory import MemoryFault
+    from rawgpu.drivers.emu.shader.memory import MemoryFault
     try: return self.b.host_dma(addr, size)
     except BusError: raise MemoryFault(addr, write) from None   # nobody answers at that bus address
 
@@ -327,7 +327,7 @@ class VMMemory:
   """rdna.GPUMemory over one VM context of a hub: lanes translated page by page (one translation when the lanes'
   span is physically contiguous), backed by VRAM or host pages."""
   def __init__(self, hub: Hub, vmid: int):
-    from rawgpu.drivers.emu.rdna.memory import FlatMemory, MemoryFault
+    from rawgpu.drivers.emu.shader.memory import FlatMemory, MemoryFault
     self.hub, self.vmid, self.MemoryFault = hub, vmid, MemoryFault
     b = hub.b
     self.flat = [FlatMemory(b.vram_size, 0, np.frombuffer(b.vram_map, np.uint8)),

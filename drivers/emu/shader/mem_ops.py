@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.decode import Inst
-from rawgpu.drivers.emu.rdna.state import State, EmuFault
-from rawgpu.drivers.emu.rdna.memory import MemoryFault, atomic_apply, ATOMIC_OPS
-from rawgpu.drivers.emu.rdna import compile as C
+from rawgpu.drivers.emu.shader.decode import Inst
+from rawgpu.drivers.emu.shader.state import State, EmuFault
+from rawgpu.drivers.emu.shader.memory import MemoryFault, atomic_apply, ATOMIC_OPS
+from rawgpu.drivers.emu.shader import compile as C
 
 u8, u16, u32, u64, i64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int64
 NOPS = {"buffer_gl0_inv", "buffer_gl1_inv", "global_wb", "global_inv", "global_wbinv", "s_dcache_inv", "s_gl1_inv",
@@ -74,7 +74,7 @@ def compile_mem(i: Inst, L: int, fam: str):
   if i.fmt == "ds": return _ds(i, L)
   if i.fmt in ("global", "flat", "scratch"): return _vmem(i, L, fam)
   if i.fmt == "mubuf":
-    from rawgpu.drivers.emu.rdna.buffer_ops import compile_buffer
+    from rawgpu.drivers.emu.shader.buffer_ops import compile_buffer
     return compile_buffer(i, L, fam)
   raise EmuFault(f"illegal instruction at {i.addr:#x}: {n} is not modelled", i.addr)
 

@@ -16,7 +16,7 @@ import functools, importlib
 @functools.cache
 def tables(fam: str) -> dict:
   """The generated opcode tables of a family, imported on first use (they are large)."""
-  return importlib.import_module(f"rawgpu.drivers.emu.rdna.optables_{fam}").TABLES
+  return importlib.import_module(f"rawgpu.drivers.emu.shader.optables_{fam}").TABLES
 
 def family(arch: str) -> str:
   if arch.startswith("gfx11"): return "gfx11"

@@ -7,10 +7,10 @@ from typing import Callable
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.decode import Inst
-from rawgpu.drivers.emu.rdna.state import State, EmuFault
-from rawgpu.drivers.emu.rdna.valu import VOPS, CMP, TYPES, WIDTH, BITS
-from rawgpu.drivers.emu.rdna import dot, fpmath, fpmode, gfx9, mem_ops, mfma, salu, sdwa, wmma
+from rawgpu.drivers.emu.shader.decode import Inst
+from rawgpu.drivers.emu.shader.state import State, EmuFault
+from rawgpu.drivers.emu.shader.valu import VOPS, CMP, TYPES, WIDTH, BITS
+from rawgpu.drivers.emu.shader import dot, fpmath, fpmode, gfx9, mem_ops, mfma, salu, sdwa, wmma
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i32, i64 = np.uint16, np.uint32, np.uint64, np.int32, np.int64
@@ -450,7 +450,7 @@ def _mbcnt(i: Inst, L: int, fam: str) -> Fn:
   # ThreadMask = (1 << lane) - 1; mbcnt_lo counts its low word, mbcnt_hi its high word
   if hi: m = np.where(lane >= 32, (np.uint64(1) << np.clip(lane - 32, 0, 63).astype(u64)) - u64(1), u64(0)).astype(u64)
   else: m = np.where(lane >= 32, u64(0xffffffff), (np.uint64(1) << np.clip(lane, 0, 63).astype(u64)) - u64(1)).astype(u64)
-  from rawgpu.drivers.emu.rdna.valu import _popc32
+  from rawgpu.drivers.emu.shader.valu import _popc32
   mask = (m & u64(0xffffffff)).astype(u32)
   return lambda st: st.wv(r, _popc32(a(st) & mask) + b(st))
 

@@ -4,10 +4,10 @@ Terminators return the next PC (int, or a (waves,) array); s_endpgm returns END,
 from __future__ import annotations
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.decode import Inst
-from rawgpu.drivers.emu.rdna.state import State, EmuFault
-from rawgpu.drivers.emu.rdna import compile as C
-from rawgpu.drivers.emu.rdna.valu import _popc32, _clz32, _ctz32, _brev32, _cls, _bfe
+from rawgpu.drivers.emu.shader.decode import Inst
+from rawgpu.drivers.emu.shader.state import State, EmuFault
+from rawgpu.drivers.emu.shader import compile as C
+from rawgpu.drivers.emu.shader.valu import _popc32, _clz32, _ctz32, _brev32, _cls, _bfe
 
 u32, u64, i32, i64, f32 = np.uint32, np.uint64, np.int32, np.int64, np.float32
 END, BARRIER = "end", "barrier"

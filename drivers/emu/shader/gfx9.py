@@ -12,8 +12,8 @@ import dataclasses, re
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.decode import AGPR, Inst
-from rawgpu.drivers.emu.rdna.state import EmuFault
+from rawgpu.drivers.emu.shader.decode import AGPR, Inst
+from rawgpu.drivers.emu.shader.state import EmuFault
 
 _NAMES = {
   "v_add_u32": "v_add_nc_u32", "v_sub_u32": "v_sub_nc_u32", "v_subrev_u32": "v_subrev_nc_u32",

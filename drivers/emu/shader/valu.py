@@ -6,8 +6,8 @@ hardware's are approximations within about 1 ulp (documented in README.md)."""
 from __future__ import annotations
 import numpy as np
 
-from rawgpu.drivers.emu.rdna import fp8 as _fp8
-from rawgpu.drivers.emu.rdna.fpmath import fma_narrow, fma64
+from rawgpu.drivers.emu.shader import fp8 as _fp8
+from rawgpu.drivers.emu.shader.fpmath import fma_narrow, fma64
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i16, i32, i64 = np.uint16, np.uint32, np.uint64, np.int16, np.int32, np.int64
@@ -366,7 +366,7 @@ op("v_cvt_pk_u8_f32", "u32", "f32 u32 u32", lambda a, s, c: (c & ~(u32(0xff) << 
 op("v_sad_u8", "u32", "u32 u32 u32", lambda a, b, c: c + sum(_sad((a >> u32(8 * k)) & u32(0xff), (b >> u32(8 * k)) & u32(0xff)) for k in range(4)))
 op("v_sad_u16", "u32", "u32 u32 u32", lambda a, b, c: c + sum(_sad((a >> u32(16 * k)) & u32(0xffff), (b >> u32(16 * k)) & u32(0xffff)) for k in range(2)))
 def _dot2acc(a, b, c):
-  from rawgpu.drivers.emu.rdna.dot import halves, float_dot
+  from rawgpu.drivers.emu.shader.dot import halves, float_dot
   return float_dot(zip(halves(a, "f16", 0, 0), halves(b, "f16", 0, 0)), np.asarray(c, f32).astype(f64)).astype(f32)
 op("v_dot2acc_f32_f16", "f32", "u32 u32 f32", _dot2acc)  # gfx11 VOP2 (and VOPD): vdst accumulates
 

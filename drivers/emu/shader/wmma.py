@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.fpmath import round_odd_sum
-from rawgpu.drivers.emu.rdna.dot import to_bf16
+from rawgpu.drivers.emu.shader.fpmath import round_odd_sum
+from rawgpu.drivers.emu.shader.dot import to_bf16
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, i64 = np.uint16, np.uint32, np.int64

@@ -20,11 +20,11 @@ of range (the guides only say the atomic is dropped).
 from __future__ import annotations
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.decode import Inst
-from rawgpu.drivers.emu.rdna.state import State, EmuFault
-from rawgpu.drivers.emu.rdna.memory import MemoryFault, ATOMIC_OPS
-from rawgpu.drivers.emu.rdna import compile as C
-from rawgpu.drivers.emu.rdna.mem_ops import _LOAD, _STORE, _atomic_kind, _extend, _get, _lanes, _put
+from rawgpu.drivers.emu.shader.decode import Inst
+from rawgpu.drivers.emu.shader.state import State, EmuFault
+from rawgpu.drivers.emu.shader.memory import MemoryFault, ATOMIC_OPS
+from rawgpu.drivers.emu.shader import compile as C
+from rawgpu.drivers.emu.shader.mem_ops import _LOAD, _STORE, _atomic_kind, _extend, _get, _lanes, _put
 
 u8, u16, u32, u64, i64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int64
 

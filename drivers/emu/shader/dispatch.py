@@ -10,12 +10,12 @@ import functools, re, time
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.decode import decode_at, CodeEnds, DecodeError, family
-from rawgpu.drivers.emu.rdna.state import State, EmuFault
-from rawgpu.drivers.emu.rdna.memory import GPUMemory, MemoryFault
-from rawgpu.drivers.emu.rdna.compile import compile_inst
-from rawgpu.drivers.emu.rdna.gfx9 import gpr_idx_mode as gfx9_gpr_idx_mode
-from rawgpu.drivers.emu.rdna.salu import END, BARRIER
+from rawgpu.drivers.emu.shader.decode import decode_at, CodeEnds, DecodeError, family
+from rawgpu.drivers.emu.shader.state import State, EmuFault
+from rawgpu.drivers.emu.shader.memory import GPUMemory, MemoryFault
+from rawgpu.drivers.emu.shader.compile import compile_inst
+from rawgpu.drivers.emu.shader.gfx9 import gpr_idx_mode as gfx9_gpr_idx_mode
+from rawgpu.drivers.emu.shader.salu import END, BARRIER
 
 u32, u64 = np.uint32, np.uint64
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.fpmath import round_odd_sum
+from rawgpu.drivers.emu.shader.fpmath import round_odd_sum
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 u16, u32, u64, i64 = np.uint16, np.uint32, np.uint64, np.int64

@@ -1,14 +1,14 @@
 """Time the emulator on three dispatches: vector add over 2^20 float32, naive 256^3 float32 matmul, sum over 2^22
 float32. Needs clang-19 and ld.lld-19 (development tools) to build the kernels.
 
-  python -m rawgpu.drivers.emu.rdna.bench [--arch gfx1100|gfx1201] [--wave64]
+  python -m rawgpu.drivers.emu.shader.bench [--arch gfx1100|gfx1201] [--wave64]
 """
 from __future__ import annotations
 import argparse, io, os, shutil, struct, subprocess, tempfile, time
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna import DispatchRegs, FlatMemory, run_dispatch
+from rawgpu.drivers.emu.shader import DispatchRegs, FlatMemory, run_dispatch
 
 SRC = r"""
 __kernel void vadd(__global const float *a, __global const float *b, __global float *c) {

@@ -4,7 +4,7 @@ Development tool, not imported at run time. For every encoding format and every 
 instruction whose register fields hold distinct, recognisable registers, disassemble all probes with
 `llvm-mc-19 -disassemble -show-encoding`, and record the mnemonic and which fields it prints, with their register
 counts. The facts are LLVM's; the tables are generated, never edited by hand.
-Run: python -m rawgpu.drivers.emu.rdna.gen_optables [gfx9|gfx11|gfx12 ...]   (default: all three)
+Run: python -m rawgpu.drivers.emu.shader.gen_optables [gfx9|gfx11|gfx12 ...]   (default: all three)
 """
 from __future__ import annotations
 import os, re, subprocess

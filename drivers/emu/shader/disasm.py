@@ -2,8 +2,8 @@
 from __future__ import annotations
 import functools, re
 
-from rawgpu.drivers.emu.rdna.decode import Inst, family, tables
-from rawgpu.drivers.emu.rdna import sdwa
+from rawgpu.drivers.emu.shader.decode import Inst, family, tables
+from rawgpu.drivers.emu.shader import sdwa
 
 @functools.cache
 def _vop3_names(fam: str) -> set[str]:

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.fpmath import two_sum, two_prod
+from rawgpu.drivers.emu.shader.fpmath import two_sum, two_prod
 
 f16, f32, f64 = np.float16, np.float32, np.float64
 MODE_REG = 1           # hwreg id of MODE

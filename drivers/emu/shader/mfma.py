@@ -21,9 +21,9 @@ import functools
 
 import numpy as np
 
-from rawgpu.drivers.emu.rdna.fp8 import decode as decode_fp8
-from rawgpu.drivers.emu.rdna.fpmath import fma64
-from rawgpu.drivers.emu.rdna.wmma import elements, matmul
+from rawgpu.drivers.emu.shader.fp8 import decode as decode_fp8
+from rawgpu.drivers.emu.shader.fpmath import fma64
+from rawgpu.drivers.emu.shader.wmma import elements, matmul
 
 u32, i64, f32, f64 = np.uint32, np.int64, np.float32, np.float64
 
