@@ -32,5 +32,17 @@ def test_demo_on_the_emulated_board(firmware_dir):
                        capture_output=True, text=True, env=env, timeout=300)
   assert out.returncode == 0, out.stderr
   res = json.loads(out.stdout)
-  assert res["emulated"] and res["arch"] == "gfx1201" and res["vadd_ok"] and res["matmul_ok"]
+  assert res["emulated"] and res["iface"] == "MOCKPCI" and res["arch"] == "gfx1201" and res["vadd_ok"] and res["matmul_ok"]
   assert res["vadd_kernel_s"] > 0 and res["launch_us"] > 0 and res["copyin_GBps"] > 0
+
+
+def test_demo_report_names_the_interface_of_an_emulated_device(capsys):
+  """An emulated board opened through MOCKKFD is labelled as such, not as MOCKPCI; a real device gets no label."""
+  from rawgpu.tools.demo import report
+  res = {"device": "MOCKKFD+AMD:gfx942@0000:c1:00.0", "emulated": True, "iface": "MOCKKFD", "boot_s": 0.5, "launch_us": 3.0,
+         "vadd_ok": True, "vadd_kernel_s": 1e-3, "matmul_ok": True, "matmul_kernel_s": 1e-3, "copyin_GBps": 0.1}
+  assert report(res) == 0
+  out = capsys.readouterr().out
+  assert "(emulated GPU through MOCKKFD, not real hardware)" in out and "MOCKPCI" not in out
+  report({**res, "emulated": False, "iface": "KFD", "device": "KFD+AMD:gfx1100@0000:03:00.0"})
+  assert "emulated" not in capsys.readouterr().out

@@ -29,7 +29,7 @@ def run(dev_name: str | None = None, size: int | None = None) -> dict:
   dev, emulated = open_demo_device(dev_name)
   boot_s = time.perf_counter() - t0
   _say(f"{dev} in {boot_s:.2f} s")
-  arch, res = dev.props.arch, {"device": str(dev), "emulated": emulated or dev.props.emulated, "arch": dev.props.arch, "boot_s": boot_s}
+  arch, res = dev.props.arch, {"device": str(dev), "emulated": emulated or dev.props.emulated, "iface": dev.props.iface, "arch": dev.props.arch, "boot_s": boot_s}
   try:
     n = size or (1 << 14 if res["emulated"] else 1 << 22)
     rng = np.random.default_rng(0)
@@ -70,7 +70,7 @@ def run(dev_name: str | None = None, size: int | None = None) -> dict:
 
 
 def report(res: dict) -> int:
-  label = " (emulated GPU: MOCKPCI, not real hardware)" if res["emulated"] else ""
+  label = f" (emulated GPU through {res['iface']}, not real hardware)" if res["emulated"] else ""
   print(f"device          {res['device']}{label}")
   print(f"boot            {res['boot_s']:.3f} s")
   print(f"launch (host)   {res['launch_us']:.1f} us per kernel")
