@@ -289,6 +289,7 @@ def test_recovery_resets_only_the_faulted_engine_through_the_smu(mi300_device, m
   ring afresh. The other engines keep their state."""
   import numpy as np
   from rawgpu.drivers.emu.amd.sdma import SDMAEngine
+  from rawgpu.errors import DeviceFault
   dev, board = mi300_device
   am = dev.iface.dev
   _fault_the_copy_engine(dev)
@@ -305,7 +306,8 @@ def test_recovery_resets_only_the_faulted_engine_through_the_smu(mi300_device, m
   assert board.regs.get(other.ip, "regSDMA_GFX_RB_BASE") == other_base
   data = np.arange(1024, dtype=np.uint32)
   assert np.array_equal(dev.alloc(4096).copyin(data).numpy(np.uint32)[:1024], data)   # the copy engine works again
-  with pytest.raises(Exception, match=r"SMU answered 77 \(0x4d, arg 0x10000\) with .*Failed"): am.smu.send(0x4D, 1 << 16)  # no engine 16
+  with pytest.raises(DeviceFault, match=r"SMU answered PPSMC_MSG_ResetSDMA \(0x4d, arg 0x10000\) with .*Failed"):
+    am.smu.send("PPSMC_MSG_ResetSDMA", 1 << 16)   # no engine 16
   assert not board.errors
 
 
@@ -327,6 +329,18 @@ def test_recovery_with_a_pmfw_too_old_for_the_reset_is_refused_clearly(mi300_fw)
                                           r"PMFW 85.121.0 \(program 0\) knows it.*open it again"):
       dev.recover()
     assert (hw.ring.cpu.readbytes(0, hw.ring.size), int(hw.write_ptr[0])) == before and dev.faulted
-    with pytest.raises(DeviceFault, match="UnknownCmd"): dev.iface.dev.smu.send(0x4D, 1)
+    with pytest.raises(DeviceFault, match=r"PPSMC_MSG_ResetSDMA \(0x4d, arg 0x1\) with .*UnknownCmd"): dev.iface.dev.smu.send("PPSMC_MSG_ResetSDMA", 1)
   finally:
     dev.close(); board.close()
+
+
+def test_recovery_when_the_smu_fails_the_reset_says_so_and_stays_faulted(mi300_device):
+  """The SMU answers ResetSDMA with Failed (injected): recover() raises a DeviceFault naming the message, the device
+  stays faulted, and reopening is what is left."""
+  from rawgpu.errors import DeviceFault
+  dev, board = mi300_device
+  _fault_the_copy_engine(dev)
+  board.inject("smu_error", response=0xFF)
+  with pytest.raises(DeviceFault, match=r"SMU answered PPSMC_MSG_ResetSDMA \(0x4d, arg 0x1\) with .*Failed"): dev.recover()
+  board.clear_faults()
+  assert dev.faulted

@@ -41,7 +41,7 @@ PPSMC_MSG_Mode1Reset_V13 = _S13.PPSMC_MSG_Mode1Reset   # SMU 14 resets through t
 # SMU 13.0.6 (MI300) resets one SDMA engine on request. Both facts are newer than the 6.12 headers we fetch, so no C
 # check: PPSMC_MSG_ResetSDMA came with amdgpu's SDMA queue reset (amd-gfx, Jesse Zhang, 2024; smu_v13_0_6_ppsmc.h),
 # and smu_v13_0_6_init_caps grants SDMA_RESET from these PMFW versions, by PMFW program (the version's top byte).
-PPSMC_MSG_ResetSDMA_13_0_6 = 0x4D
+PPSMC_MSG_13_0_6_AFTER_6_12 = {"PPSMC_MSG_ResetSDMA": 0x4D}
 SDMA_RESET_MIN_PMFW = {0: 0x00557900, 4: 0x04557000, 7: 0x07550700}
 
 # ---- discovery.h

@@ -120,7 +120,7 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
     if self.v4:
       r("regSDMA0_QUEUE0_PREEMPT").update(IB_PREEMPT=0)
-      self.dev.smu.send(F.PPSMC_MSG_ResetSDMA_13_0_6, 1 << e)
+      self.dev.smu.send("PPSMC_MSG_ResetSDMA", 1 << e)
       halt = r("regSDMA0_F32_CNTL")
       self.dev.wait(lambda: not halt.fields()["HALT"], f"SDMA engine {e} to run again after the SMU reset it")
     else:

@@ -31,8 +31,9 @@ class SMU(Block):
   def mb(self, n: int): return self.reg("mp1", f"regMP1_SMN_C2PMSG_{n}")
 
   def send(self, msg: str | int, arg: int = 0, timeout: float = 2.0) -> int:
-    if isinstance(msg, str): num = getattr(self.driver_if(), msg) if self.dev.ips["mp1"] == (13, 0, 6) or msg not in MSG else MSG[msg]
-    else: num = msg
+    if isinstance(msg, int): num = msg
+    elif self.dev.ips["mp1"] == (13, 0, 6): num = getattr(self.driver_if(), msg, None) or F.PPSMC_MSG_13_0_6_AFTER_6_12[msg]
+    else: num = MSG[msg] if msg in MSG else getattr(self.driver_if(), msg)
     resp = self.mb(90)
     resp.write(0)
     self.mb(82).write(arg)
