@@ -360,8 +360,8 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   y = d.alloc(1 << 16)
   v = d.next_timeline("sdma")
   d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
-  # MI300's engines reach memory through their AID's MM hub, whose client ids amdgpu does not name (mmhub_v1_8.c)
-  who = "hub MM, client id" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
+  # MI300's engines reach memory through their AID's MM hub, whose clients gmc_v9_0.c names with Aldebaran's table
+  who = "client SDMA0, .*hub MM, client id 256" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
   with pytest.raises(DeviceFault, match=f"page fault at VA 0x7f3000000000 \\(read, .*{who}"): d.wait_timeline(v, timeout_ms=5000)
   d.recover()
   data = np.arange(4096, dtype=np.uint32)

@@ -16,6 +16,11 @@ GC_CLIENTS = {9: ("CB", "DB", "IA", "WD", "CPF", "CPC", "CPG", "RLC", "TCP", "SQ
                    "Reserved", "SDMA0", "SDMA1", "GCR", "SDMA2", "SDMA3"),
               12: ("CB", "DB", "GE1", "GE2", "CPF", "CPC", "CPG", "RLC", "TCP", "SQC (inst)", "SQC (data)", "SQG/PC/SC",
                    "Reserved", "SDMA0", "SDMA1", "GCR", "Reserved", "Reserved", "WGS", "DSM", "PA")}
+# MM-hub clients: gmc_v9_0.c names MMHUB 1.8's (MI300) with Aldebaran's table (reads and writes alike); newer MM hubs
+# are not named by amdgpu
+MM_CLIENTS = {(1, 8, 0): {2: "MP1", 3: "MP0", 33: "DBGU_IO0", 34: "DBGU_IO2", 36: "MPIO", 107: "JPEG0", 108: "VCN0", 109: "VCNU0",
+                          139: "JPEG1", 140: "VCN1", 141: "VCNU1", 161: "XDP", 174: "HDP", 256: "SDMA0", 257: "SDMA1",
+                          258: "SDMA2", 259: "SDMA3", 260: "SDMA4", 384: "OSS"}}
 INV_ENG = 17                           # the invalidation engine the driver keeps for itself (as amdgpu's KIQ path)
 
 
@@ -117,8 +122,9 @@ class GMC(Block):
     st = self.fault_status(hub)
     kind = "write" if st.get("RW") else "read"
     what = [k for k in ("MORE_FAULTS", "WALKER_ERROR", "PERMISSION_FAULTS", "MAPPING_ERROR") if st.get(k)]
-    names, cid = GC_CLIENTS.get(self.dev.ips["gc"][0], ()), st.get("CID", 0)
-    if hub == "GC" and cid < len(names): client = f"client {names[cid]}, {client}"
+    cid = st.get("CID", 0)
+    names = dict(enumerate(GC_CLIENTS.get(self.dev.ips["gc"][0], ()))) if hub == "GC" else MM_CLIENTS.get(self.dev.ips["mmhub"], {})
+    if cid in names: client = f"client {names[cid]}, {client}"
     raise DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, hub {hub}, client id {cid}, "
                       f"VMID {st.get('VMID', 0)}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
                       "check the buffer's lifetime and the kernel's indexing")

@@ -216,7 +216,7 @@ class Hub:
     self.faults += 1
     vals = self.b.regs.vals
     if vals.get(self.a_st, 0) == 0:
-      vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=getattr(_client, "cid", CID_CPC) if self.name.startswith("gc") else 0x2,
+      vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=getattr(_client, "cid", CID_CPC) if self.name.startswith("gc") else getattr(_client, "mm_cid", MM_CID_OTHER),
                                        PERMISSION_FAULTS=int(kind in ("READ", "WRITE")), MAPPING_ERROR=int(kind in ("VALID", "PDE0")))
       vals[self.a_fa_lo], vals[self.a_fa_hi] = (va >> 12) & 0xffffffff, va >> 44
     else: vals[self.a_st] |= self.st.encode(MORE_FAULTS=1)
@@ -291,6 +291,9 @@ _probing = threading.local()
 # UTCL2 client ids of the GC hub (GCVM_L2_PROTECTION_FAULT_STATUS.CID; amdgpu names them in gfxhub_v3_0.c and
 # gfxhub_v12_0.c): the engine a thread is stepping says which client its memory accesses come from.
 CID_CPC, CID_TCP, CID_SQC_INST, CID_SQC_DATA, CID_SDMA0 = 5, 8, 9, 10, 13
+# ... and of an MM hub, which MI300's SDMA engines go through. gmc_v9_0.c names MMHUB 1.8's clients with Aldebaran's
+# table: SDMA0-4 are 256 + n (an AID's engines 0-3 here). Clients the model has no engine for report 2 (a model choice).
+MM_CID_SDMA0, MM_CID_OTHER = 256, 2
 _client = threading.local()
 
 
@@ -302,9 +305,10 @@ def as_client(cid: int, access, *args):
   finally: _client.cid = prev
 
 
-def acting_as(cid: int) -> None:
-  """From now on this thread's GC-hub accesses are client `cid`'s (a CP, a shader's TCP, an SDMA engine)."""
-  _client.cid = cid
+def acting_as(cid: int, mm_cid: int = MM_CID_OTHER) -> None:
+  """From now on this thread's GC-hub accesses are client `cid`'s (a CP, a shader's TCP, an SDMA engine), and its
+  MM-hub accesses client `mm_cid`'s."""
+  _client.cid, _client.mm_cid = cid, mm_cid
 
 
 class BusMemory:

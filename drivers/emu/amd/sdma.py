@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
-from rawgpu.drivers.emu.amd.gmc import CID_SDMA0, Fault, acting_as
+from rawgpu.drivers.emu.amd.gmc import CID_SDMA0, MM_CID_SDMA0, Fault, acting_as
 from rawgpu.drivers.emu.amd.fetch import Prefetch
 from rawgpu.drivers.emu.amd.asic import SDMA0_HWID
 from rawgpu.drivers.emu.amd.regfile import instance_key
@@ -143,7 +143,8 @@ class SDMAQueue:
 
   def step(self) -> bool:
     if not self.enabled or self.hung is not None: return False
-    acting_as(CID_SDMA0 + self.e.i)
+    if self.e.v4: acting_as(CID_SDMA0, mm_cid=MM_CID_SDMA0 + self.e.i % 4)   # MI300: on its AID's MM hub, as that AID's SDMA n
+    else: acting_as(CID_SDMA0 + self.e.i)
     if self.ib and self.ib[-1][0] >= self.ib[-1][1]: self.ib.pop()
     try:
       h = self._read(1)
