@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Protocol
 from rawgpu.drivers import pci
+from rawgpu.drivers.am.metrics import SMUReading
 from rawgpu.drivers.devspec import dev_from_env
 from rawgpu.errors import DeviceNotFound, RawGPUError
 from rawgpu.tools.hcq_smi import VENDORS, Host, bus_arg, end_process, holders
@@ -21,7 +22,8 @@ HISTORY = 120  # samples kept per board for the graphs
 
 
 @dataclass
-class BoardMetrics:
+class BoardMetrics(SMUReading):
+  """One reading of a board: what the kernel shows of it, and the dynamic figures (SMUReading's, keyword only)."""
   bus: str
   name: str = "unknown"
   device_id: int = 0
@@ -29,27 +31,12 @@ class BoardMetrics:
   owner_pids: list[int] = field(default_factory=list)   # rawgpu processes holding it
   pcie_link: str | None = None              # "16.0 GT/s PCIe x16"
   pcie_max: str | None = None
-  gfx_activity: float | None = None         # percent
-  mem_activity: float | None = None         # percent
-  temp_edge: float | None = None            # degrees C
-  temp_hotspot: float | None = None
-  temp_mem: float | None = None
-  power_w: float | None = None
-  power_limit_w: float | None = None
-  gfx_clock_mhz: float | None = None
-  mem_clock_mhz: float | None = None
-  soc_clock_mhz: float | None = None
-  fan_rpm: int | None = None
-  fan_pct: float | None = None
-  vram_used: int | None = None              # bytes
-  vram_total: int | None = None
-  throttle: list[str] | None = None         # active throttle reasons; [] = none; None = unknown
-  source: str = "sysfs"                     # where the dynamic figures came from
-  unavailable: str | None = None            # why the dynamic figures are missing ("metrics unavailable: ...")
-  time: float = 0.0                         # when it was read (time.time())
+  source: str = field(default="sysfs", kw_only=True)   # where the dynamic figures came from
 
 
-DYNAMIC = [f.name for f in fields(BoardMetrics) if f.name not in ("bus", "name", "device_id", "driver", "owner_pids", "pcie_link", "pcie_max", "source", "unavailable", "time")]
+_TAIL = ["source", "unavailable", "time"]
+DYNAMIC = [f.name for f in fields(SMUReading) if f.name not in _TAIL]
+JSON_ORDER = [f.name for f in fields(BoardMetrics) if f.name not in DYNAMIC + _TAIL] + DYNAMIC + _TAIL   # the board first, as the table reads
 
 
 class MetricsSource(Protocol):
@@ -298,7 +285,7 @@ def main(argv: list[str] | None = None, source: MetricsSource | None = None, hos
       for r in rep: print(f"pid {r['pid']}: sent {', '.join(r['sent']) or 'nothing'}: {r['why']}")
       if not rep: print("no process holds a board")
       return 0 if all(r["ended"] for r in rep) else 1
-    if args.json: print(json.dumps([asdict(m) for m in sample(source, args.dev)], indent=2)); return 0
+    if args.json: print(json.dumps([{k: asdict(m)[k] for k in JSON_ORDER} for m in sample(source, args.dev)], indent=2)); return 0
     if args.list or not sys.stdout.isatty():
       for ln in table(sample(source, args.dev)): print(ln)
       return 0

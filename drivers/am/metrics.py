@@ -14,12 +14,13 @@ from rawgpu.drivers.system import SYSTEM, System
 from rawgpu.errors import RawGPUError
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SMUReading:
-  """The dynamic figures am-smi shows, by its BoardMetrics field names; None where the table has no such figure."""
-  gfx_activity: float | None = None
-  mem_activity: float | None = None
-  temp_edge: float | None = None
+  """The dynamic figures am-smi shows (its BoardMetrics adds what the kernel shows of a board); None where the table
+  has no such figure."""
+  gfx_activity: float | None = None         # percent
+  mem_activity: float | None = None         # percent
+  temp_edge: float | None = None            # degrees C
   temp_hotspot: float | None = None
   temp_mem: float | None = None
   power_w: float | None = None
@@ -29,12 +30,12 @@ class SMUReading:
   soc_clock_mhz: float | None = None
   fan_rpm: int | None = None
   fan_pct: float | None = None
-  vram_used: int | None = None
+  vram_used: int | None = None              # bytes
   vram_total: int | None = None
-  throttle: list[str] | None = None
-  source: str = "smu"
-  unavailable: str | None = None
-  time: float = 0.0
+  throttle: list[str] | None = None         # active throttle reasons; [] = none; None = unknown
+  source: str = "smu"                       # where the figures came from
+  unavailable: str | None = None            # why they are missing ("metrics unavailable: ...")
+  time: float = 0.0                         # when they were read (time.time())
 
 
 class SMUMetrics:

@@ -9,27 +9,21 @@ Values amdgpu and Mesa program (fence mtype, poll retry) are noted.
 """
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from rawgpu.autogen.amd import sdma_v4 as S4
 from rawgpu.autogen.amd import sdma_v6 as S
+from rawgpu.hcq.amd.pm4 import WaitFunction
 
 MASK32 = 0xffffffff
 Version = tuple[int, int]
 
 
-class PollFunction(enum.IntEnum):
-  """POLL_REGMEM compare function (value & mask) OP reference."""
-  ALWAYS = 0
-  LESS = 1
-  LESS_EQUAL = 2
-  EQUAL = 3
-  NOT_EQUAL = 4
-  GREATER_EQUAL = 5
-  GREATER = 6
+# POLL_REGMEM compares (value & mask) with the reference by the same function codes as PM4's WAIT_REG_MEM
+# (sdma_v6_0_0_pkt_open.h FUNC; nvd.h / soc15d.h WAIT_REG_MEM_FUNCTION)
+PollFunction = WaitFunction
 
 
 MTYPE_UC = 3  # fences are written uncached (amdgpu's sdma_v*_ring_emit_fence)
