@@ -344,3 +344,16 @@ def test_recovery_when_the_smu_fails_the_reset_says_so_and_stays_faulted(mi300_d
   with pytest.raises(DeviceFault, match=r"SMU answered PPSMC_MSG_ResetSDMA \(0x4d, arg 0x1\) with .*Failed"): dev.recover()
   board.clear_faults()
   assert dev.faulted
+
+
+def test_recovery_when_the_engine_stays_halted_after_its_reset_times_out_naming_it(mi300_device):
+  """The SMU resets the engine but its microengine does not run again (injected): recover() times out waiting for
+  F32_CNTL.HALT to drop, naming the engine, instead of programming a ring nobody reads."""
+  from rawgpu.errors import DeviceTimeout
+  dev, board = mi300_device
+  _fault_the_copy_engine(dev)
+  board.inject("sdma_reset_stuck")
+  dev.iface.dev.timeout_scale = 0.1
+  with pytest.raises(DeviceTimeout, match="timed out waiting for SDMA engine 0 to run again after the SMU reset it"): dev.recover()
+  board.clear_faults()
+  assert dev.faulted

@@ -257,7 +257,7 @@ class SDMAEngine:
     registers (SDMA_CNTL and the like) keep their values."""
     for q in self.queues: q.reset()
     self.halted_by_error = False
-    self.b.regs.vals[self.a_halt] = 0
+    self.b.regs.vals[self.a_halt] = self.halt_bit if "sdma_reset_stuck" in self.b.faults else 0
 
   def hub(self):
     """The VM hub the engine's accesses go through: the GC hub on gfx11/12; MI300's engines sit on their AID's MM hub."""
