@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from test_hcq_amd_common import check_round_trip
 
 from rawgpu.autogen.amd import pm4 as P
 from rawgpu.autogen.amd import pm4_soc15 as P9
@@ -230,17 +231,7 @@ def _gen12():
 @given(data=st.data())
 def test_decoder_round_trips_emitted_streams(gen, emit, data):
   pkts = [emit(data.draw) for _ in range(data.draw(st.integers(1, 8)))]
-  stream = [w for words, _, _ in pkts for w in words]
-  decoded = pm4.decode_pm4(stream, gen)
-  assert [p.name for p in decoded] == [name for _, name, _ in pkts]
-  at = 0
-  for p, (words, _, want) in zip(decoded, pkts):
-    assert p.offset == at and p.words == words and not p.error
-    at += len(words)
-    for k, v in want.items():
-      if k == "_data": assert p.data == v
-      else: assert p.fields[k] == v, (p.name, k)
-  assert pm4.format_pm4(stream, gen=gen).count("\n") == len(pkts) - 1
+  check_round_trip(pkts, lambda s: pm4.decode_pm4(s, gen), lambda s: pm4.format_pm4(s, gen=gen))
 
 
 @settings(max_examples=150, deadline=None)

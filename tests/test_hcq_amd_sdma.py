@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from test_hcq_amd_common import check_round_trip
 
 from rawgpu.autogen.amd import sdma_v6 as S
 from rawgpu.hcq.amd import sdma
@@ -183,17 +184,7 @@ _SDMA_EMITTERS = ("copy_linear", "const_fill", "fence", "poll_regmem", "timestam
 @given(data=st.data())
 def test_decoder_round_trips_emitted_streams(version, emit, data):
   pkts = [emit(data.draw) for _ in range(data.draw(st.integers(1, 8)))]
-  stream = [w for words, _, _ in pkts for w in words]
-  decoded = sdma.decode_sdma(stream, version)
-  assert [p.name for p in decoded] == [name for _, name, _ in pkts]
-  at = 0
-  for p, (words, _, want) in zip(decoded, pkts):
-    assert p.offset == at and p.words == words and not p.error
-    at += len(words)
-    for k, v in want.items():
-      if k == "_data": assert p.data == v
-      else: assert p.fields[k] == v, (p.name, k)
-  assert sdma.format_sdma(stream, version).count("\n") == len(pkts) - 1
+  decoded = check_round_trip(pkts, lambda s: sdma.decode_sdma(s, version), lambda s: sdma.format_sdma(s, version))
   if version < (5, 0): assert all("mtype" not in p.fields for p in decoded)
 
 
