@@ -238,3 +238,16 @@ def test_firmware_processor_failures(fw, board, kind, err, match):
   b.clear_faults()
   it = AMIface(bus, vb.system, **FAST)                                 # the lock was released; a retry boots
   it.close()
+
+
+@pytest.mark.parametrize("arch,cus", [("gfx1100", 84), ("gfx1201", 56)])
+def test_harvested_board_reports_the_cus_that_work(fw, arch, cus):
+  """A board with WGPs fused off (as an RX 7900 XT is a Navi31 with 42 of its 48): AM counts the CUs through
+  GRBM_GFX_INDEX and CC_GC_SHADER_ARRAY_CONFIG as amdgpu's get_cu_info does; IP discovery keeps the physical shape."""
+  from rawgpu.drivers.am.discovery import compute_units
+  vb, bus, b, fake = make_board(arch, cus=cus)
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert it.props.compute_units == cus < compute_units(it.dev.disc.gc_info)
+    assert b.regs.reg("gc", "regGRBM_GFX_INDEX").decode(b.regs.get("gc", "regGRBM_GFX_INDEX"))["SE_BROADCAST_WRITES"] == 1   # left broadcasting
+  finally: it.close(); b.close()

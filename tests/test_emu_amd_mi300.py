@@ -237,6 +237,7 @@ def test_hcq_runs_gfx942_kernels_on_the_board(mi300_device):
   dev, board = mi300_device
   p = dev.props
   assert (p.arch, p.wave_size, p.ip_versions["gc"], p.ip_versions["sdma"]) == ("gfx942", 64, (9, 4, 3), (4, 4, 2))
+  assert p.compute_units == 38 == board.cus   # XCC 0's CUs that work (an MI300X XCD enables 38 of 40), counted from the fuses
   prg = lambda obj, name: dev.program(kernels.path("gfx942", obj).read_bytes(), name)
   rng = np.random.default_rng(5)
   n = 1000

@@ -92,6 +92,30 @@ class GFX(Block):
     if self.dev.gc9: return self.gc("regCP_MEC_CNTL").fields()["MEC_ME1_HALT"] == 0
     return self.gc("regCP_MEC_RS64_CNTL").fields()["MEC_HALT"] == 0
 
+  def active_cus(self) -> int:
+    """The CUs that work (of XCC 0, the partition AM runs on MI300), counted as amdgpu's get_cu_info does
+    (gfx_v11_0.c, gfx_v12_0.c, gfx_v9_4_3.c): per shader engine and array, selected through GRBM_GFX_INDEX, the fused
+    (CC_) and user (GC_USER_) inactive masks of its WGPs (gfx9: CUs); a disabled shader array counts none. IP
+    discovery gives the physical shape only: harvested boards have fewer."""
+    gc, reg = self.dev.disc.gc_info, self.gc
+    sa_name = "SH" if self.dev.gc9 else "SA"
+    n_se, n_sa = gc["gc_num_se"], gc["gc_num_sh_per_se" if self.dev.gc9 else "gc_num_sa_per_se"]
+    per_sa = gc["gc_num_cu_per_sh"] if self.dev.gc9 else gc["gc_num_wgp0_per_sa"] + gc["gc_num_wgp1_per_sa"]   # CUs, or WGPs
+    field = "INACTIVE_CUS" if self.dev.gc9 else "INACTIVE_WGPS"
+    disabled = 0
+    for cc, user in (("regCC_GC_SA_UNIT_DISABLE", "regGC_USER_SA_UNIT_DISABLE"), ("regGRBM_CC_GC_SA_UNIT_DISABLE", "regGRBM_GC_USER_SA_UNIT_DISABLE")):
+      if self.dev.regs.has("gc", cc): disabled = reg(cc).fields()["SA_DISABLE"] | reg(user).fields()["SA_DISABLE"]   # gfx11 / gfx12
+    index, total = reg("regGRBM_GFX_INDEX"), 0
+    try:
+      for se in range(n_se):
+        for sa in range(n_sa):
+          if disabled >> (se * n_sa + sa) & 1: continue
+          index.write(SE_INDEX=se, **{f"{sa_name}_INDEX": sa}, INSTANCE_BROADCAST_WRITES=1)
+          inactive = reg("regCC_GC_SHADER_ARRAY_CONFIG").fields()[field] | reg("regGC_USER_SHADER_ARRAY_CONFIG").fields()[field]
+          total += bin(~inactive & ((1 << per_sa) - 1)).count("1")
+    finally: index.write(SE_BROADCAST_WRITES=1, **{f"{sa_name}_BROADCAST_WRITES": 1}, INSTANCE_BROADCAST_WRITES=1)
+    return total if self.dev.gc9 else 2 * total
+
   def new_queue(self, size: int) -> ComputeQueue:
     free = [i for i in range(MAX_QUEUES) if i not in self.queues]
     if not free: raise RawGPUError(f"{self.dev.bus}: all {MAX_QUEUES} compute queues are in use")

@@ -52,6 +52,7 @@ class Asic:
   base_addr_64: bool = False          # discovery v4 with 64-bit base addresses (MI300)
   gc_info: dict[str, int] | None = None   # gc_info v2.0 fields (CDNA: CUs per shader array, no WGPs); None: v1.2
   ifwi_firmware: bool = False         # IFWI starts the PSP's secure OS and the SMU's PMFW (MI300: no bootloader stages, no SMU image)
+  active_cus: int | None = None       # CUs the fuses leave working (of XCC 0 on MI300); None: all of them
 
   def ip(self, hw_id: int, instance: int = 0) -> IPEntry:
     for e in self.ips:
@@ -111,13 +112,13 @@ def _mi300x() -> Asic:
   fw = {"sos": "psp_13_0_6_sos.bin", "ta": "psp_13_0_6_ta.bin", "smu": "smu_13_0_6.bin", "sdma": "sdma_4_4_2.bin",
         "mec": "gc_9_4_3_mec.bin", "rlc": "gc_9_4_3_rlc.bin"}
   # gc_info is per XCC (gfx_v9_4_3 walks max_shader_engines for each XCC): 4 SEs of one shader array of 10 CUs
-  # (the physical 40 of an XCD; 38 are enabled on MI300X, harvesting not modelled yet); 8 waves per SIMD, the 32 per CU
-  # that ROCm's rocminfo reports for MI300X
+  # (the physical 40 of an XCD; MI300X enables 38 of them, 304 in all: which two are fused off varies by chip, the
+  # model takes the last CU of the last two arrays); 8 waves per SIMD, the 32 per CU that ROCm's rocminfo reports
   gc = {"gc_num_se": 4, "gc_num_cu_per_sh": 10, "gc_num_sh_per_se": 1, "gc_num_rb_per_se": 0, "gc_num_tccs": 16,
         "gc_num_gprs": 512, "gc_wave_size": 64, "gc_max_waves_per_simd": 8, "gc_max_scratch_slots_per_cu": 32, "gc_lds_size": 64}
   return Asic("gfx942", 0x74a1, 0x00, "AMD Instinct MI300X", ips, fw, num_se=4, num_sa_per_se=1, wgp_per_sa=5, sdma_engines=16,
               pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, boot_time_tmr=True,
-              ifwi_firmware=True)
+              ifwi_firmware=True, active_cus=38)
 
 
 ASICS = {"gfx1100": _navi31, "gfx1201": _navi48, "gfx942": _mi300x}

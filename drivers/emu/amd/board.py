@@ -59,7 +59,7 @@ class AMDBoard:
     self.engines: list[Engine] = []
     self.fw_loaded: set[int] = set()            # GFX_FW_TYPE_* ids the PSP has loaded
     total_wgp = self.asic.num_se * self.asic.num_sa_per_se * self.asic.wgp_per_sa
-    self.cus = min(cus or 2 * total_wgp, 2 * total_wgp)
+    self.cus = min(cus or self.asic.active_cus or 2 * total_wgp, 2 * total_wgp)
     self.regs = RegFile(self.asic)
     if firmware not in ("cold", "loaded"): raise ValueError("firmware must be 'cold' or 'loaded'")
     self.firmware_state = firmware

@@ -74,7 +74,7 @@ class GPU:
     self._offsets = itertools.count(1)
     gc = dev.disc.gc_info
     from rawgpu.drivers.am.discovery import compute_units
-    cu = compute_units(gc)
+    cu = dev.gfx.active_cus()   # kfd_crat.c: SIMDs from cu_info's count (harvested CUs left out), CUs per array physical
     se, sa = gc.get("gc_num_se", 1), gc.get("gc_num_sa_per_se", gc.get("gc_num_sh_per_se", 1))
     ver = dev.ips["gc"]
     # kfd_device.c: GC 9.4.3 with rev_id >= 1 is gfx942 (the emulated MI300X); elsewhere the version's digits
@@ -85,7 +85,7 @@ class GPU:
     self.props = {"cpu_cores_count": 0, "simd_count": cu * simds, "mem_banks_count": 1, "caches_count": 0, "io_links_count": 1,
                   "max_waves_per_simd": gc["gc_max_waves_per_simd"], "lds_size_in_kb": 64, "gds_size_in_kb": 0, "num_gws": 64,
                   "wave_front_size": 64 if ver[0] == 9 else gc.get("gc_wave_size", 32) or 32,
-                  "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": cu // max(1, se * sa), "simd_per_cu": simds,
+                  "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": compute_units(gc) // max(1, se * sa), "simd_per_cu": simds,
                   "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
                   "location_id": self._location(dev.bus), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
                   "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": 1,
