@@ -96,6 +96,36 @@ def test_fault_on_an_unmapped_address(board):
   finally: it.close()
 
 
+def _flood_ih(b, extra: int) -> None:
+  """More entries than the IH ring holds, from a source AM ignores, with AM not reading."""
+  ring = b.ih.rings[0]
+  for _ in range((4 << ring.cntl.decode(b.regs.vals[ring.a_cntl])["RB_SIZE"]) // 32 + extra): b.ih.post(client=0x1f, src=0xff)
+
+
+def test_ih_overflow_resumes_and_still_reports_a_fault_whose_interrupt_was_overwritten(board):
+  """A page fault, then more interrupts than the IH ring holds before AM reads any: the OSS writes on over the
+  oldest entries and latches RB_OVERFLOW. AM resumes at the oldest entry left and clears the latch (ih_v6_0_get_wptr),
+  and still reports the fault, from the status and address its hub latched; the ring works on afterwards."""
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    m = it.alloc(0x1000)
+    bad = m.va + (1 << 24)
+    with pytest.raises(Exception): b.gmc.mm.read32(0, bad)            # the fault: latched in the MM hub, its entry posted
+    ring = b.ih.rings[0]
+    _flood_ih(b, 5)                                                     # ... and written over
+    assert ring.overflows and b.regs.vals[ring.a_wptr] & 1
+    with pytest.raises(DeviceFault, match=rf"VA {bad & ~0xfff:#x} \(read, interrupt lost to an IH ring overflow, hub MM"): it.check_faults()
+    assert it.dev.ih.overflows == 1 and not b.regs.vals[ring.a_wptr] & 1   # the latch is cleared
+    it.check_faults()                                                   # nothing left
+    _flood_ih(b, 1)                                                     # an overflow without a fault reports nothing
+    it.check_faults()
+    assert it.dev.ih.overflows == 2
+    with pytest.raises(Exception): b.gmc.mm.read32(0, bad + 0x2000)   # and a fault after it arrives as usual
+    with pytest.raises(DeviceFault, match=rf"VA {(bad + 0x2000) & ~0xfff:#x} \(read, ring id"): it.check_faults()
+  finally: it.close()
+
+
 @pytest.mark.parametrize("kind,err", [("psp_timeout", DeviceTimeout), ("psp_error", FirmwareError), ("smu_timeout", DeviceTimeout),
                                       ("smu_error", DeviceFault)])
 def test_injected_firmware_failures(board, kind, err):

@@ -90,8 +90,9 @@ def setup_ih(d: Dev, ring_off: int = 0x40000, size: int = 0x1000, wb_off: int = 
   d.wr("osssys", "regIH_RB_WPTR_ADDR_LO", (fb + wb_off) & 0xffffffff)
   d.wr("osssys", "regIH_RB_WPTR_ADDR_HI", (fb + wb_off) >> 32)
   d.wr("osssys", "regIH_RB_RPTR", 0); d.wr("osssys", "regIH_RB_WPTR", 0)
-  d.wr("osssys", "regIH_RB_CNTL", MC_SPACE=4, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=1, RB_SIZE=(size // 4).bit_length() - 1,
-       WPTR_WRITEBACK_ENABLE=1, MC_SNOOP=1, RB_ENABLE=1, ENABLE_INTR=1)
+  for clear in (1, 0):   # the overflow latch cleared, then CLEAR dropped so that an overflow latches again
+    d.wr("osssys", "regIH_RB_CNTL", MC_SPACE=4, WPTR_OVERFLOW_CLEAR=clear, WPTR_OVERFLOW_ENABLE=1, RB_SIZE=(size // 4).bit_length() - 1,
+         WPTR_WRITEBACK_ENABLE=1, MC_SNOOP=1, RB_ENABLE=1, ENABLE_INTR=1)
   return ring_off, wb_off
 
 
@@ -168,18 +169,26 @@ def test_fault_latches_status_and_raises_ih_entry(dev, bits):
 
 
 def test_ih_ring_wraps_and_overflows(dev, bits):
+  """A full ring is written on over its oldest entry and RB_OVERFLOW latches in the write pointer and its writeback,
+  which is where amdgpu's get_wptr looks (ih_v6_0.c: resume "from the last not overwritten vector"); a CLEAR pulse
+  clears the latch and the ring goes on."""
   ring, wb = setup_ih(dev, size=0x100)                             # 8 entries
   for i in range(7): dev.board.ih.post(client=0x14, src=181, data=(i, 0, 0, 0))
   assert dev.rd("osssys", "regIH_RB_WPTR") & 0xfc == 7 * 32
   dev.board.ih.post(client=0x14, src=181, data=(99, 0, 0, 0))     # full: the 8th slot would meet rptr
-  assert dev.f("osssys", "regIH_RB_WPTR", dev.rd("osssys", "regIH_RB_WPTR"), "RB_OVERFLOW") == 1
-  dev.wr("osssys", "regIH_RB_RPTR", 7 * 32)
+  w = dev.rd("osssys", "regIH_RB_WPTR")
+  assert dev.f("osssys", "regIH_RB_WPTR", w, "RB_OVERFLOW") == 1 and w & 0xfc == 0
+  assert struct.unpack_from("<I", dev.vram.mem, wb)[0] == w      # the writeback carries the latch
+  assert struct.unpack_from("<I", dev.vram.mem, ring + 7 * 32 + 16)[0] == 99
+  dev.board.ih.post(client=0x14, src=181, data=(8, 0, 0, 0))      # on over entry 0, the oldest
+  assert struct.unpack_from("<I", dev.vram.mem, ring + 16)[0] == 8 and dev.rd("osssys", "regIH_RB_WPTR") == 32 | 1
+  dev.wr("osssys", "regIH_RB_RPTR", 32)                           # the driver read on from wptr + 32 round to wptr
   cntl = dev.rd("osssys", "regIH_RB_CNTL")
-  dev.wr("osssys", "regIH_RB_CNTL", cntl | dev.tables["osssys"]["regIH_RB_CNTL"].encode(WPTR_OVERFLOW_CLEAR=1))
-  dev.board.ih.post(client=0x14, src=181, data=(8, 0, 0, 0))
+  clear = dev.tables["osssys"]["regIH_RB_CNTL"].encode(WPTR_OVERFLOW_CLEAR=1)
+  dev.wr("osssys", "regIH_RB_CNTL", cntl | clear); dev.wr("osssys", "regIH_RB_CNTL", cntl & ~clear)
+  assert dev.rd("osssys", "regIH_RB_WPTR") == 32
   dev.board.ih.post(client=0x14, src=181, data=(9, 0, 0, 0))
-  assert dev.rd("osssys", "regIH_RB_WPTR") & 0xfc == 32            # wrapped
-  assert struct.unpack_from("<I", dev.vram.mem, ring + 16)[0] == 9
+  assert dev.rd("osssys", "regIH_RB_WPTR") == 64 and struct.unpack_from("<I", dev.vram.mem, ring + 32 + 16)[0] == 9
 
 
 def test_hdp_flush_paths(dev):

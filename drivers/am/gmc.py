@@ -109,17 +109,29 @@ class GMC(Block):
         self.dev.wait(lambda: ack.read() & (1 << vmid), f"{hub} hub {inst} TLB invalidation")
         if sem is not None: sem.write(0)
 
-  def fault_status(self, hub: str) -> dict[str, int]:
-    """Decode and clear the hub's L2 protection fault status (the IH entry carries the address)."""
+  def _status_reg(self, hub: str, inst: int):
     ip, p, _ = self.hubs(hub)
     name = p + "VM_L2_PROTECTION_FAULT_STATUS"
-    st = self.reg(ip, name if self.dev.regs.has(ip, name) else name + "_LO32")
-    fields = st.fields()
-    self.reg(ip, p + "VM_L2_PROTECTION_FAULT_CNTL").update(CLEAR_PROTECTION_FAULT_STATUS_ADDR=1)
+    return self.reg(ip, name if self.dev.regs.has(ip, name) else name + "_LO32", inst)
+
+  def fault_status(self, hub: str, inst: int = 0) -> dict[str, int]:
+    """Decode and clear the hub's L2 protection fault status (the IH entry carries the address)."""
+    ip, p, _ = self.hubs(hub)
+    fields = self._status_reg(hub, inst).fields()
+    self.reg(ip, p + "VM_L2_PROTECTION_FAULT_CNTL", inst).update(CLEAR_PROTECTION_FAULT_STATUS_ADDR=1)
     return fields
 
-  def raise_fault(self, hub: str, addr: int, client: str) -> None:
-    st = self.fault_status(hub)
+  def raise_latched_fault(self, why: str) -> None:
+    """A fault whose interrupt never arrived: the first one a hub latched (its status and address), if any."""
+    for hub in ("GC", "MM"):
+      ip, p, insts = self.hubs(hub)
+      for inst in insts:
+        if not self._status_reg(hub, inst).read(): continue
+        lo, hi = (self.reg(ip, f"{p}VM_L2_PROTECTION_FAULT_ADDR_{h}32", inst).read() for h in ("LO", "HI"))
+        self.raise_fault(hub, (lo << 12) | ((hi & 0xf) << 44), why, inst)
+
+  def raise_fault(self, hub: str, addr: int, client: str, inst: int = 0) -> None:
+    st = self.fault_status(hub, inst)
     kind = "write" if st.get("RW") else "read"
     what = [k for k in ("MORE_FAULTS", "WALKER_ERROR", "PERMISSION_FAULTS", "MAPPING_ERROR") if st.get(k)]
     cid = st.get("CID", 0)

@@ -25,7 +25,7 @@ class IH(Block):
     d = self.dev
     self.ring = d.boot_alloc(RING_SIZE, align=RING_SIZE)
     self.wptr_wb = d.boot_alloc(0x1000)          # wptr writeback at +0
-    self.rptr = 0
+    self.rptr, self.overflows, self.lost_faults = 0, 0, False
 
   def init_hw(self) -> None:
     r = lambda n: self.reg("osssys", n)
@@ -59,7 +59,19 @@ class IH(Block):
     self.rptr = self._wptr()
 
   def _wptr(self) -> int:
-    return struct.unpack_from("<I", self.dev.vram(self.wptr_wb, 4))[0] & (RING_SIZE - 1) & ~(ENTRY - 1)
+    """The write pointer from its writeback slot. After an overflow (RB_OVERFLOW latched: the OSS wrote on over
+    entries AM had not read) reading resumes at the oldest entry left, the latch is cleared, and the hubs' fault
+    status is checked for a fault whose interrupt was overwritten (ih_v6_0_get_wptr, plus that last check)."""
+    wb = struct.unpack_from("<I", self.dev.vram(self.wptr_wb, 4))[0]
+    if wb & 1:                                     # IH_RB_WPTR.RB_OVERFLOW
+      reg, cntl = self.reg("osssys", "regIH_RB_WPTR"), self.reg("osssys", "regIH_RB_CNTL")
+      wb = reg.read()
+      if wb & 1:
+        self.rptr, self.overflows = ((wb & ~1) + ENTRY) & (RING_SIZE - 1) & ~(ENTRY - 1), self.overflows + 1
+        cntl.update(WPTR_OVERFLOW_CLEAR=1)
+        cntl.update(WPTR_OVERFLOW_CLEAR=0)
+        self.lost_faults = True
+    return wb & (RING_SIZE - 1) & ~(ENTRY - 1)
 
   def poll(self) -> list[dict]:
     """Consume every pending IV entry; returns them decoded (client, source, ring, vmid, src_data)."""
@@ -92,4 +104,7 @@ class IH(Block):
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
         hub = "MM" if iv["client_id"] == c["mm"] else "GC"
         self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}")
+    if self.lost_faults:   # entries were overwritten: a fault whose interrupt was among them is still latched in its hub
+      self.lost_faults = False
+      self.dev.gmc.raise_latched_fault("interrupt lost to an IH ring overflow")
     return bool(ivs)

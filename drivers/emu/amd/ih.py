@@ -24,7 +24,7 @@ class IHRing:
     self.a_db = a(f"regIH_DOORBELL_RPTR{suffix}")
     self.db = r.reg("osssys", f"regIH_DOORBELL_RPTR{suffix}")
     r.hook("osssys", f"regIH_RB_CNTL{suffix}", wr=self._cntl_wr)
-    self.dropped = 0
+    self.dropped = self.overflows = 0
 
   def _cntl_wr(self, a: int, v: int) -> None:
     d = self.cntl.decode(v)
@@ -33,25 +33,29 @@ class IHRing:
     self.b.regs.vals[a] = v
 
   def post(self, words: bytes) -> bool:
+    """Write one entry. A full ring with WPTR_OVERFLOW_ENABLE is written on over its oldest entry and latches
+    RB_OVERFLOW in the write pointer (register and writeback) until WPTR_OVERFLOW_CLEAR: amdgpu's get_wptr then
+    resumes "from the last not overwritten vector" (ih_v6_0.c, vega20_ih.c). Without it the entry is dropped (what
+    the IH does then is not public)."""
     vals = self.b.regs.vals
     c = self.cntl.decode(vals.get(self.a_cntl, 0))
     if not c["RB_ENABLE"]: return False
     size = 4 << c["RB_SIZE"]
     w = vals.get(self.a_wptr, 0)
-    if w & self.wptr_reg.fields["RB_OVERFLOW"][1]: self.dropped += 1; return False
+    overflow = w & self.wptr_reg.fields["RB_OVERFLOW"][1]
     off = w & (size - 1) & ~3
     rptr = vals.get(self.a_rptr, 0) & (size - 1)
     nxt = (off + ENTRY) & (size - 1)
     if nxt == rptr:                                        # full
-      if c["WPTR_OVERFLOW_ENABLE"]: vals[self.a_wptr] = off | self.wptr_reg.fields["RB_OVERFLOW"][1]
-      self.dropped += 1
-      return False
+      if not c["WPTR_OVERFLOW_ENABLE"]: self.dropped += 1; return False
+      self.overflows += 1
+      if not c["WPTR_OVERFLOW_CLEAR"]: overflow = self.wptr_reg.fields["RB_OVERFLOW"][1]   # CLEAR held at 1 keeps it clear
     base = ((vals.get(self.a_base_hi, 0) << 32) | vals.get(self.a_base, 0)) << 8
     try:
       self._write(c, base + off, words)
-      vals[self.a_wptr] = nxt
+      vals[self.a_wptr] = nxt | overflow
       if self.a_wb_lo is not None and c["WPTR_WRITEBACK_ENABLE"]:
-        self._write(c, (vals.get(self.a_wb_hi, 0) << 32) | vals.get(self.a_wb_lo, 0), struct.pack("<I", nxt))
+        self._write(c, (vals.get(self.a_wb_hi, 0) << 32) | vals.get(self.a_wb_lo, 0), struct.pack("<I", nxt | overflow))
     except (BusError, Fault): self.dropped += 1; return False
     return True
 
