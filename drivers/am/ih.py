@@ -60,8 +60,8 @@ class IH(Block):
 
   def _wptr(self) -> int:
     """The write pointer from its writeback slot. After an overflow (RB_OVERFLOW latched: the OSS wrote on over
-    entries AM had not read) reading resumes at the oldest entry left, the latch is cleared, and the hubs' fault
-    status is checked for a fault whose interrupt was overwritten (ih_v6_0_get_wptr, plus that last check)."""
+    entries AM had not read) reading resumes at the oldest entry left and the latch is cleared (ih_v6_0_get_wptr);
+    check_faults then also looks for a fault whose interrupt was overwritten in the hubs' latched status."""
     wb = struct.unpack_from("<I", self.dev.vram(self.wptr_wb, 4))[0]
     if wb & 1:                                     # IH_RB_WPTR.RB_OVERFLOW
       reg, cntl = self.reg("osssys", "regIH_RB_WPTR"), self.reg("osssys", "regIH_RB_CNTL")
