@@ -160,7 +160,7 @@ class SDMAQueue:
       self.waiting = False
       if op != OP_INDIRECT: self._advance(n)
     except Bad as e:
-      self.hung = str(e); self.e.halted_by_error = True
+      self.hung = str(e)
       return True
     except (Fault, BusError) as e:
       self.hung = f"memory fault: {e}"
@@ -247,7 +247,6 @@ class SDMAEngine:
     self.a_cntl = r.addr(self.ip, f"{pfx}CNTL")
     self.trap_en = r.reg(self.ip, f"{pfx}CNTL").fields["TRAP_ENABLE"][1]
     self.queues = [SDMAQueue(self, q) for q in range(1 if self.v4 else 2)]
-    self.halted_by_error = False
 
   def reset(self) -> None:
     """MI300's engine reset, which the SMU performs (ResetSDMA). What it clears is not published; the model follows
@@ -256,7 +255,6 @@ class SDMAEngine:
     microengine restarts on the image it holds (amdgpu waits for F32_CNTL.HALT to drop, and loads none). Engine-wide
     registers (SDMA_CNTL and the like) keep their values."""
     for q in self.queues: q.reset()
-    self.halted_by_error = False
     self.b.regs.vals[self.a_halt] = self.halt_bit if "sdma_reset_stuck" in self.b.faults else 0
 
   def hub(self):
