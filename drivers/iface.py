@@ -17,6 +17,7 @@ class DeviceProps:
   pci_bus: str | None = None
   compute_units: int = 0
   simd_per_cu: int = 2
+  shader_engines: int = 1              # per XCC: gfx11+'s COMPUTE_TMPRING_SIZE.WAVES counts scratch waves per shader engine
   wave_size: int = 32                  # default wave size kernels are built for on this arch
   lds_size: int = 64 << 10             # bytes per workgroup
   vram_size: int = 0

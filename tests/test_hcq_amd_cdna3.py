@@ -329,20 +329,24 @@ def test_backend_on_gfx9_without_nbio_base_is_a_clear_error():
   with pytest.raises(RawGPUError, match="NBIO register base"): _gfx9_backend({"gc": GC_BASE})
 
 
-@pytest.mark.parametrize("ver,unit", [((9, 4, 3), 1024), ((11, 0, 0), 256)], ids=["gfx9", "gfx11"])
-def test_scratch_wave_size_counts_the_generation_s_units(ver, unit):
+@pytest.mark.parametrize("ver,unit,per_se", [((9, 4, 3), 1024, False), ((11, 0, 0), 256, True), ((12, 0, 1), 256, True)],
+                         ids=["gfx9", "gfx11", "gfx12"])
+def test_scratch_wave_size_counts_the_generation_s_units(ver, unit, per_se):
   """COMPUTE_TMPRING_SIZE.WAVESIZE counts 1 KiB units on gfx9 and 256 bytes on gfx11+ (LLVM's SPI_TMPRING_SIZE tests:
-  private size * lanes aligned to 1024 before gfx11, to 256 after); the scratch buffer holds WAVES slots of that size."""
-  from rawgpu.hcq.amd.backend import AMDBackend
+  private size * lanes aligned to 1024 before gfx11, to 256 after). WAVES counts the slots of the whole queue on gfx9
+  and of each shader engine on gfx11+ (Mesa's radv_emit_compute_scratch divides by the SE count): the buffer holds
+  WAVES slots (times the engines) of that size."""
+  from rawgpu.hcq.amd.backend import AMDBackend, SCRATCH_WAVES
   gc, allocs = ip_regs("gc", *ver), []
   def alloc(n):
     allocs.append(n)
     return SimpleNamespace(size=n, va=0x7000_0000, free=lambda: None)
-  be = SimpleNamespace(gfx=ver[0], gc=gc, _scratch=None, dev=SimpleNamespace(alloc=alloc))
+  be = SimpleNamespace(gfx=ver[0], gc=gc, _scratch=None, dev=SimpleNamespace(alloc=alloc, props=SimpleNamespace(shader_engines=6)))
   tmpring, va = AMDBackend.scratch_for(be, SimpleNamespace(scratch=100, wave32=False))   # 100 bytes a lane, wave64
   f = gc["regCOMPUTE_TMPRING_SIZE"].decode(tmpring)
   assert va == 0x7000_0000 and (f["WAVESIZE"] - 1) * unit < 100 * 64 <= f["WAVESIZE"] * unit
-  assert allocs == [f["WAVES"] * f["WAVESIZE"] * unit]
+  slots = f["WAVES"] * (6 if per_se else 1)
+  assert SCRATCH_WAVES <= slots < SCRATCH_WAVES + 6 and allocs == [slots * f["WAVESIZE"] * unit]
 
 
 # ---- the CDNA3 dispatch hcq encodes, run on the emulator's compute units (no board models gfx942: this test reads the

@@ -36,6 +36,7 @@ def test_props(dev):
   p = dev.props
   assert p.vendor == "AMD" and p.iface in ("MOCKPCI", "MOCKKFD") and p.vram_size > 0 and p.compute_units > 0
   assert p.ip_versions["gc"][0] == {"gfx1100": 11, "gfx1201": 12, "gfx942": 9}[p.arch]
+  assert p.shader_engines == {"gfx1100": 6, "gfx1201": 4, "gfx942": 4}[p.arch]   # per XCC; gfx11+ counts scratch waves per SE
   if p.iface == "MOCKKFD":   # the node as amdkfd publishes it: gfx_target_version (kfd_device.c), SIMDs per CU, wave size,
     node = dev.iface.node.props   # waves per SIMD from the board's discovery table (16 on RDNA; 8 on MI300X: 32 per CU)
     want = {"gfx1100": (110000, 2, 32, 16), "gfx1201": (120001, 2, 32, 16), "gfx942": (90402, 4, 64, 8)}[p.arch]

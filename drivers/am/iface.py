@@ -27,7 +27,7 @@ class AMIface(PeerMaps):
     self.rings: list[tuple[HWRing, object]] = []
     self._init_peers()
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
-                             name=d.board.name, pci_bus=bus, compute_units=d.gfx.active_cus(),
+                             name=d.board.name, pci_bus=bus, compute_units=d.gfx.active_cus(), shader_engines=d.disc.gc_info["gc_num_se"],
                              wave_size=d.disc.gc_info.get("gc_wave_size", 32) if d.gc9 else 32,
                              lds_size=64 << 10, vram_size=d.vram_size, bar_size=d.bar_size,
                              ip_versions={k: tuple(v) for k, v in d.ips.items()}, emulated=system.host_memory is not None,

@@ -105,13 +105,16 @@ class AMDBackend:
     return q.signal(self.dev.timeline, Var("timeline"))
 
   def scratch_for(self, prg) -> tuple[int, int]:
-    """COMPUTE_TMPRING_SIZE and the scratch base for prg: per-lane private memory, one slot per wave in flight."""
+    """COMPUTE_TMPRING_SIZE and the scratch base for prg: per-lane private memory, one slot per wave in flight. On
+    gfx11+ WAVES counts the slots of each shader engine (Mesa's radv_emit_compute_scratch divides by the SE count),
+    so the buffer holds WAVES slots for every engine."""
     if not prg.scratch: return 0, 0
     wave = 32 if prg.wave32 else 64
     unit = 1024 if self.gfx < 10 else 256      # WAVESIZE counts 1 KiB (256-dword) units on gfx9, 256 bytes on gfx11+
     wave_bytes = (prg.scratch * wave + unit - 1) // unit * unit
-    waves = min(SCRATCH_WAVES, 0xfff)
-    need = waves * wave_bytes
+    engines = max(1, self.dev.props.shader_engines) if self.gfx >= 11 else 1
+    waves = min(-(-SCRATCH_WAVES // engines), 0xfff)
+    need = waves * engines * wave_bytes
     if self._scratch is None or self._scratch.size < need:
       if self._scratch is not None: self._scratch.free()
       self._scratch = self.dev.alloc(need)
