@@ -207,6 +207,9 @@ def test_mqd_matches_the_programmed_hqd(board):
     bank = b.gfx.banks[(1, 0, 0)]
     for reg, fld in GFX.HQD_FROM_MQD: assert bank.get(b.regs.addr("gc", reg), 0) == getattr(m, fld), reg
     assert (m.cp_hqd_pq_base_hi << 32 | m.cp_hqd_pq_base_lo) << 8 == it.dev.gmc.mc(q.ring)
+    # every shader engine's CUs take the queue's waves (kfd_mqd_manager_v11/v12.c init_mqd: SE0-7), Navi31's six too
+    n_se = it.dev.disc.gc_info["gc_num_se"]
+    assert n_se <= 8 and all(getattr(m, f"compute_static_thread_mgmt_se{se}") == 0xffffffff for se in range(8))
   finally: it.close()
 
 

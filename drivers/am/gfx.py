@@ -142,8 +142,10 @@ class GFX(Block):
     m = (mqd_v9.v9_mqd if self.dev.gc9 else mqd_v12.v12_compute_mqd if self.dev.ips["gc"][0] >= 12 else mqd_v11.v11_compute_mqd)()
     m.header = 0xC0310800
     m.compute_pipelinestat_enable = 1
-    m.compute_static_thread_mgmt_se0 = m.compute_static_thread_mgmt_se1 = 0xffffffff
-    m.compute_static_thread_mgmt_se2 = m.compute_static_thread_mgmt_se3 = 0xffffffff
+    # every CU of every shader engine may take the queue's waves, as amdkfd's init_mqd sets user queues
+    # (kfd_mqd_manager_v11/v12.c: SE0-7; v9 has SE0-3). amdgpu's own rings set SE0-3 only, which would leave a
+    # Navi31's SE4 and SE5 idle.
+    for se in range(4 if self.dev.gc9 else 8): setattr(m, f"compute_static_thread_mgmt_se{se}", 0xffffffff)
     if not self.dev.gc9: m.compute_misc_reserved = 7
     ring, rptr, poll, eop, eop_size = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100), mc(q.eop), self.hpd_size())
     m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = (eop >> 8) & 0xffffffff, eop >> 40
