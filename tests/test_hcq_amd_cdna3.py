@@ -336,17 +336,23 @@ def test_scratch_wave_size_counts_the_generation_s_units(ver, unit, per_se):
   private size * lanes aligned to 1024 before gfx11, to 256 after). WAVES counts the slots of the whole queue on gfx9
   and of each shader engine on gfx11+ (Mesa's radv_emit_compute_scratch divides by the SE count): the buffer holds
   WAVES slots (times the engines) of that size."""
-  from rawgpu.hcq.amd.backend import AMDBackend, SCRATCH_WAVES
+  from rawgpu.hcq.amd.backend import AMDBackend, SCRATCH_BUDGET
   gc, allocs = ip_regs("gc", *ver), []
   def alloc(n):
     allocs.append(n)
     return SimpleNamespace(size=n, va=0x7000_0000, free=lambda: None)
-  be = SimpleNamespace(gfx=ver[0], gc=gc, _scratch=None, dev=SimpleNamespace(alloc=alloc, props=SimpleNamespace(shader_engines=6)))
-  tmpring, va = AMDBackend.scratch_for(be, SimpleNamespace(scratch=100, wave32=False))   # 100 bytes a lane, wave64
-  f = gc["regCOMPUTE_TMPRING_SIZE"].decode(tmpring)
-  assert va == 0x7000_0000 and (f["WAVESIZE"] - 1) * unit < 100 * 64 <= f["WAVESIZE"] * unit
-  slots = f["WAVES"] * (6 if per_se else 1)
-  assert SCRATCH_WAVES <= slots < SCRATCH_WAVES + 6 and allocs == [slots * f["WAVESIZE"] * unit]
+  def scratch(private: int):
+    be = SimpleNamespace(gfx=ver[0], gc=gc, _scratch=None,
+                         dev=SimpleNamespace(alloc=alloc, props=SimpleNamespace(shader_engines=6, compute_units=96)))
+    tmpring, va = AMDBackend.scratch_for(be, SimpleNamespace(scratch=private, wave32=False))   # wave64
+    f = gc["regCOMPUTE_TMPRING_SIZE"].decode(tmpring)
+    assert va == 0x7000_0000 and (f["WAVESIZE"] - 1) * unit < private * 64 <= f["WAVESIZE"] * unit
+    slots = f["WAVES"] * (6 if per_se else 1)
+    assert allocs[-1] == slots * f["WAVESIZE"] * unit
+    return slots
+  assert 32 * 96 <= scratch(100) < 32 * 96 + 6              # 32 waves per CU (ROCr's MaxSlotsScratchCU, Mesa)
+  big = scratch(64 << 10)                                   # 4 MiB a wave: fewer slots, within the budget
+  assert 16 <= big < 32 * 96 and allocs[-1] <= SCRATCH_BUDGET + 6 * (4 << 20)
 
 
 # ---- the CDNA3 dispatch hcq encodes, run on the emulator's compute units (no board models gfx942: this test reads the
@@ -383,7 +389,8 @@ def test_gfx9_dispatch_runs_on_the_emulated_compute_units(obj, name):
   mem.write(base, co.image_at(base))
   scratch = base + 0x200000
   be = backend()
-  be._scratch, be.dev = None, SimpleNamespace(alloc=lambda size: SimpleNamespace(size=size, va=scratch, free=lambda: None))
+  be._scratch, be.dev = None, SimpleNamespace(alloc=lambda size: SimpleNamespace(size=size, va=scratch, free=lambda: None),
+                                              props=SimpleNamespace(shader_engines=4, compute_units=38))
   be.scratch_for = lambda p: AMDBackend.scratch_for(be, p)
   prg = SimpleNamespace(code_va=base + k.code_offset, rsrc1=d.compute_pgm_rsrc1, rsrc2=d.compute_pgm_rsrc2, rsrc3=d.compute_pgm_rsrc3,
                         wave32=d.wave32, user_sgprs=d.user_sgprs(), dispatch_offset=256, scratch=k.meta.private_segment_fixed_size,

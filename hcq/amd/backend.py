@@ -12,7 +12,10 @@ if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 KERNARG_RING = 8 << 20
 STAGING = 2 << 20    # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
-SCRATCH_WAVES = 256  # waves that may hold scratch at once (the dispatcher stalls waves beyond it)
+# Waves that may hold scratch at once (the dispatcher stalls waves beyond them): 32 per CU, as ROCr
+# (MaxSlotsScratchCU) and Mesa (max_scratch_waves) size it, fewer when the buffer would pass SCRATCH_BUDGET (not fewer
+# than one 1024-thread workgroup's waves).
+SCRATCH_SLOTS_PER_CU, SCRATCH_BUDGET = 32, 256 << 20
 
 
 class KernargRing:
@@ -113,7 +116,9 @@ class AMDBackend:
     unit = 1024 if self.gfx < 10 else 256      # WAVESIZE counts 1 KiB (256-dword) units on gfx9, 256 bytes on gfx11+
     wave_bytes = (prg.scratch * wave + unit - 1) // unit * unit
     engines = max(1, self.dev.props.shader_engines) if self.gfx >= 11 else 1
-    waves = min(-(-SCRATCH_WAVES // engines), 0xfff)
+    total, group = SCRATCH_SLOTS_PER_CU * max(1, self.dev.props.compute_units), 1024 // wave
+    while total > group and total * wave_bytes > SCRATCH_BUDGET: total //= 2
+    waves = min(-(-max(total, group) // engines), 0xfff)
     need = waves * engines * wave_bytes
     if self._scratch is None or self._scratch.size < need:
       if self._scratch is not None: self._scratch.free()
