@@ -358,3 +358,18 @@ def test_recovery_when_the_engine_stays_halted_after_its_reset_times_out_naming_
   with pytest.raises(DeviceTimeout, match="timed out waiting for SDMA engine 0 to run again after the SMU reset it"): dev.recover()
   board.clear_faults()
   assert dev.faulted
+
+
+def test_a_fault_in_another_aids_mm_hub_is_read_from_that_hub(mi300_device):
+  """MI300 has an MM hub per AID: a fault latched in AID 1's hub is decoded from that hub's status (client, access)
+  and cleared there, not read from AID 0's empty one."""
+  from rawgpu.drivers.emu.amd.gmc import CID_CPC, MM_CID_SDMA0, Fault, acting_as
+  from rawgpu.errors import DeviceFault
+  dev, board = mi300_device
+  va = 0x7f40_0000_0000
+  acting_as(CID_CPC, mm_cid=MM_CID_SDMA0 + 1)                  # as AID 1's second SDMA engine
+  try:
+    with pytest.raises(Fault): board.gmc.mms[1].page(0, va, True)
+  finally: acting_as(CID_CPC)
+  with pytest.raises(DeviceFault, match=rf"VA {va:#x} \(write, client SDMA1, .*hub MM 1, client id 257"): dev.iface.check_faults()
+  assert board.regs.get("mmhub:1", "regVM_L2_PROTECTION_FAULT_STATUS") == 0    # cleared where it was latched

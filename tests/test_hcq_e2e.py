@@ -362,7 +362,7 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   v = d.next_timeline("sdma")
   d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
   # MI300's engines reach memory through their AID's MM hub, whose clients gmc_v9_0.c names with Aldebaran's table
-  who = "client SDMA0, .*hub MM, client id 256" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
+  who = "client SDMA0, .*hub MM 0, client id 256" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
   with pytest.raises(DeviceFault, match=f"page fault at VA 0x7f3000000000 \\(read, .*{who}"): d.wait_timeline(v, timeout_ms=5000)
   d.recover()
   data = np.arange(4096, dtype=np.uint32)

@@ -130,13 +130,17 @@ class GMC(Block):
         lo, hi = (self.reg(ip, f"{p}VM_L2_PROTECTION_FAULT_ADDR_{h}32", inst).read() for h in ("LO", "HI"))
         self.raise_fault(hub, (lo << 12) | ((hi & 0xf) << 44), why, inst)
 
-  def raise_fault(self, hub: str, addr: int, client: str, inst: int = 0) -> None:
+  def raise_fault(self, hub: str, addr: int, client: str, inst: int | None = None) -> None:
+    """A fault the IH reported: its status from the hub instance that latched one (MI300 has a GC hub per XCC and
+    an MM hub per AID; the entry does not say which without the node-id mapping)."""
+    if inst is None: inst = next((i for i in self.hubs(hub)[2] if self._status_reg(hub, i).read()), 0)
     st = self.fault_status(hub, inst)
     kind = "write" if st.get("RW") else "read"
     what = [k for k in ("MORE_FAULTS", "WALKER_ERROR", "PERMISSION_FAULTS", "MAPPING_ERROR") if st.get(k)]
     cid = st.get("CID", 0)
     names = dict(enumerate(GC_CLIENTS.get(self.dev.ips["gc"][0], ()))) if hub == "GC" else MM_CLIENTS.get(self.dev.ips["mmhub"], {})
     if cid in names: client = f"client {names[cid]}, {client}"
-    raise DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, hub {hub}, client id {cid}, "
+    where = f"hub {hub}" + (f" {inst}" if len(self.hubs(hub)[2]) > 1 else "")
+    raise DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, {where}, client id {cid}, "
                       f"VMID {st.get('VMID', 0)}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
                       "check the buffer's lifetime and the kernel's indexing")
