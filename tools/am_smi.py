@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None, source: MetricsSource | None = None, hos
       for r in rep: print(f"pid {r['pid']}: sent {', '.join(r['sent']) or 'nothing'}: {r['why']}")
       if not rep: print("no process holds a board")
       return 0 if all(r["ended"] for r in rep) else 1
-    if args.json: print(json.dumps([{k: asdict(m)[k] for k in JSON_ORDER} for m in sample(source, args.dev)], indent=2)); return 0
+    if args.json: print(json.dumps([{k: d[k] for k in JSON_ORDER} for d in map(asdict, sample(source, args.dev))], indent=2)); return 0
     if args.list or not sys.stdout.isatty():
       for ln in table(sample(source, args.dev)): print(ln)
       return 0

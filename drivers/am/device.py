@@ -123,7 +123,7 @@ class AMDevice:
     gets the driver table and enables its features; every XCC's gfxhub and every AID's mmhub get VMID 0 on mm's page
     tables (translating further); the IH ring (vega20_ih: the same registers as ih_v6) takes interrupts; every XCC's
     MEC runs, each XCC a partition of its own, and compute queues run on XCC 0; SDMA 4.4.2 engines 0-1 take copy rings
-    as they are created. Not written: multi-XCC partitions and in-place recovery (drivers/emu/amd/MI300.md)."""
+    as they are created. Not written: multi-XCC partitions (drivers/emu/amd/MI300.md)."""
     if not self.psp.sos_alive():
       raise DeviceTimeout(f"{self.bus}: the PSP's secure OS is not running (MP0 C2PMSG_81 is 0); on MI300 the IFWI starts it: "
                           "power-cycle the board")

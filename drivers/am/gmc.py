@@ -121,19 +121,22 @@ class GMC(Block):
     self.reg(ip, p + "VM_L2_PROTECTION_FAULT_CNTL", inst).update(CLEAR_PROTECTION_FAULT_STATUS_ADDR=1)
     return fields
 
+  def _latched(self, hub: str) -> int | None:
+    """The first instance of a hub kind that holds a fault (MI300 has a GC hub per XCC and an MM hub per AID)."""
+    return next((i for i in self.hubs(hub)[2] if self._status_reg(hub, i).read()), None)
+
   def raise_latched_fault(self, why: str) -> None:
     """A fault whose interrupt never arrived: the first one a hub latched (its status and address), if any."""
     for hub in ("GC", "MM"):
-      ip, p, insts = self.hubs(hub)
-      for inst in insts:
-        if not self._status_reg(hub, inst).read(): continue
-        lo, hi = (self.reg(ip, f"{p}VM_L2_PROTECTION_FAULT_ADDR_{h}32", inst).read() for h in ("LO", "HI"))
-        self.raise_fault(hub, (lo << 12) | ((hi & 0xf) << 44), why, inst)
+      if (inst := self._latched(hub)) is None: continue
+      ip, p, _ = self.hubs(hub)
+      lo, hi = (self.reg(ip, f"{p}VM_L2_PROTECTION_FAULT_ADDR_{h}32", inst).read() for h in ("LO", "HI"))
+      self.raise_fault(hub, (lo << 12) | ((hi & 0xf) << 44), why, inst)
 
   def raise_fault(self, hub: str, addr: int, client: str, inst: int | None = None) -> None:
-    """A fault the IH reported: its status from the hub instance that latched one (MI300 has a GC hub per XCC and
-    an MM hub per AID; the entry does not say which without the node-id mapping)."""
-    if inst is None: inst = next((i for i in self.hubs(hub)[2] if self._status_reg(hub, i).read()), 0)
+    """A fault the IH reported: its status from the hub instance that latched one (the entry does not say which
+    without the node-id mapping)."""
+    if inst is None: inst = self._latched(hub) or 0
     st = self.fault_status(hub, inst)
     kind = "write" if st.get("RW") else "read"
     what = [k for k in ("MORE_FAULTS", "WALKER_ERROR", "PERMISSION_FAULTS", "MAPPING_ERROR") if st.get(k)]

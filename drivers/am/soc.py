@@ -27,9 +27,7 @@ class SOC(Block):
     """Route the IH's read-pointer doorbell (dword index) to the OSS: nbio_v7_9 also opens a BIF range for it."""
     if not self.dev.gc9: return self.doorbell_range(1, awid=0, offset=index, size=2, awaddr=0)
     self.reg("nbio", "regDOORBELL0_CTRL_ENTRY_0").write(BIF_DOORBELL0_RANGE_OFFSET_ENTRY=index, BIF_DOORBELL0_RANGE_SIZE_ENTRY=8)
-    self.reg("nbio", "regS2A_DOORBELL_ENTRY_3_CTRL").write(S2A_DOORBELL_PORT3_ENABLE=1, S2A_DOORBELL_PORT3_AWID=0,
-                                                          S2A_DOORBELL_PORT3_RANGE_OFFSET=0, S2A_DOORBELL_PORT3_RANGE_SIZE=8,
-                                                          S2A_DOORBELL_PORT3_AWADDR_31_28_VALUE=0)
+    self.doorbell_range(3, awid=0, offset=0, size=8, awaddr=0)
 
   def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int) -> None:
     """An NBIO S2A doorbell routing entry: doorbells [offset, offset+size) go to the engine with this AWID."""

@@ -63,7 +63,7 @@ def bench_emu(ctx: Ctx) -> None:
   reduction on MOCKPCI"""
   for arch in ("gfx1100", "gfx1201", "gfx942"):
     try:
-      with ctx.needs("the RDNA decoder (rawgpu.drivers.emu.shader)"):
+      with ctx.needs("the shader-core decoder (rawgpu.drivers.emu.shader)"):
         from rawgpu.drivers.emu.shader.decode import decode_all
         from rawgpu.drivers.emu.shader.disasm import disasm
       with ctx.needs(f"prebuilt code objects for {arch}"): regions = _code_regions(arch)
@@ -101,7 +101,7 @@ def _emu_executor(ctx: Ctx, arch: str) -> None:
 
 
 def _executor_case(ctx: Ctx, arch: str, case: str, obj: str, kernel: str, args, grid, block, elements: int, check) -> None:
-  with ctx.needs("the RDNA executor (rawgpu.drivers.emu.shader.run_dispatch)"):
+  with ctx.needs("the shader-core executor (rawgpu.drivers.emu.shader.run_dispatch)"):
     from rawgpu.tools.bench.emu_cp import prepare
     d = prepare(arch, obj, kernel, args, grid, block)
     _, waves = d.run()

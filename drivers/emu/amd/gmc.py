@@ -174,19 +174,11 @@ class Hub:
       shift = 12 + 9 * lvl + bs if lvl or further else 12
       nbits = 9 + bs if lvl == 0 and not further else 9
       idx = (rel >> shift) & ((1 << nbits) - 1) if lvl != depth else rel >> shift
-      try: e = self._read_q(kind, table + 8 * idx)
-      except BusError:
-        self.report(vmid, va, write, "PDE0"); raise Fault(self.name, va, write, "page table not reachable") from None
-      if not e & PTE_VALID:
-        self.report(vmid, va, write, "VALID" if lvl == 0 else "PDE0"); raise Fault(self.name, va, write, f"invalid entry at level {lvl}")
+      e = self._entry(kind, table + 8 * idx, vmid, va, write, lvl)
       if further and lvl == 0 and e & PTE_TF:   # a PTE that is a PDE: one more level, 4 KiB pages
         kind, table = self._pte_target(e)
         shift, nbits, idx = 12, 9, (rel >> 12) & 0x1ff
-        try: e = self._read_q(kind, table + 8 * idx)
-        except BusError:
-          self.report(vmid, va, write, "PDE0"); raise Fault(self.name, va, write, "page table not reachable") from None
-        if not e & PTE_VALID:
-          self.report(vmid, va, write, "VALID"); raise Fault(self.name, va, write, "invalid entry at the PTE level")
+        e = self._entry(kind, table + 8 * idx, vmid, va, write, None)
       leaf = lvl == 0 or bool(e & self.pde_pte)
       if leaf:
         if not e & PTE_READABLE and not write:
@@ -200,6 +192,17 @@ class Hub:
         return k, a, int(bool(e & PTE_WRITEABLE)), max(1, min(n, want_pages))
       kind, table = self._pte_target(e)
     raise AssertionError("unreachable")
+
+  def _entry(self, kind: int, addr: int, vmid: int, va: int, write: bool, lvl: int | None) -> int:
+    """A valid entry of va's walk at level lvl (None: the PTE a GFX9 PDB0 entry translates further to), or the fault:
+    an unreachable table (PDE0), or an invalid entry (VALID at the PTE level, PDE0 above)."""
+    try: e = self._read_q(kind, addr)
+    except BusError:
+      self.report(vmid, va, write, "PDE0"); raise Fault(self.name, va, write, "page table not reachable") from None
+    if not e & PTE_VALID:
+      self.report(vmid, va, write, "VALID" if lvl in (0, None) else "PDE0")
+      raise Fault(self.name, va, write, f"invalid entry at level {lvl}" if lvl is not None else "invalid entry at the PTE level")
+    return e
 
   def _contiguous(self, kind: int, table: int, idx: int, e: int, count: int) -> int:
     """How many PTEs from table[idx] on map consecutive pages with the same flags (reads the PTB in one go)."""

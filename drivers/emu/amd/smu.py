@@ -13,11 +13,11 @@ OK, FAILED, UNKNOWN_CMD, REJECTED_PREREQ = V13.PPSMC_Result_OK, V13.PPSMC_Result
 MODS = {13: V13, 14: V14, (13, 0, 6): V13_6}   # by major; MI300's 13.0.6 has a message set of its own
 DEBUGSMC_MSG_MODE1_RESET = 0x2     # MP1 14 resets through the debug mailbox (smu_v14_0_2_ppt.c)
 DRIVER_IF = {13: V13.SMU13_0_0_DRIVER_IF_VERSION, 14: 0x2E, (13, 0, 6): 0x1}
-SMU_VERSION = {13: 0x004e4c00, 14: 0x00683d00, (13, 0, 6): 0x00557900}   # 13.0.6: PMFW 85.121.0, the first amdgpu resets SDMA with
 # MI300's SDMA engine reset (SMU 13.0.6). The message is newer than Linux 6.12's smu_v13_0_6_ppsmc.h: PPSMC_MSG_ResetSDMA
 # 0x4D arrived with amdgpu's SDMA queue reset (amd-gfx, Jesse Zhang, 2024); smu_v13_0_6_ppt.c sends it with a mask of
 # SDMA instances, and only to PMFW 85.121.0 and newer (program 0), which older PMFW does not know.
 MSG_RESET_SDMA_13_0_6, RESET_SDMA_MIN_PMFW = 0x4D, 0x00557900
+SMU_VERSION = {13: 0x004e4c00, 14: 0x00683d00, (13, 0, 6): RESET_SDMA_MIN_PMFW}   # 13.0.6: the first PMFW amdgpu resets SDMA with
 TABLE_SMU_METRICS = V13.TABLE_SMU_METRICS
 
 
