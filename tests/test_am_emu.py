@@ -201,7 +201,7 @@ def test_mqd_matches_the_programmed_hqd(board):
   it = AMIface(bus, vb.system, **FAST)
   try:
     it.create_ring("compute", 0x2000)
-    q = it.dev.gfx.queues[0]
+    q = it.dev.gfx.queues[(0, 0)]
     cls = mqd_v12.v12_compute_mqd if b.arch.startswith("gfx12") else mqd_v11.v11_compute_mqd
     m = cls.from_buffer_copy(bytes(b.vram[q.mqd:q.mqd + ctypes.sizeof(cls)]))
     bank = b.gfx.banks[(1, 0, 0)]

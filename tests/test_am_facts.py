@@ -111,3 +111,15 @@ def test_hdp_remap(src):
   for f in ("nbio_v4_3.c", "nbif_v6_3_1.c"): assert src(f"{AMD}/amdgpu/{f}", "MMIO_REG_HOLE_OFFSET") == F.MMIO_REG_HOLE_OFFSET
   assert src("include/uapi/linux/kfd_ioctl.h", "KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL") == F.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL
   assert src("include/uapi/linux/kfd_ioctl.h", "KFD_MMIO_REMAP_HDP_REG_FLUSH_CNTL") == F.KFD_MMIO_REMAP_HDP_REG_FLUSH_CNTL
+
+
+def test_mi300_interrupt_node_ids_and_xcc_register_ranges(src):
+  """The die an IV entry names (amdgpu_irq.h), which AM decodes and the board's model posts; the two GC segments
+  a packet's register offset is normalized to (gfx_v9_4_3.c), which the board's CP takes as its own XCC's."""
+  from rawgpu.drivers.emu.amd.asic import ih_node_aid, ih_node_xcd
+  from rawgpu.drivers.emu.amd.gfx import GFX
+  h = f"{AMD}/amdgpu/amdgpu_irq.h"
+  assert F.AID_NODEID == tuple(src(h, f"AID{a}_NODEID") for a in range(4)) == tuple(ih_node_aid(a) for a in range(4))
+  assert F.XCD_NODEID == tuple(src(h, f"XCD{x}_NODEID") for x in range(8)) == tuple(ih_node_xcd(x) for x in range(8))
+  c = f"{AMD}/amdgpu/gfx_v9_4_3.c"
+  assert GFX.XCC_REG_RANGES == tuple((src(c, f"XCC_REG_RANGE_{i}_LOW"), src(c, f"XCC_REG_RANGE_{i}_HIGH")) for i in (0, 1))

@@ -15,7 +15,7 @@ from rawgpu.drivers.am import discovery
 from rawgpu.drivers.emu.amd import AMDBoard
 from rawgpu.drivers.emu.pcibus import HostRAM, VirtualBus
 from rawgpu.drivers.pci import PCIDevice
-from rawgpu.errors import DeviceNotFound, DeviceTimeout, FirmwareError
+from rawgpu.errors import DeviceNotFound, DeviceTimeout, FirmwareError, RawGPUError
 from conftest import find_firmware
 from test_emu_amd_common import C_DISCOVERY_MAIN, compile_c, linux_root
 
@@ -97,7 +97,7 @@ def test_am_reads_the_table_and_refuses_the_board_clearly(mi300):
 
 # ---- AM on the board (RAWGPU_AM_IN_PROGRESS=1): the PSP loads every image with the real files, the SMU (PMFW running
 # from the IFWI, smu_v13_0_6's message set) takes the driver table, the hubs get VMID 0, the IH its ring, every XCC its
-# MEC; compute queues run on XCC 0
+# MEC; compute queues run on the XCC the device names (XCC 0 by default)
 
 MI300_IMAGES = {P.GFX_FW_TYPE_P2S_TABLE, P.GFX_FW_TYPE_SDMA0, P.GFX_FW_TYPE_SDMA1, P.GFX_FW_TYPE_SDMA2, P.GFX_FW_TYPE_SDMA3,
                 P.GFX_FW_TYPE_CP_MEC, P.GFX_FW_TYPE_CP_MEC_ME1, P.GFX_FW_TYPE_RLC_RESTORE_LIST_SRM_CNTL,
@@ -215,7 +215,7 @@ def _a_page_fault_reaches_ams_ih_ring(board):
   assert dw[0] & 0xff == ih.SOC15_IH_CLIENTID_UTCL2 and (dw[4] << 12 | (dw[5] & 0xf) << 44) == va
 
 
-# ---- end to end: hcq on AM on the board (compute on XCC 0, copies on AID 0's SDMA 4.4.2 engines)
+# ---- end to end: hcq on AM on the board (compute on XCC 0 unless named, copies on AID 0's SDMA 4.4.2 engines)
 
 @pytest.fixture
 def mi300_device(mi300_fw):
@@ -373,3 +373,84 @@ def test_a_fault_in_another_aids_mm_hub_is_read_from_that_hub(mi300_device):
   finally: acting_as(CID_CPC)
   with pytest.raises(DeviceFault, match=rf"VA {va:#x} \(write, client SDMA1, .*hub MM 1, client id 257"): dev.iface.check_faults()
   assert board.regs.get("mmhub:1", "regVM_L2_PROTECTION_FAULT_STATUS") == 0    # cleared where it was latched
+
+
+# ---- every XCC's MEC: AM runs a device's compute queues on the XCC it names (a partition of one XCC each)
+
+@pytest.fixture
+def mi300_xcc5(mi300_fw):
+  """hcq on AM on the board with its compute queues on XCC 5 (the second XCD of AID 2)."""
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.hcq.device import Device
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  dev = Device(iface=AMIface(vbus.plug(board), vbus.system, xcc=5))
+  yield dev, board
+  dev.close()
+  board.close()
+
+
+def test_a_device_on_xcc_5_runs_its_kernels_there(mi300_xcc5):
+  """The queue's HQD is XCC 5's (its GRBM_GFX_CNTL and registers, its layout-1 doorbell range): XCC 5's MEC runs the
+  kernels, on its CUs, through its own GC hub; XCC 0's MEC has nothing. Results against numpy."""
+  import numpy as np
+  from rawgpu import kernels
+  dev, board = mi300_xcc5
+  assert dev.props.compute_units == 38 and dev.props.name.endswith("XCC 5")
+  n = 1000
+  rng = np.random.default_rng(7)
+  a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+  A, B, C = dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(4 * n)
+  A.copyin(a); B.copyin(b)
+  vadd = dev.program(kernels.path("gfx942", "vadd").read_bytes(), "vadd_f32")
+  vadd(A, B, C, n, global_size=(4, 1, 1), local_size=(256, 1, 1), wait=True)
+  np.testing.assert_array_equal(C.numpy(np.float32)[:n], a + b)
+  assert vadd(A, B, C, n, global_size=(4, 1, 1), local_size=(256, 1, 1), timing=True) > 0
+  ran = {x: sum(q.dispatches for q in g.queues.values()) for x, g in enumerate(board.xccs)}
+  assert ran[5] >= 2 and sum(ran.values()) == ran[5], ran
+  (q,) = board.xccs[5].queues.values()
+  assert q.doorbell_index() == (0x008 + 5 * 0x20) * 2          # MEC ring 0 of XCC 5's layout-1 range
+  assert not board.errors
+
+
+def test_packets_name_registers_of_their_own_xcc(mi300_xcc5):
+  """A register a packet names by its normalized (XCC 0) offset is written on the queue's own XCC
+  (gfx_v9_4_3_normalize_xcc_reg_offset), not on XCC 0."""
+  from rawgpu.hcq.amd import pm4
+  dev, board = mi300_xcc5
+  r = board.regs
+  scratch = r.addr("gc", "regSCRATCH_REG0")
+  q = dev.compute_queue()
+  q._add(pm4.write_data, scratch, 0x5a5a, dst_sel=pm4.DstSel.REGISTER, gen=9)
+  q.signal(dev.timeline, dev.timeline_gpu(t := dev.next_timeline("compute"))).submit(dev)
+  dev.wait_timeline(t)
+  assert r.vals.get(r.addr("gc:5", "regSCRATCH_REG0")) == 0x5a5a and r.vals.get(scratch, 0) == 0
+
+
+def test_faults_name_their_die_in_the_interrupt(mi300_xcc5):
+  """IV entries carry the node id of the die they come from (amdgpu_irq.h): XCC 5's GC hub is XCD 5 = node 10, AID 2's
+  MM hub node 8. A kernel that faults on XCC 5 is reported from XCC 5's hub."""
+  import struct
+  from rawgpu import kernels
+  from rawgpu.drivers.emu.amd.gmc import Fault
+  from rawgpu.errors import DeviceFault
+  dev, board = mi300_xcc5
+  posted = []
+  real = board.ih.rings[0].post
+  board.ih.rings[0].post = lambda words: posted.append(struct.unpack("<8I", words)) or real(words)
+  for hub, node in ((board.gmc.gcs[5], 10), (board.gmc.mms[2], 8)):
+    with pytest.raises(Fault): hub.page(0, 0x7f60_0000_0000, False)
+    assert (posted[-1][3] >> 16) & 0xff == node, (hub.name, posted[-1])
+    with pytest.raises(DeviceFault, match=f"hub {'GC 5' if node == 10 else 'MM 2'}"): dev.iface.check_faults()
+  dev.faulted = ""
+  fault = dev.program(kernels.path("gfx942", "fault").read_bytes(), "fault_store")
+  with pytest.raises(DeviceFault, match="hub GC 5"): fault(0x7f70_0000_0000, 1, global_size=(1, 1, 1), local_size=(64, 1, 1), wait=True)
+
+
+def test_an_xcc_the_board_lacks_is_refused(mi300_fw):
+  from rawgpu.drivers.am import AMIface
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  try:
+    with pytest.raises(RawGPUError, match=r"no XCC 8; the board has 8 \(0-7\)"): AMIface(vbus.plug(board), vbus.system, xcc=8)
+  finally: board.close()

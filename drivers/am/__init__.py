@@ -1,5 +1,5 @@
 """AM: rawgpu's own userspace amdgpu driver over PCI (RDNA3 gfx1100/1101/1102, RDNA4 gfx1200/1201; MI300X in progress,
-opened only with RAWGPU_AM_IN_PROGRESS=1: compute on XCC 0, copies on SDMA 4.4.2).
+opened only with RAWGPU_AM_IN_PROGRESS=1: compute on the XCC the interface names, XCC 0 by default; copies on SDMA 4.4.2).
 
   from rawgpu.drivers.am import AMIface, supported
   iface = AMIface("0000:03:00.0")        # boots the board (cold or warm) and serves drivers/iface.py's Iface

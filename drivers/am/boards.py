@@ -20,7 +20,7 @@ BOARDS: dict[int, Board] = {
 }
 
 # Boards whose support is being written (drivers/emu/amd/MI300.md): AM opens them only with RAWGPU_AM_IN_PROGRESS=1 and
-# runs what is written (on MI300X: XCC 0's compute and two copy engines). Not offered to real-hardware scans.
+# runs what is written (on MI300X: compute on one XCC, two copy engines). Not offered to real-hardware scans.
 IN_PROGRESS: dict[int, Board] = {0x74a1: Board("Instinct MI300X", "Aqua Vanjaram")}
 
 GC_ARCH = {(11, 0, 0): "gfx1100", (11, 0, 2): "gfx1102", (11, 0, 3): "gfx1101", (12, 0, 0): "gfx1200", (12, 0, 1): "gfx1201",

@@ -92,6 +92,8 @@ AMDGPU_DOORBELL_LAYOUT1_IH = 0x1A0                   # GC 9.4.3 (aqua_vanjaram_d
 AMDGPU_DOORBELL_LAYOUT1_KIQ_START, AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START = 0x000, 0x008   # per XCC, XCC_RANGE apart
 AMDGPU_DOORBELL_LAYOUT1_USERQUEUE_END, AMDGPU_DOORBELL_LAYOUT1_XCC_RANGE = 0x01F, 0x020
 AMDGPU_DOORBELL_LAYOUT1_sDMA_ENGINE_START = 0x100
+# amdgpu_irq.h: the die an MI300 IV entry comes from (its node id): AID n's own blocks (SDMA, MM hub) 4n, its XCDs 4n+1, 4n+2
+AID_NODEID, XCD_NODEID = (0, 4, 8, 12), (1, 2, 5, 6, 9, 10, 13, 14)
 GFX9_MEC_HPD_SIZE = 4096                              # gfx_v9_4_3.c: EOP buffer per compute queue
 SDMA_DOORBELL_RANGE = 20
 GFX11_MEC_HPD_SIZE = 2048

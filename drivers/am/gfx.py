@@ -2,10 +2,12 @@
 (gfx_v11_0.c / gfx_v12_0.c: wait_for_rlc_autoload_complete, cp_compute_enable, compute_mqd_init, kiq_init_register).
 
 Queue N lives at MEC 1, pipe 0, queue N, with 64-bit doorbell MEC_RING0 + N. The MQD buffer exists for the CP to
-save state into; the HQD registers are programmed directly, as the KIQ would from the MQD.
+save state into; the HQD registers are programmed directly, as the KIQ would from the MQD. On MI300 every XCC has
+a MEC of its own, each a partition of one XCC: a queue names the XCC it runs on (its registers are that GC
+instance's, its doorbell in that XCC's layout-1 range).
 """
 from __future__ import annotations
-import ctypes
+import contextlib, ctypes
 from dataclasses import dataclass
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
@@ -27,6 +29,7 @@ class ComputeQueue:
   # (ring, rptr report, wptr poll, eop) GPU addresses and the EOP size when they are not AM's own buffers (MOCKKFD's
   # kernel runs user queues from process VAs)
   user: tuple[int, int, int, int, int] | None = None
+  xcc: int = 0        # the XCC whose MEC runs it (MI300; 0 elsewhere)
 
 
 class GFX(Block):
@@ -34,12 +37,14 @@ class GFX(Block):
   warm_init = True
 
   def init_sw(self) -> None:
-    self.queues: dict[int, ComputeQueue] = {}
+    self.queues: dict[tuple[int, int], ComputeQueue] = {}   # (xcc, queue) -> queue
 
-  def gc(self, n: str): return self.reg("gc", n)
+  def gc(self, n: str, xcc: int = 0): return self.reg("gc", n, xcc)
 
-  def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0) -> None:
-    self.gc("regGRBM_GFX_CNTL").write(MEID=me, PIPEID=pipe, QUEUEID=queue, VMID=vmid)
+  def xcc_count(self) -> int: return self.dev.disc.count("gc") if self.dev.gc9 else 1
+
+  def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0, xcc: int = 0) -> None:
+    self.gc("regGRBM_GFX_CNTL", xcc).write(MEID=me, PIPEID=pipe, QUEUEID=queue, VMID=vmid)
 
   def init_hw(self) -> None:
     d = self.dev
@@ -64,7 +69,7 @@ class GFX(Block):
   def _init_gc9(self) -> None:
     """GC 9.4.3 (gfx_v9_4_3.c), on every XCC: the PSP loaded and started the RLC; each XCC a partition of its own
     (CP_HYP_XCP_CTL, what switch_compute_partition writes for one XCC per partition), VMID 0's address mode and
-    apertures, the MEC doorbell window of its layout-1 range, the MEC unhalted. AM's queues run on XCC 0."""
+    apertures, the MEC doorbell window of its layout-1 range, the MEC unhalted. A queue runs on the XCC it names."""
     for x in range(self.dev.disc.count("gc")):
       reg = lambda n: self.reg("gc", n, x)
       if not reg("regRLC_CNTL").fields()["RLC_ENABLE_F32"]:
@@ -92,12 +97,12 @@ class GFX(Block):
     if self.dev.gc9: return self.gc("regCP_MEC_CNTL").fields()["MEC_ME1_HALT"] == 0
     return self.gc("regCP_MEC_RS64_CNTL").fields()["MEC_HALT"] == 0
 
-  def active_cus(self) -> int:
-    """The CUs that work (of XCC 0, the partition AM runs on MI300), counted as amdgpu's get_cu_info does
+  def active_cus(self, xcc: int = 0) -> int:
+    """The CUs that work (of one XCC, a partition on MI300), counted as amdgpu's get_cu_info does
     (gfx_v11_0.c, gfx_v12_0.c, gfx_v9_4_3.c): per shader engine and array, selected through GRBM_GFX_INDEX, the fused
     (CC_) and user (GC_USER_) inactive masks of its WGPs (gfx9: CUs); a disabled shader array counts none. IP
     discovery gives the physical shape only: harvested boards have fewer."""
-    gc, reg = self.dev.disc.gc_info, self.gc
+    gc, reg = self.dev.disc.gc_info, lambda n: self.gc(n, xcc)
     sa_name = "SH" if self.dev.gc9 else "SA"
     n_se, n_sa = gc["gc_num_se"], gc["gc_num_sh_per_se" if self.dev.gc9 else "gc_num_sa_per_se"]
     per_sa = gc["gc_num_cu_per_sh"] if self.dev.gc9 else gc["gc_num_wgp0_per_sa"] + gc["gc_num_wgp1_per_sa"]   # CUs, or WGPs
@@ -116,24 +121,27 @@ class GFX(Block):
     finally: index.write(SE_BROADCAST_WRITES=1, **{f"{sa_name}_BROADCAST_WRITES": 1}, INSTANCE_BROADCAST_WRITES=1)
     return total if self.dev.gc9 else 2 * total
 
-  def new_queue(self, size: int) -> ComputeQueue:
-    free = [i for i in range(MAX_QUEUES) if i not in self.queues]
-    if not free: raise RawGPUError(f"{self.dev.bus}: all {MAX_QUEUES} compute queues are in use")
+  def new_queue(self, size: int, xcc: int = 0) -> ComputeQueue:
+    if not 0 <= xcc < self.xcc_count(): raise RawGPUError(f"{self.dev.bus}: no XCC {xcc}; the board has {self.xcc_count()} (0-{self.xcc_count() - 1})")
+    free = [i for i in range(MAX_QUEUES) if (xcc, i) not in self.queues]
+    if not free: raise RawGPUError(f"{self.dev.bus}: all {MAX_QUEUES} compute queues{f' of XCC {xcc}' if self.dev.gc9 else ''} are in use")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"compute ring size {size:#x} must be a power of two >= 4 KiB")
     d, n = self.dev, free[0]
     hpd = self.hpd_size()
     q = ComputeQueue(n, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), d.valloc_phys(hpd, align=0x1000),
-                     d.valloc_phys(MQD_SIZE), self.doorbell(n))
+                     d.valloc_phys(MQD_SIZE), self.doorbell(n, xcc), xcc=xcc)
     for paddr, sz in ((q.ring, size), (q.ptrs, 0x1000), (q.eop, hpd), (q.mqd, MQD_SIZE)): d.vram(paddr, sz)[:] = bytes(sz)
-    self.queues[n] = q
+    self.queues[(xcc, n)] = q
     self.program_hqd(q)
     return q
 
   def hpd_size(self) -> int: return F.GFX9_MEC_HPD_SIZE if self.dev.gc9 else F.GFX11_MEC_HPD_SIZE   # a queue's EOP buffer
 
-  def doorbell(self, n: int) -> int:
-    """Queue n's doorbell (dword index): MEC ring n of XCC 0's layout-1 range on MI300, of NAVI10's layout elsewhere."""
-    return ((F.AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START if self.dev.gc9 else F.AMDGPU_NAVI10_DOORBELL_MEC_RING0) + n) * 2
+  def doorbell(self, n: int, xcc: int = 0) -> int:
+    """Queue n's doorbell (dword index): MEC ring n of the XCC's layout-1 range on MI300 (gfx_v9_4_3_compute_ring_init:
+    mec_ring0 + xcc * xcc_doorbell_range), of NAVI10's layout elsewhere."""
+    if self.dev.gc9: return (F.AMDGPU_DOORBELL_LAYOUT1_MEC_RING_START + xcc * F.AMDGPU_DOORBELL_LAYOUT1_XCC_RANGE + n) * 2
+    return (F.AMDGPU_NAVI10_DOORBELL_MEC_RING0 + n) * 2
 
   def build_mqd(self, q: ComputeQueue):
     """The memory queue descriptor as gfx_v11_0_compute_mqd_init / gfx_v12_0_compute_mqd_init fill it."""
@@ -180,33 +188,34 @@ class GFX(Block):
                   ("regCP_HQD_IB_CONTROL", "cp_hqd_ib_control"), ("regCP_HQD_ACTIVE", "cp_hqd_active"))
 
   def program_hqd(self, q: ComputeQueue) -> None:
-    d, gc = self.dev, self.gc
     m = self.build_mqd(q)
-    d.vram(q.mqd, ctypes.sizeof(m))[:] = bytes(m)
-    self.grbm_select(me=1, pipe=0, queue=q.queue)
-    try:
+    self.dev.vram(q.mqd, ctypes.sizeof(m))[:] = bytes(m)
+    with self._selected(q) as gc:
       gc("regCP_PQ_WPTR_POLL_CNTL").update(EN=0)
-      if gc("regCP_HQD_ACTIVE").read() & 1:   # a queue left running: drain it first
-        gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
-        d.wait(lambda: (gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
-        gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
+      self._dequeue(gc)   # a queue left running: drain it first
       for reg, fld in self.HQD_FROM_MQD: gc(reg).write(getattr(m, fld))
       if self.dev.gc9: gc("regCP_PQ_STATUS").update(DOORBELL_ENABLE=1)   # gfx_v9_4_3_xcc_kiq_init_register's last step
-    finally: self.grbm_select()
 
   def stop_hqd(self, q: ComputeQueue) -> None:
     """Dequeue the queue's HQD and wait until the CP has let go of it."""
-    self.grbm_select(me=1, pipe=0, queue=q.queue)
-    try:
-      if self.gc("regCP_HQD_ACTIVE").read() & 1:
-        self.gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
-        self.dev.wait(lambda: (self.gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
-        self.gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
-    finally: self.grbm_select()
+    with self._selected(q) as gc: self._dequeue(gc)
+
+  @contextlib.contextmanager
+  def _selected(self, q: ComputeQueue):
+    """The queue's HQD selected through GRBM_GFX_CNTL of its XCC; yields that XCC's register lookup."""
+    self.grbm_select(me=1, pipe=0, queue=q.queue, xcc=q.xcc)
+    try: yield lambda n: self.gc(n, q.xcc)
+    finally: self.grbm_select(xcc=q.xcc)
+
+  def _dequeue(self, gc) -> None:
+    if gc("regCP_HQD_ACTIVE").read() & 1:
+      gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
+      self.dev.wait(lambda: (gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
+      gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
 
   def free_queue(self, q: ComputeQueue) -> None:
     self.stop_hqd(q)
-    self.queues.pop(q.queue, None)
+    self.queues.pop((q.xcc, q.queue), None)
 
   def fini(self) -> None:
     for q in list(self.queues.values()): self.free_queue(q)

@@ -134,8 +134,8 @@ class GMC(Block):
       self.raise_fault(hub, (lo << 12) | ((hi & 0xf) << 44), why, inst)
 
   def raise_fault(self, hub: str, addr: int, client: str, inst: int | None = None) -> None:
-    """A fault the IH reported: its status from the hub instance that latched one (the entry does not say which
-    without the node-id mapping)."""
+    """A fault the IH reported: its status from hub instance `inst` (on MI300 the entry's node id names it), else
+    from the first instance that latched one."""
     if inst is None: inst = self._latched(hub) or 0
     st = self.fault_status(hub, inst)
     kind = "write" if st.get("RW") else "read"

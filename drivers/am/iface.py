@@ -21,13 +21,17 @@ def _coalesce(bus_addrs: list[int]) -> list[tuple[int, int]]:
 
 
 class AMIface(PeerMaps):
-  def __init__(self, bus: str, system: System = SYSTEM, **opts):
+  def __init__(self, bus: str, system: System = SYSTEM, *, xcc: int = 0, **opts):
+    """xcc: on MI300, the XCC whose MEC runs this device's compute queues (each XCC is a partition of its own)."""
     self.dev = d = AMDevice(bus, system, **opts)
-    self.closed = False
+    if not 0 <= xcc < d.gfx.xcc_count():
+      d.fini()
+      raise RawGPUError(f"{bus}: no XCC {xcc}; the board has {d.gfx.xcc_count()}" + (" (0-%d)" % (d.gfx.xcc_count() - 1) if d.gc9 else ""))
+    self.xcc, self.closed = xcc, False
     self.rings: list[tuple[HWRing, object]] = []
     self._init_peers()
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
-                             name=d.board.name, pci_bus=bus, compute_units=d.gfx.active_cus(), shader_engines=d.disc.gc_info["gc_num_se"],
+                             name=d.board.name + (f" XCC {xcc}" if d.gc9 else ""), pci_bus=bus, compute_units=d.gfx.active_cus(xcc), shader_engines=d.disc.gc_info["gc_num_se"],
                              wave_size=d.disc.gc_info.get("gc_wave_size", 32) if d.gc9 else 32,
                              lds_size=64 << 10, vram_size=d.vram_size, bar_size=d.bar_size,
                              ip_versions={k: tuple(v) for k, v in d.ips.items()}, emulated=system.host_memory is not None,
@@ -124,7 +128,7 @@ class AMIface(PeerMaps):
   def create_ring(self, kind: Literal["compute", "sdma"], size: int) -> HWRing:
     d = self.dev
     if kind == "compute":
-      q = d.gfx.new_queue(size)
+      q = d.gfx.new_queue(size, self.xcc)
       ring, wunit, name = q.ring, 4, f"compute{q.queue}"
     elif kind == "sdma":
       q = d.sdma.new_queue(size)

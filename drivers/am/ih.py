@@ -80,7 +80,8 @@ class IH(Block):
     while self.rptr != wptr:
       dw = struct.unpack_from("<8I", self.dev.vram(self.ring + self.rptr, ENTRY))
       out.append({"client_id": dw[0] & 0xff, "src_id": (dw[0] >> 8) & 0xff, "ring_id": (dw[0] >> 16) & 0xff,
-                  "vmid": (dw[0] >> 24) & 0xf, "vmid_src": dw[0] >> 31, "pasid": dw[3] & 0xffff, "src_data": dw[4:8]})
+                  "vmid": (dw[0] >> 24) & 0xf, "vmid_src": dw[0] >> 31, "pasid": dw[3] & 0xffff, "node_id": (dw[3] >> 16) & 0xff,
+                  "src_data": dw[4:8]})
       self.rptr = (self.rptr + ENTRY) & (RING_SIZE - 1)
     if out: self.reg("osssys", "regIH_RB_RPTR").write(self.rptr)
     return out
@@ -93,18 +94,29 @@ class IH(Block):
       if iv["client_id"] == c["cp"] and iv["src_id"] in CP_ERRORS:
         rid = iv["ring_id"]
         me, pipe, queue = (rid & 0x0c) >> 2, rid & 0x03, (rid & 0x70) >> 4   # gfx_v11_0_handle_priv_fault
-        raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}) stopped: {CP_ERRORS[iv['src_id']]}; the "
+        raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}{self._xcc(iv)}) stopped: {CP_ERRORS[iv['src_id']]}; the "
                           "packet stream is malformed (check what was written to the ring); reopen the device to recover")
       if iv["client_id"] == c["cp"] and iv["src_id"] == _IH.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
         sd, rid = iv["src_data"], iv["ring_id"]
-        raise DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4} stopped with a shader error (SQ interrupt) at "
+        raise DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4}{self._xcc(iv)} stopped with a shader error (SQ interrupt) at "
                           f"PC {sd[0] | (sd[1] << 32):#x}: an illegal instruction or a trap; Device.recover() or reopening restarts the queue")
       if iv["client_id"] in (c["mm"], c["gc"]) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
         hub = "MM" if iv["client_id"] == c["mm"] else "GC"
-        self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}")
+        self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}", self._hub_instance(hub, iv["node_id"]))
     if self.lost_faults:   # entries were overwritten: a fault whose interrupt was among them is still latched in its hub
       self.lost_faults = False
       self.dev.gmc.raise_latched_fault("interrupt lost to an IH ring overflow")
     return bool(ivs)
+
+  def _hub_instance(self, hub: str, node: int) -> int | None:
+    """MI300: the hub instance a fault's node id names (gmc_v9_0_process_interrupt: an AID's MM hub is node / 4, a GC hub
+    the XCC of its XCD node); None elsewhere, or for a node id no die has."""
+    if not self.dev.gc9: return None
+    if hub == "MM": return node // 4 if node in F.AID_NODEID else None
+    return F.XCD_NODEID.index(node) if node in F.XCD_NODEID else None
+
+  def _xcc(self, iv: dict) -> str:
+    """', XCC n' where a CP or SQ interrupt came from an MI300 XCD (the node id names it), else nothing."""
+    return f", XCC {F.XCD_NODEID.index(iv['node_id'])}" if self.dev.gc9 and iv["node_id"] in F.XCD_NODEID else ""

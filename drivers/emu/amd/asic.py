@@ -52,7 +52,7 @@ class Asic:
   base_addr_64: bool = False          # discovery v4 with 64-bit base addresses (MI300)
   gc_info: dict[str, int] | None = None   # gc_info v2.0 fields (CDNA: CUs per shader array, no WGPs); None: v1.2
   ifwi_firmware: bool = False         # IFWI starts the PSP's secure OS and the SMU's PMFW (MI300: no bootloader stages, no SMU image)
-  active_cus: int | None = None       # CUs the fuses leave working (of XCC 0 on MI300); None: all of them
+  active_cus: int | None = None       # CUs the fuses leave working (of each XCC on MI300); None: all of them
 
   def ip(self, hw_id: int, instance: int = 0) -> IPEntry:
     for e in self.ips:
@@ -98,7 +98,7 @@ def _mi300x() -> Asic:
   aldebaran_ip_offset.h (MI200, the same gfx9 register layout: GC at 0x2000/0xA000, whose spans are exactly the XCC
   ranges gfx_v9_4_3.c normalizes packet offsets to) and moves XCC k up by k << 20 and AID a by a << 24, which keeps
   every instance's low 16 bits and no two segments overlapping. The driver must read them from discovery.
-  Only the engine models that exist for it are built: NBIO, the hubs (GFX9 page walks), the IH, XCC 0's GFX (F32 MEC
+  Only the engine models that exist for it are built: NBIO, the hubs (GFX9 page walks), the IH, every XCC's GFX (F32 MEC
   queues), the 16 SDMA 4.4.2 engines, the PSP and the SMU (see MI300.md for the plan)."""
   X, A = (lambda k: k << 20), (lambda a: a << 24)
   sdma = ((0x1260, 0x12540, 0x40A800), (0x1860, 0x12560, 0x40AC00), (0x13760, 0x1E000, 0x42EC00), (0x13780, 0x1E400, 0x42F000))
@@ -119,6 +119,13 @@ def _mi300x() -> Asic:
   return Asic("gfx942", 0x74a1, 0x00, "AMD Instinct MI300X", ips, fw, num_se=4, num_sa_per_se=1, wgp_per_sa=5, sdma_engines=16,
               pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, boot_time_tmr=True,
               ifwi_firmware=True, active_cus=38)
+
+
+# The die an MI300 interrupt comes from, as its IV entry's node id says (amdgpu_irq.h AIDn_NODEID / XCDn_NODEID; gmc_v9_0.c
+# prints node / 4 as the AID and node % 4 == 1 / 2 as its first / second XCD): an AID's own blocks (SDMA, MM hub) are
+# node 4a, XCC x sits on AID x // 2. RDNA boards have one die: node 0.
+def ih_node_aid(aid: int) -> int: return 4 * aid
+def ih_node_xcd(xcc: int) -> int: return 4 * (xcc // 2) + 1 + xcc % 2
 
 
 ASICS = {"gfx1100": _navi31, "gfx1201": _navi48, "gfx942": _mi300x}

@@ -9,7 +9,7 @@ import mmap, sys, threading, time
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
-from rawgpu.drivers.emu.amd.asic import Asic, asic as get_asic
+from rawgpu.drivers.emu.amd.asic import GC_HWID, Asic, asic as get_asic
 from rawgpu.drivers.emu.amd.clock import GPUClock
 from rawgpu.drivers.emu.amd.config import ConfigSpace
 from rawgpu.drivers.emu.amd.regfile import RegFile
@@ -93,6 +93,11 @@ class AMDBoard:
       setattr(self, attr, blk)
       self.blocks.append(blk)
       if hasattr(blk, "step"): self.engines.append(blk)
+    # MI300: every XCC's command processor (board.gfx is XCC 0's)
+    from rawgpu.drivers.emu.amd.gfx import GFX
+    self.xccs = [self.gfx] + [GFX(self, x) for x in range(1, sum(1 for e in self.asic.ips if e.hw_id == GC_HWID))]
+    self.blocks += self.xccs[1:]
+    self.engines += self.xccs[1:]
     # blocks that watch the doorbell BAR; the NBIO routes each doorbell to one of them (the queue engines are asked first)
     self._doorbell_sinks = sorted((blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")), key=lambda d: d.__self__ is self.ih)
 
@@ -295,7 +300,7 @@ class AMDBoard:
   def _drain_shaders(self) -> None:
     """Drop in-flight dispatches where their waves are (the worker, which runs them a slice at a time, is stopped
     or is the caller)."""
-    for q in list(getattr(getattr(self, "gfx", None), "queues", {}).values()):
+    for q in [q for g in getattr(self, "xccs", ()) for q in list(g.queues.values())]:
       if q.inflight is not None: q.inflight.kill()
 
   def close(self) -> None:

@@ -12,6 +12,8 @@ from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
 from rawgpu.drivers.emu.amd.fetch import Prefetch
 from rawgpu.drivers.emu.amd.gmc import CID_CPC, CID_TCP, Fault, VMMemory, acting_as, as_client
+from rawgpu.drivers.emu.amd.asic import ih_node_xcd
+from rawgpu.drivers.emu.amd.regfile import instance_key
 from rawgpu.drivers.emu.amd.psp import FW_RLC_G, FW_RS64_MEC
 from rawgpu.autogen.amd.psp import GFX_FW_TYPE_CP_MEC as FW_CP_MEC
 from rawgpu.drivers.emu import shader   # the compute units
@@ -107,15 +109,15 @@ class ComputeQueue:
     return (v & m) >> s
 
   # ---- what the packets touch
-  def hub(self): return self.board.gmc.gc
+  def hub(self): return self.gfx.hub
   def mem_read(self, a: int, n: int) -> bytes: return self.hub().read(self.vmid, a, n)
   def mem_write(self, a: int, data: bytes) -> None: self.hub().write(self.vmid, a, data)
   def mem_read32(self, a: int) -> int: return self.hub().read32(self.vmid, a)
   def mem_read64(self, a: int) -> int: return self.hub().read64(self.vmid, a)
   def mem_write32(self, a: int, v: int) -> None: self.hub().write32(self.vmid, a, v)
   def mem_write64(self, a: int, v: int) -> None: self.hub().write64(self.vmid, a, v)
-  def reg_read(self, a: int) -> int: return self.board.regs.read(a)
-  def reg_write(self, a: int, v: int) -> None: self.board.regs.write(a, v & 0xffffffff)
+  def reg_read(self, a: int) -> int: return self.board.regs.read(self.gfx.local_reg(a))
+  def reg_write(self, a: int, v: int) -> None: self.board.regs.write(self.gfx.local_reg(a), v & 0xffffffff)
   def clock(self) -> int: return self.board.clock.now()
 
   def push_ib(self, addr: int, size: int, vmid: int) -> None:
@@ -126,7 +128,8 @@ class ComputeQueue:
   def eop_interrupt(self, ctx: int) -> None:
     cntl = self.board.regs.vals.get(self.gfx.pipe_int_cntl[self.pipe], 0)
     if cntl & self.gfx.ts_int_en:
-      self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_EOP, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), data=(ctx, 0, 0, 0))
+      self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_EOP, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), data=(ctx, 0, 0, 0),
+                         node=self.gfx.ih_node)
 
   def dispatch(self, x: int, y: int, z: int, initiator: int) -> bool:
     """Start (or go on with) a dispatch. In concurrent mode its waves run a slice of time per step, between the
@@ -159,7 +162,7 @@ class ComputeQueue:
       if res.fault != "page fault":  # page faults reach the host from the GMC; other wave errors from the SQ
         pc = res.fault_addr or 0
         self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_SQ_INTERRUPT, ring_id=(self.me << 2) | self.pipe | (self.queue << 4),
-                           data=(pc & 0xffffffff, pc >> 32, 0, 0))
+                           data=(pc & 0xffffffff, pc >> 32, 0, 0), node=self.gfx.ih_node)
       raise pm4.BadPacket(f"wave fault: {res.fault} at {res.fault_addr:#x}" if res.fault_addr is not None else f"wave fault: {res.fault}")
     return True
 
@@ -228,7 +231,7 @@ class ComputeQueue:
       if "opcode" in str(e) or "type-" in str(e):
         cntl = self.board.regs.vals.get(self.gfx.pipe_int_cntl[self.pipe], 0)
         if cntl & self.gfx.opcode_int_en:
-          self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_BAD_OPCODE, ring_id=(self.me << 2) | self.pipe | (self.queue << 4))
+          self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_BAD_OPCODE, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), node=self.gfx.ih_node)
       return True
     except (Fault, BusError) as e:
       self._report_rptr()
@@ -264,21 +267,28 @@ class ComputeQueue:
 
 
 class GFX:
-  def __init__(self, board: "AMDBoard"):
-    self.b = board
-    shader.prepare(board.arch)   # the compute units' decoder, loaded at power-on rather than in the first dispatch's time
+  """One XCC's command processor (MEC) and compute units: GC instance `xcc` (MI300 has eight; RDNA boards one).
+  The driver reaches its registers at that instance's discovery bases; its packets name registers in XCC-local
+  form (see local_reg) and its memory goes through the XCC's own GC hub."""
+  def __init__(self, board: "AMDBoard", xcc: int = 0):
+    self.b, self.xcc = board, xcc
+    if xcc == 0: shader.prepare(board.arch)   # the compute units' decoder, loaded at power-on rather than in the first dispatch's time
     r = board.regs
-    t = r.tables["gc"]
-    # GC 9.4.3 (MI300): the F32 MEC behind CP_MEC_CNTL, PSP-loaded (no RLC autoload), CUs rather than WGPs; XCC 0 only
+    key = self.key = instance_key("gc", xcc)
+    t = r.tables[key]
+    # GC 9.4.3 (MI300): the F32 MEC behind CP_MEC_CNTL, PSP-loaded (no RLC autoload), CUs rather than WGPs
     self.gfx9 = board.asic.version(11)[0] == 9
+    self.hub = board.gmc.gcs[xcc]
+    self.ih_node = ih_node_xcd(xcc) if self.gfx9 else 0
+    self.seg_bases = r.bases[key]
     self.grbm = t["regGRBM_GFX_CNTL"]
     self.pq_control = t["regCP_HQD_PQ_CONTROL"]
     self.sel = (0, 0, 0, 0)                       # me, pipe, queue, vmid
-    r.hook("gc", "regGRBM_GFX_CNTL", wr=self._grbm_wr)
+    r.hook(key, "regGRBM_GFX_CNTL", wr=self._grbm_wr)
     # banked registers
     self.hqd_names = [n for n in t.names() if (n.startswith("regCP_HQD_") or n.startswith("regCP_MQD_")) and "GFX" not in n
                       and t[n].base_idx is not None]
-    self.hqd_addr = {n: r.addr("gc", n) for n in self.hqd_names}
+    self.hqd_addr = {n: r.addr(key, n) for n in self.hqd_names}
     self.banks: dict[tuple[int, int, int], dict[int, int]] = {}
     self.queues: dict[tuple[int, int, int], ComputeQueue] = {}
     for n, a in self.hqd_addr.items():
@@ -288,48 +298,49 @@ class GFX:
     self.a_wptr_lo, self.a_wptr_hi = self.hqd_addr["regCP_HQD_PQ_WPTR_LO"], self.hqd_addr["regCP_HQD_PQ_WPTR_HI"]
     self.vm_banks: dict[int, dict[int, int]] = {}
     for n in ("regSH_MEM_CONFIG", "regSH_MEM_BASES"):
-      a = r.addr("gc", n); r.rd[a] = self._vm_rd; r.wr[a] = self._vm_wr
+      a = r.addr(key, n); r.rd[a] = self._vm_rd; r.wr[a] = self._vm_wr
     self.pc_banks: dict[int, dict[int, int]] = {}
     for n in ("regCP_MEC_RS64_PRGRM_CNTR_START", "regCP_MEC_RS64_PRGRM_CNTR_START_HI") if not self.gfx9 else ():
-      a = r.addr("gc", n); r.rd[a] = self._pc_rd; r.wr[a] = self._pc_wr
+      a = r.addr(key, n); r.rd[a] = self._pc_rd; r.wr[a] = self._pc_wr
     self.db_off = t["regCP_HQD_PQ_DOORBELL_CONTROL"].fields["DOORBELL_OFFSET"]
     self.db_en = t["regCP_HQD_PQ_DOORBELL_CONTROL"].fields["DOORBELL_EN"]
-    self.a_db_lo, self.a_db_hi = r.addr("gc", "regCP_MEC_DOORBELL_RANGE_LOWER"), r.addr("gc", "regCP_MEC_DOORBELL_RANGE_UPPER")
+    self.a_db_lo, self.a_db_hi = r.addr(key, "regCP_MEC_DOORBELL_RANGE_LOWER"), r.addr(key, "regCP_MEC_DOORBELL_RANGE_UPPER")
     self.err_pq = t["regCP_HQD_ERROR"].fields["PQ_UTCL1_ERROR"][1]
     # MEC control and interrupts
     self.pipes = [p for p in range(4) if f"regCP_ME1_PIPE{p}_INT_CNTL" in t]
     if self.gfx9:   # the F32 MEC runs its pipes while ME1 is not halted (gfx_v9_4_3_xcc_cp_compute_enable writes 0)
-      self.a_mec = r.addr("gc", "regCP_MEC_CNTL")
+      self.a_mec = r.addr(key, "regCP_MEC_CNTL")
       r.vals[self.a_mec] = t["regCP_MEC_CNTL"].encode(MEC_ME1_HALT=1, MEC_ME2_HALT=1)
       self.mec_halt, self.mec_active = t["regCP_MEC_CNTL"].fields["MEC_ME1_HALT"][1], [0] * len(self.pipes)
-      for key in [k for k in r.tables if k == "gc" or k.startswith("gc:")]: r.hook(key, "regRLC_CNTL", rd=self._rlc_cntl_rd)   # every XCC
-      self.a_xcp = r.addr("gc", "regCP_HYP_XCP_CTL")
+      r.hook(key, "regRLC_CNTL", rd=self._rlc_cntl_rd)
+      self.a_xcp = r.addr(key, "regCP_HYP_XCP_CTL")
     else:
-      self.a_mec = r.addr("gc", "regCP_MEC_RS64_CNTL")
+      self.a_mec = r.addr(key, "regCP_MEC_RS64_CNTL")
       r.vals[self.a_mec] = t["regCP_MEC_RS64_CNTL"].encode(MEC_HALT=1)        # halted until the driver starts it
       self.mec_halt = t["regCP_MEC_RS64_CNTL"].fields["MEC_HALT"][1]
       self.mec_active = [t["regCP_MEC_RS64_CNTL"].fields[f"MEC_PIPE{p}_ACTIVE"][1] for p in self.pipes]
-    self.pipe_int_cntl = {p: r.addr("gc", f"regCP_ME1_PIPE{p}_INT_CNTL") for p in self.pipes}
-    self.pipe_int_status = {p: r.addr("gc", f"regCP_ME1_PIPE{p}_INT_STATUS") for p in self.pipes if f"regCP_ME1_PIPE{p}_INT_STATUS" in t}
+    self.pipe_int_cntl = {p: r.addr(key, f"regCP_ME1_PIPE{p}_INT_CNTL") for p in self.pipes}
+    self.pipe_int_status = {p: r.addr(key, f"regCP_ME1_PIPE{p}_INT_STATUS") for p in self.pipes if f"regCP_ME1_PIPE{p}_INT_STATUS" in t}
     f = t["regCP_ME1_PIPE0_INT_CNTL"].fields
     self.ts_int_en, self.opcode_int_en = f["TIME_STAMP_INT_ENABLE"][1], f["OPCODE_ERROR_INT_ENABLE"][1]
     st = t["regCP_ME1_PIPE0_INT_STATUS"].fields if "regCP_ME1_PIPE0_INT_STATUS" in t else {}
     self.opcode_err_stat = st.get("OPCODE_ERROR_INT_STATUS", (0, 0))[1]
-    r.hook("gc", "regCP_STAT", rd=self._cp_stat)
-    r.hook("gc", "regGRBM_SOFT_RESET", wr=self._soft_reset)
+    r.hook(key, "regCP_STAT", rd=self._cp_stat)
+    r.hook(key, "regGRBM_SOFT_RESET", wr=self._soft_reset)
     self.cp_stat_busy = t["regCP_STAT"].fields["MEQ_BUSY"][1] | t["regCP_STAT"].fields["ROQ_RING_BUSY"][1]
     # RLC
     if not self.gfx9:
       self.bootload = t["regRLC_RLCS_BOOTLOAD_STATUS"]
       self.a_bootload = r.addr("gc", "regRLC_RLCS_BOOTLOAD_STATUS")
       r.hook("gc", "regRLC_RLCS_BOOTLOAD_STATUS", wr=lambda a, v: None)
-    r.hook("gc", "regRLC_SAFE_MODE", wr=self._safe_mode)
-    r.hook("gc", "regRLC_GPU_CLOCK_COUNT_LSB", rd=lambda a: board.clock.now() & 0xffffffff)
-    r.hook("gc", "regRLC_GPU_CLOCK_COUNT_MSB", rd=lambda a: board.clock.now() >> 32)
+    r.hook(key, "regRLC_SAFE_MODE", wr=self._safe_mode)
+    r.hook(key, "regRLC_GPU_CLOCK_COUNT_LSB", rd=lambda a: board.clock.now() & 0xffffffff)
+    r.hook(key, "regRLC_GPU_CLOCK_COUNT_MSB", rd=lambda a: board.clock.now() >> 32)
     # the SMUIO golden TSC (gfx_v11_0/v12_0_get_gpu_clock_counter read it upper, lower, upper)
-    r.hook("smuio", "regGOLDEN_TSC_COUNT_LOWER", rd=lambda a: board.clock.now() & 0xffffffff)
-    r.hook("smuio", "regGOLDEN_TSC_COUNT_UPPER", rd=lambda a: (board.clock.now() >> 32) & 0xffffff)
-    # dispatch registers (absolute addresses: SET_SH_REG offsets land on the same numbers)
+    if xcc == 0:
+      r.hook("smuio", "regGOLDEN_TSC_COUNT_LOWER", rd=lambda a: board.clock.now() & 0xffffffff)
+      r.hook("smuio", "regGOLDEN_TSC_COUNT_UPPER", rd=lambda a: (board.clock.now() >> 32) & 0xffffff)
+    # dispatch registers, as SET_SH_REG names them (XCC-local: instance 0's numbers on every XCC)
     self.pgm_lo, self.pgm_hi = r.addr("gc", "regCOMPUTE_PGM_LO"), r.addr("gc", "regCOMPUTE_PGM_HI")
     self.rsrc = [r.addr("gc", f"regCOMPUTE_PGM_RSRC{i}") for i in (1, 2, 3)]
     self.user_data = [r.addr("gc", f"regCOMPUTE_USER_DATA_{i}") for i in range(16)]
@@ -347,10 +358,10 @@ class GFX:
     full = (1 << (a.wgp_per_sa * unit)) - 1
     self.inactive = {(i // a.num_sa_per_se, i % a.num_sa_per_se): full & ~((1 << n) - 1) for i, n in enumerate(per)}
     self.gfx_index = t["regGRBM_GFX_INDEX"]
-    self.a_gfx_index = r.addr("gc", "regGRBM_GFX_INDEX")
+    self.a_gfx_index = r.addr(key, "regGRBM_GFX_INDEX")
     self.f_inactive = t["regCC_GC_SHADER_ARRAY_CONFIG"].fields["INACTIVE_CUS" if self.gfx9 else "INACTIVE_WGPS"]
-    r.hook("gc", "regCC_GC_SHADER_ARRAY_CONFIG", rd=self._cc_rd, wr=lambda a_, v: None)
-    self.a_sched = r.addr("gc", "regRLC_CP_SCHEDULERS")
+    r.hook(key, "regCC_GC_SHADER_ARRAY_CONFIG", rd=self._cc_rd, wr=lambda a_, v: None)
+    self.a_sched = r.addr(key, "regRLC_CP_SCHEDULERS")
     mqd_mod = __import__(f"rawgpu.autogen.amd.mqd_v{board.asic.version(11)[0]}", fromlist=["x"])
     mqd_t = mqd_mod.v9_mqd if self.gfx9 else getattr(mqd_mod, f"v{board.asic.version(11)[0]}_compute_mqd")
     self.a_mqd_base = self.hqd_addr["regCP_MQD_BASE_ADDR"]
@@ -399,8 +410,21 @@ class GFX:
     return v | 1 if FW_RLC_G in self.b.fw_loaded else v & ~1
 
   def single_xcc_partition(self) -> bool:
-    """XCC 0 runs a dispatch's workgroups alone only when CP_HYP_XCP_CTL puts it in a partition of one XCC."""
-    return self.b.regs.reg("gc", "regCP_HYP_XCP_CTL").decode(self.b.regs.vals.get(self.a_xcp, 0))["NUM_XCC_IN_XCP"] == 1
+    """The XCC runs a dispatch's workgroups alone only when CP_HYP_XCP_CTL puts it in a partition of one XCC."""
+    return self.b.regs.reg(self.key, "regCP_HYP_XCP_CTL").decode(self.b.regs.vals.get(self.a_xcp, 0))["NUM_XCC_IN_XCP"] == 1
+
+  # gfx_v9_4_3.c (XCC_REG_RANGE_*, NORMALIZE_XCC_REG_OFFSET): packets name a GC register by its low 16 bits, which
+  # lie in one of the two XCC ranges (the GC segments, gfxdec0 and gfxdec1); the CP takes such an offset as a register
+  # of its own XCC. Other registers (NBIO's, say) keep their address.
+  XCC_REG_RANGES = ((0x2000, 0x3400), (0xA000, 0x10000))
+
+  def local_reg(self, a: int) -> int:
+    """The register a packet's address `a` names on this XCC."""
+    if not self.gfx9: return a
+    lo = a & 0xffff
+    for seg, (first, end) in enumerate(self.XCC_REG_RANGES):
+      if first <= lo < end: return self.seg_bases[seg] + lo - first
+    return a
 
   def _vm_rd(self, a: int) -> int: return self.vm_banks.get(self.sel[3], {}).get(a, 0)
   def _vm_wr(self, a: int, v: int) -> None: self.vm_banks.setdefault(self.sel[3], {})[a] = v
@@ -414,7 +438,7 @@ class GFX:
     if v & 1:                                     # SOFT_RESET_CP: every HQD drops its queue
       for q in self.queues.values(): q.active = False
       for bank in self.banks.values(): bank[self.a_active] = 0
-    if hasattr(self.b, "sdma"): self.b.sdma.soft_reset(v)
+    if self.xcc == 0 and hasattr(self.b, "sdma"): self.b.sdma.soft_reset(v)
 
   def _safe_mode(self, a: int, v: int) -> None:
     self.b.regs.vals[a] = v & ~1                  # CMD bit reads back 0 once the RLC acknowledged

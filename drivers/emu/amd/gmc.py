@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from rawgpu.autogen.amd import ih
 from rawgpu.drivers.emu.pcibus import BusError
-from rawgpu.drivers.emu.amd.asic import GC_HWID, MMHUB_HWID
+from rawgpu.drivers.emu.amd.asic import GC_HWID, MMHUB_HWID, ih_node_aid, ih_node_xcd
 from rawgpu.drivers.emu.amd.regfile import instance_key
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
@@ -70,6 +70,7 @@ class Hub:
       r.hook(ip, f"reg{prefix_vm}INVALIDATE_ENG{e}_REQ", wr=lambda ad, v, ack=ack: self._invalidate(ad, v, ack))
       r.hook(ip, f"reg{prefix_vm}INVALIDATE_ENG{e}_SEM", rd=self._sem_rd, wr=self._sem_wr)
     self.faults = 0
+    self.ih_node = 0   # the die its interrupts name (MI300: set by GMC)
 
   # ---- registers that act
   def _sem_rd(self, a: int) -> int:
@@ -226,7 +227,7 @@ class Hub:
     c = vals.get(self.ctx[vmid][0], 0)
     s, m = self.f_int.get(kind, self.f_int["VALID"])
     if c & m and hasattr(self.b, "ih"):
-      self.b.ih.post(client=self.ih_client, src=IH_SRC_VM_FAULT, vmid=vmid, data=((va >> 12) & 0xffffffff, (va >> 44) & 0xf, 0, 0))
+      self.b.ih.post(client=self.ih_client, src=IH_SRC_VM_FAULT, vmid=vmid, data=((va >> 12) & 0xffffffff, (va >> 44) & 0xf, 0, 0), node=self.ih_node)
 
   # ---- byte access for engines
   def chunks(self, vmid: int, va: int, size: int, write: bool) -> list[memoryview]:
@@ -274,6 +275,8 @@ class GMC:
       self.gcs = [Hub(board, f"gc{i}", instance_key("gc", i), "VM_", "MC_VM_", ih.SOC15_IH_CLIENTID_UTCL2) for i in range(n(GC_HWID))]
       self.mms = [Hub(board, f"mm{i}", instance_key("mmhub", i), "VM_", "MC_VM_", ih.SOC15_IH_CLIENTID_VMC) for i in range(n(MMHUB_HWID))]
       self.gc, self.mm = self.gcs[0], self.mms[0]
+      for i, h in enumerate(self.gcs): h.ih_node = ih_node_xcd(i)
+      for a, h in enumerate(self.mms): h.ih_node = ih_node_aid(a)
     else:
       self.gc = Hub(board, "gc", "gc", "GCVM_", "GCMC_VM_", IH_CLIENT_GFX)
       self.mm = Hub(board, "mm", "mmhub", "MMVM_", "MMMC_VM_", IH_CLIENT_VMC)

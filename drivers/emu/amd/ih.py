@@ -1,5 +1,6 @@
 """IH (OSSSYS): interrupt rings 0 and 1. Entries are the 32-byte SOC15 IV format (amdgpu_irq.c/ih_v6_0.c decode):
-dw0 client id [7:0], source id [15:8], ring id [23:16], vmid [27:24]; dw1-2 timestamp; dw3 pasid; dw4-7 source data.
+dw0 client id [7:0], source id [15:8], ring id [23:16], vmid [27:24]; dw1-2 timestamp; dw3 pasid [15:0] and node id
+[23:16] (the MI300 die the interrupt comes from, asic.ih_node_*); dw4-7 source data.
 """
 from __future__ import annotations
 import struct, threading
@@ -78,9 +79,11 @@ class IH:
     self.posted = 0
     self.lock = threading.Lock()          # the worker and a direct post (a test's) may come at once
 
-  def post(self, client: int, src: int, ring_id: int = 0, vmid: int = 0, pasid: int = 0, data: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
+  def post(self, client: int, src: int, ring_id: int = 0, vmid: int = 0, pasid: int = 0, data: tuple[int, int, int, int] = (0, 0, 0, 0),
+           node: int = 0) -> None:
     ts = self.b.clock.now()
-    words = struct.pack("<8I", client | (src << 8) | (ring_id << 16) | (vmid << 24), ts & 0xffffffff, (ts >> 32) & 0xffff, pasid, *data)
+    words = struct.pack("<8I", client | (src << 8) | (ring_id << 16) | (vmid << 24), ts & 0xffffffff, (ts >> 32) & 0xffff,
+                        pasid | (node << 16), *data)
     with self.lock:
       self.posted += 1
       self.rings[0].post(words)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd.gmc import CID_SDMA0, MM_CID_SDMA0, Fault, acting_as
 from rawgpu.drivers.emu.amd.fetch import Prefetch
-from rawgpu.drivers.emu.amd.asic import SDMA0_HWID
+from rawgpu.drivers.emu.amd.asic import SDMA0_HWID, ih_node_aid
 from rawgpu.drivers.emu.amd.regfile import instance_key
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
@@ -199,7 +199,7 @@ class SDMAQueue:
     if op == OP_TRAP:
       if self.b.regs.vals.get(self.e.a_cntl, 0) & self.e.trap_en:
         if self.e.v4: self.b.ih.post(client=SOC15_SDMA_CLIENTS[self.e.i % 4], src=IH.SDMA0_5_0__SRCID__SDMA_TRAP, ring_id=self.q,
-                                     data=(p[1] & 0xfffffff, 0, 0, 0))
+                                     data=(p[1] & 0xfffffff, 0, 0, 0), node=ih_node_aid(self.e.i // 4))
         else: self.b.ih.post(client=IH_CLIENT_GFX, src=SRC_SDMA_TRAP, ring_id=self.q | (self.e.i << 4), data=(p[1] & 0xfffffff, 0, 0, 0))
       return True
     if op == OP_POLL_REGMEM:
