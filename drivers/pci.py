@@ -140,6 +140,7 @@ class PCIDevice:
     self.path = f"{SYSFS_PCI}/{bus}"
     self.info = info(bus, system)
     self._cfg_fd: int | None = None
+    self.closed = False
     self.vfio: VFIODevice | None = None
     self.lock = DeviceLock(lock_prefix, bus, system) if lock_prefix else None
     if use_vfio:
@@ -322,6 +323,7 @@ class PCIDevice:
     return self.vfio.wait_irq(timeout)
 
   def close(self) -> None:
+    self.closed = True
     if self._cfg_fd is not None: self.system.close(self._cfg_fd); self._cfg_fd = None
     if self.vfio is not None: self.vfio.close(); self.vfio = None
     if self.lock: self.lock.release()

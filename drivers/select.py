@@ -7,20 +7,32 @@ from rawgpu.errors import DeviceNotFound, DeviceSpecError, RawGPUError
 
 def _amd_pci(spec: DevSpec, system=None) -> list[Iface]:
   from rawgpu.drivers import pci
-  from rawgpu.drivers.am import AMIface, supported
+  from rawgpu.drivers.am import supported
   from rawgpu.drivers.system import SYSTEM
   system = system or SYSTEM
   boards = [i for i in pci.scan(vendor=0x1002, system=system) if supported(i)]
   if not boards: raise DeviceNotFound("no supported AMD board on the PCI bus (supported: RX 7900 XTX/XT, RX 9070 XT)")
-  return [AMIface(boards[i].bus, system) for i in _pick(spec, len(boards))]
+  return _am_partitions(spec, [i.bus for i in boards], system)
+
+
+def _am_partitions(spec: DevSpec, buses: list[str], system) -> list[Iface]:
+  """AM's devices: a board each, or on MI300 each XCC of a board (a partition, as KFD lists CPX nodes) in order."""
+  from rawgpu.drivers import pci
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.drivers.am.boards import xccs_of
+  parts = [(bus, x) for bus in buses for x in range(xccs_of(pci.info(bus, system).device))]
+  return [AMIface(parts[i][0], system, xcc=parts[i][1]) for i in _pick(spec, len(parts))]
 
 
 def _amd_mockpci(spec: DevSpec) -> list[Iface]:
   from rawgpu.drivers.emu.mockpci import virtual_boards
-  from rawgpu.drivers.am import AMIface
+  from rawgpu.drivers.am.boards import xccs_of
+  from rawgpu.drivers.emu.amd.asic import asic
+  arch = spec.arch or "gfx1100"
+  per = xccs_of(asic(arch).device)   # MI300: a device per XCC
   want = max(spec.indices) + 1 if spec.indices else 1
-  vbus, buses = virtual_boards(spec.arch or "gfx1100", want)
-  return [AMIface(buses[i], vbus.system) for i in _pick(spec, len(buses))]
+  vbus, buses = virtual_boards(arch, -(-want // per))
+  return _am_partitions(spec, buses, vbus.system)
 
 
 def _amd_kfd(spec: DevSpec, system=None) -> list[Iface]:

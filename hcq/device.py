@@ -115,6 +115,7 @@ class Device:
     """Wait until the work of `ticket` is done (tickets from before a restart are done already)."""
     if ticket <= self.timeline_base: return
     ticket = min(ticket, self.timeline_value - 1)   # a ticket of another device's timeline (a peer's use) never exceeds ours
+    if self.timeline.value >= ticket - self.timeline_base: return   # done (before any fault): nothing to wait for
     if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
     try: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
     except (DeviceFault, DeviceNotFound) as e:

@@ -454,3 +454,58 @@ def test_an_xcc_the_board_lacks_is_refused(mi300_fw):
   try:
     with pytest.raises(RawGPUError, match=r"no XCC 8; the board has 8 \(0-7\)"): AMIface(vbus.plug(board), vbus.system, xcc=8)
   finally: board.close()
+
+
+def test_devices_on_two_xccs_of_one_board(mi300_fw):
+  """Each XCC is a device (a partition, as amdgpu's CPX mode): two of them share the board's driver, run kernels side by
+  side on their own MECs and copy on their own engines (2x, 2x + 1); one's buffer is the other's once mapped; a fault
+  stops only the device whose XCC made it; closing one leaves the other running."""
+  import numpy as np
+  from rawgpu import kernels
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.drivers.am.iface import _OPEN
+  from rawgpu.errors import DeviceBusy, DeviceFault
+  from rawgpu.hcq.device import Device
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  bus = vbus.plug(board)
+  a = Device(iface=AMIface(bus, vbus.system, xcc=2))
+  b = Device(iface=AMIface(bus, vbus.system, xcc=5))
+  try:
+    assert a.iface.dev is b.iface.dev and a.iface.dev.partitions == {2, 5}
+    with pytest.raises(DeviceBusy, match=r"XCC 5 is already open in this process"): AMIface(bus, vbus.system, xcc=5)
+    with pytest.raises(RawGPUError, match=r"boot options \(timeout_scale\) apply to the first device only"): AMIface(bus, vbus.system, xcc=3, timeout_scale=2.0)
+    prg = lambda d, obj, name: d.program(kernels.path("gfx942", obj).read_bytes(), name)
+    rng = np.random.default_rng(11)
+    n = 1 << 16
+    x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    X, Y, Z = a.alloc(4 * n).copyin(x), a.alloc(4 * n).copyin(y), a.alloc(4 * n)
+    S, T = b.alloc(4 * n).copyin(x), b.alloc(4 * 64)
+    prg(a, "vadd", "vadd_f32")(X, Y, Z, n, global_size=(n // 256, 1, 1), local_size=(256, 1, 1))   # both queued, then waited
+    prg(b, "reduce", "reduce_sum_f32")(S, T, 64 * 256, global_size=(64, 1, 1), local_size=(256, 1, 1))   # an element per thread
+    a.synchronize(); b.synchronize()
+    np.testing.assert_array_equal(Z.numpy(np.float32)[:n], x + y)
+    np.testing.assert_allclose(T.numpy(np.float32)[:64].astype(np.float64).sum(), x[:64 * 256].astype(np.float64).sum(), rtol=1e-5)
+    ran = {k: sum(q.dispatches for q in g.queues.values()) for k, g in enumerate(board.xccs)}
+    assert ran[2] and ran[5] and not any(v for k, v in ran.items() if k not in (2, 5)), ran
+    assert sorted(a.iface.dev.sdma.queues) == [4, 10]                       # each device's first copy engine
+    b.map(Z)
+    W = b.alloc(4 * n)
+    b.transfer(W, Z); b.synchronize()                                       # b's engine reads what a's kernel wrote
+    np.testing.assert_array_equal(W.numpy(np.float32)[:n], x + y)
+    with pytest.raises(DeviceFault, match="hub GC 5"): prg(b, "fault", "fault_store")(0x7f70_0000_0000, 1, local_size=(64, 1, 1), wait=True)
+    prg(a, "fill", "fill_u32")(Z, 3, 16, local_size=(16, 1, 1), wait=True)    # a goes on, told nothing
+    assert not a.faulted and list(Z.numpy(np.uint32)[:16]) == [3] * 16
+    b.close()
+    assert a.iface.dev.partitions == {2} and (id(vbus.system), bus) in _OPEN
+    prg(a, "fill", "fill_u32")(Z, 4, 16, local_size=(16, 1, 1), wait=True)
+    assert list(Z.numpy(np.uint32)[:16]) == [4] * 16
+  finally:
+    b.close(); a.close()
+  assert (id(vbus.system), bus) not in _OPEN                                # the last one closed the board's driver
+  c = Device(iface=AMIface(bus, vbus.system, xcc=5))                        # and it opens again
+  try:
+    buf = c.alloc(64)
+    c.program(kernels.path("gfx942", "fill").read_bytes(), "fill_u32")(buf, 5, 16, local_size=(16, 1, 1), wait=True)
+    assert list(buf.numpy(np.uint32)[:16]) == [5] * 16
+  finally: c.close(); board.close()

@@ -11,6 +11,7 @@ from rawgpu.hcq.patch import Var
 ARCHS = ["gfx1100", "gfx1201"]
 # MI300X (gfx942): AM's support is in progress (drivers/emu/amd/MI300.md), opened with RAWGPU_AM_IN_PROGRESS=1
 TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS + ["gfx942"]]
+TARGETS.append("MOCKPCI:5+AMD::gfx942")   # an MI300 device is an XCC of the board (a partition, as in CPX): XCC 5
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -304,9 +305,12 @@ def test_page_fault_then_in_place_recovery(spare_dev):
   d = spare_dev
   if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
   d.ring("compute")   # created before the copy ring: recover() meets it first (a refusal must still come before any reset)
+  prog(d, "fill")(d.alloc(64), 1, 16, local_size=16, wait=True)
+  done = d.timeline_value - 1
   with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000 \\(write, client TCP, .*client id 8"):   # a wave's store
     prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   with pytest.raises(DeviceFault, match="faulted earlier"): d.synchronize()
+  d.wait_timeline(done)   # work that was done before the fault is done: waiting for it (a peer's use, say) returns
   d.recover()
   buf = d.alloc(64)
   for v in (4, 9):
@@ -322,7 +326,8 @@ def test_one_faulting_store_is_one_fault_interrupt(spare_dev):
   from rawgpu.errors import DeviceFault
   d = spare_dev
   if d.props.iface != "MOCKPCI": pytest.skip("counts on the board through the virtual PCI bus (MOCKKFD's kernel owns its boards)")
-  hub, ih = mockpci._vbus.boards[d.props.pci_bus].gmc.gc, mockpci._vbus.boards[d.props.pci_bus].ih
+  board = mockpci._vbus.boards[d.props.pci_bus]
+  hub, ih = board.gmc.gcs[d.iface.xcc], board.ih   # the GC hub of the device's XCC (MI300: one per XCC)
   faults, posted = hub.faults, ih.posted
   with pytest.raises(DeviceFault, match="page fault at VA 0x7f1000000000"): prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   assert (hub.faults - faults, ih.posted - posted) == (1, 1)
@@ -361,8 +366,10 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   y = d.alloc(1 << 16)
   v = d.next_timeline("sdma")
   d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
-  # MI300's engines reach memory through their AID's MM hub, whose clients gmc_v9_0.c names with Aldebaran's table
-  who = "client SDMA0, .*hub MM 0, client id 256" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
+  # MI300's engines reach memory through their AID's MM hub, whose clients gmc_v9_0.c names with Aldebaran's table; a
+  # device on XCC x copies with engines 2x and 2x + 1 (amdgpu's CPX partitions), 4 to an AID
+  e = 2 * getattr(d.iface, "xcc", 0)
+  who = f"client SDMA{e % 4}, .*hub MM {e // 4}, client id {256 + e % 4}" if d.props.arch == "gfx942" else "client SDMA0, .*client id 13"
   with pytest.raises(DeviceFault, match=f"page fault at VA 0x7f3000000000 \\(read, .*{who}"): d.wait_timeline(v, timeout_ms=5000)
   d.recover()
   data = np.arange(4096, dtype=np.uint32)
@@ -433,7 +440,8 @@ def test_surprise_removal_is_named_and_close_is_clean(dev):
   from rawgpu.hcq.device import Device
   if dev.props.iface != "MOCKPCI": pytest.skip("the board is injected through the virtual PCI bus (MOCKKFD's kernel owns its boards)")
   from rawgpu.drivers.emu import mockpci
-  d = Device(f"MOCKPCI:2+AMD::{dev.props.arch}")  # a board of its own: it stays removed
+  per = 8 if dev.props.arch == "gfx942" else 1     # MI300: a device per XCC
+  d = Device(f"MOCKPCI:{2 * per}+AMD::{dev.props.arch}")  # a board of its own: it stays removed
   fill, buf = prog(d, "fill"), d.alloc(64)
   fill(buf, 1, 16, local_size=16, wait=True)  # the queues exist and run
   mockpci._vbus.boards[d.props.pci_bus].inject("surprise_removal")

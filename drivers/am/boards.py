@@ -9,6 +9,7 @@ AMD_VENDOR = 0x1002
 class Board:
   name: str
   chip: str
+  xccs: int = 1   # compute partitions AM makes of it (MI300: each XCC one, as amdgpu's CPX mode): a device each
 
 
 # PCI ids from the Linux amdgpu_drv.c pciidlist families and the pci.ids database; IP versions come from discovery.
@@ -21,7 +22,12 @@ BOARDS: dict[int, Board] = {
 
 # Boards whose support is being written (drivers/emu/amd/MI300.md): AM opens them only with RAWGPU_AM_IN_PROGRESS=1 and
 # runs what is written (on MI300X: compute on one XCC, two copy engines). Not offered to real-hardware scans.
-IN_PROGRESS: dict[int, Board] = {0x74a1: Board("Instinct MI300X", "Aqua Vanjaram")}
+IN_PROGRESS: dict[int, Board] = {0x74a1: Board("Instinct MI300X", "Aqua Vanjaram", xccs=8)}
+
+def xccs_of(device: int) -> int:
+  """How many devices AM makes of a board with this PCI device id (its XCCs on MI300, else 1)."""
+  return (BOARDS.get(device) or IN_PROGRESS.get(device) or Board("", "")).xccs
+
 
 GC_ARCH = {(11, 0, 0): "gfx1100", (11, 0, 2): "gfx1102", (11, 0, 3): "gfx1101", (12, 0, 0): "gfx1200", (12, 0, 1): "gfx1201",
            (9, 4, 3): "gfx942"}

@@ -35,6 +35,7 @@ class AMDevice:
     """probe=True: map and lay out memory exactly as a boot would, without the owner lock and without touching the
     hardware state (for readers such as am-smi next to the owning process)."""
     self.bus, self.system = bus, system
+    self.partitions: set[int] = set()   # the XCCs open devices run on (AMIface; one on RDNA boards)
     self.timeout_scale, self.reset_wait_s = timeout_scale, reset_wait_s
     self.debug = int(os.environ.get("DEBUG", "0") or 0)
     self.t0 = time.perf_counter()

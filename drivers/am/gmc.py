@@ -144,6 +144,8 @@ class GMC(Block):
     names = dict(enumerate(GC_CLIENTS.get(self.dev.ips["gc"][0], ()))) if hub == "GC" else MM_CLIENTS.get(self.dev.ips["mmhub"], {})
     if cid in names: client = f"client {names[cid]}, {client}"
     where = f"hub {hub}" + (f" {inst}" if len(self.hubs(hub)[2]) > 1 else "")
-    raise DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, {where}, client id {cid}, "
+    err = DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, {where}, client id {cid}, "
                       f"VMID {st.get('VMID', 0)}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
                       "check the buffer's lifetime and the kernel's indexing")
+    err.hub = (hub, inst, cid)   # which hub instance and client: the IH tells the device it concerns
+    raise err

@@ -1,12 +1,12 @@
 """AMIface: drivers/iface.py's Iface over an AMDevice (what hcq sees of a board driven by AM)."""
 from __future__ import annotations
-import time
+import os, time
 from typing import Literal
 from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.device import AMDevice
 from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
 from rawgpu.drivers.system import SYSTEM, System
-from rawgpu.errors import RawGPUError
+from rawgpu.errors import DeviceBusy, RawGPUError
 
 HUGE = 1 << 21
 
@@ -20,14 +20,26 @@ def _coalesce(bus_addrs: list[int]) -> list[tuple[int, int]]:
   return chunks
 
 
+# AM owns a board once per process; on MI300 the devices of its XCCs (a partition each) share that AMDevice: its memory,
+# page tables and interrupt ring. (id(system), bus) -> the AMDevice
+_OPEN: dict[tuple[int, str], AMDevice] = {}
+
+
 class AMIface(PeerMaps):
   def __init__(self, bus: str, system: System = SYSTEM, *, xcc: int = 0, **opts):
-    """xcc: on MI300, the XCC whose MEC runs this device's compute queues (each XCC is a partition of its own)."""
-    self.dev = d = AMDevice(bus, system, **opts)
+    """xcc: on MI300, the XCC whose MEC runs this device's compute queues (each XCC is a partition of its own; the
+    devices of one board's XCCs in a process share the driver, booted by the first with its options)."""
+    key = (id(system), bus)
+    if (d := _OPEN.get(key)) is None or d.pci.closed: d = AMDevice(bus, system, **opts)   # (a driver left without fini is gone)
+    elif xcc in d.partitions or not d.gc9:
+      raise DeviceBusy(f"{bus}{f' XCC {xcc}' if d.gc9 else ''} is already open in this process (pid {os.getpid()}); close that device first")
+    elif opts: raise RawGPUError(f"{bus} is already open in this process: its boot options ({', '.join(opts)}) apply to the first device only")
     if not 0 <= xcc < d.gfx.xcc_count():
-      d.fini()
+      if not d.partitions: d.fini()
       raise RawGPUError(f"{bus}: no XCC {xcc}; the board has {d.gfx.xcc_count()}" + (" (0-%d)" % (d.gfx.xcc_count() - 1) if d.gc9 else ""))
-    self.xcc, self.closed = xcc, False
+    _OPEN[key], self._key = d, key
+    d.partitions.add(xcc)
+    self.dev, self.xcc, self.closed = d, xcc, False
     self.rings: list[tuple[HWRing, object]] = []
     self._init_peers()
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
@@ -74,9 +86,10 @@ class AMIface(PeerMaps):
     """The bus address of VRAM offset 0 as other PCI functions reach it (BAR0's start)."""
     return self.dev.pci.resources()[0][0]
 
-  def _map_peer(self, mem: Mem, owner: "AMIface") -> mm.Mapping:
+  def _map_peer(self, mem: Mem, owner: "AMIface") -> mm.Mapping | None:
     """`mem` of `owner` as system pages at its bus addresses: owner VRAM through owner's BAR0 (only the CPU-visible
     part is reachable, like large-BAR P2P), host memory at its own bus addresses."""
+    if owner.dev is self.dev: return None   # another XCC of this board: the same page tables map it already
     kind, backing, _m = mem.meta  # type: ignore[misc]
     where = f"{self.dev.bus}: cannot map {mem.size:#x} bytes at {mem.va:#x} of {owner.dev.bus}"
     if self.closed or owner.closed: raise RawGPUError(f"{where}: a device is closed")
@@ -91,7 +104,8 @@ class AMIface(PeerMaps):
     self.dev.gmc.flush_tlb()
     return m
 
-  def _unmap_peer(self, mem: Mem, m: mm.Mapping) -> None:
+  def _unmap_peer(self, mem: Mem, m: mm.Mapping | None) -> None:
+    if m is None: return
     self.dev.pt.unmap(m)
     self.dev.gmc.flush_tlb()
 
@@ -131,7 +145,7 @@ class AMIface(PeerMaps):
       q = d.gfx.new_queue(size, self.xcc)
       ring, wunit, name = q.ring, 4, f"compute{q.queue}"
     elif kind == "sdma":
-      q = d.sdma.new_queue(size)
+      q = d.sdma.new_queue(size, self.xcc)
       ring, wunit, name = q.ring, 1, f"sdma{q.engine}"
     else: raise RawGPUError(f"unknown ring kind {kind!r}; use 'compute' or 'sdma'")
     ptrs = d.vram_bar.view(q.ptrs, mm.PAGE)
@@ -142,13 +156,13 @@ class AMIface(PeerMaps):
     return hw
 
   # ---- interrupts and faults
-  def check_faults(self) -> None: self.dev.ih.check_faults()
+  def check_faults(self) -> None: self.dev.ih.check_faults(self.xcc)
 
   def sleep(self, timeout_ms: float) -> None:
     """Until an interrupt arrives (an end-of-pipe, a fault: raised) or timeout_ms pass. No MSI in userspace: the IH
     ring's write pointer is polled."""
     deadline = time.perf_counter() + timeout_ms / 1e3
-    while not self.dev.ih.check_faults():
+    while not self.dev.ih.check_faults(self.xcc):
       left = deadline - time.perf_counter()
       if left <= 0: return
       time.sleep(min(2e-4, left))
@@ -157,4 +171,13 @@ class AMIface(PeerMaps):
     if self.closed: return
     self._forget_peers()   # peers lose the mappings of this device's memory, this one its mappings of theirs
     self.closed = True
-    self.dev.fini()
+    d = self.dev
+    d.partitions.discard(self.xcc)
+    d.ih.pending.pop(self.xcc, None)
+    if d.partitions:   # other XCCs of the board stay open: only this device's queues go (as fini, whatever state they are in)
+      for hw, q in self.rings:
+        try: (d.sdma if hw.kind == "sdma" else d.gfx).free_queue(q)
+        except RawGPUError: pass
+      return
+    del _OPEN[self._key]
+    d.fini()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
+from rawgpu.drivers.am.gmc import MM_CLIENTS
 from rawgpu.autogen.amd import ih as _IH
 from rawgpu.errors import DeviceFault
 
@@ -26,6 +27,7 @@ class IH(Block):
     self.ring = d.boot_alloc(RING_SIZE, align=RING_SIZE)
     self.wptr_wb = d.boot_alloc(0x1000)          # wptr writeback at +0
     self.rptr, self.overflows, self.lost_faults = 0, 0, False
+    self.pending: dict[int, DeviceFault] = {}   # XCC -> the fault its device has not been told yet
 
   def init_hw(self) -> None:
     r = lambda n: self.reg("osssys", n)
@@ -86,29 +88,58 @@ class IH(Block):
     if out: self.reg("osssys", "regIH_RB_RPTR").write(self.rptr)
     return out
 
-  def check_faults(self) -> bool:
-    """Consume pending entries; raise DeviceFault for VM faults and CP queue errors. True if anything arrived."""
+  def check_faults(self, xcc: int = 0) -> bool:
+    """Consume pending entries and raise DeviceFault for a VM fault or CP queue error of the device on `xcc`. On
+    MI300 each open XCC is a device of its own: a fault goes to the XCC its die or copy engine belongs to (one that
+    no open device owns, to every open one). A device is told the first fault of its since it last looked. True if
+    anything arrived."""
     ivs = self.poll()
-    c = CLIENTS["soc15" if self.dev.gc9 else "soc21"]
+    told: set[int] = set()
     for iv in ivs:
-      if iv["client_id"] == c["cp"] and iv["src_id"] in CP_ERRORS:
-        rid = iv["ring_id"]
-        me, pipe, queue = (rid & 0x0c) >> 2, rid & 0x03, (rid & 0x70) >> 4   # gfx_v11_0_handle_priv_fault
-        raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}{self._xcc(iv)}) stopped: {CP_ERRORS[iv['src_id']]}; the "
-                          "packet stream is malformed (check what was written to the ring); reopen the device to recover")
-      if iv["client_id"] == c["cp"] and iv["src_id"] == _IH.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
-        sd, rid = iv["src_data"], iv["ring_id"]
-        raise DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4}{self._xcc(iv)} stopped with a shader error (SQ interrupt) at "
-                          f"PC {sd[0] | (sd[1] << 32):#x}: an illegal instruction or a trap; Device.recover() or reopening restarts the queue")
-      if iv["client_id"] in (c["mm"], c["gc"]) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
-        sd = iv["src_data"]
-        addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
-        hub = "MM" if iv["client_id"] == c["mm"] else "GC"
-        self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}", self._hub_instance(hub, iv["node_id"]))
+      try: self._raise_for(iv)
+      except DeviceFault as e: self._deliver(e, self._owner(iv, e), told)
     if self.lost_faults:   # entries were overwritten: a fault whose interrupt was among them is still latched in its hub
       self.lost_faults = False
-      self.dev.gmc.raise_latched_fault("interrupt lost to an IH ring overflow")
+      try: self.dev.gmc.raise_latched_fault("interrupt lost to an IH ring overflow")
+      except DeviceFault as e: self._deliver(e, self._owner(None, e), told)
+    if (e := self.pending.pop(xcc, None)) is not None: raise e
     return bool(ivs)
+
+  def _raise_for(self, iv: dict) -> None:
+    """DeviceFault for an entry that reports one (a VM fault, a CP queue error, a shader error)."""
+    c = CLIENTS["soc15" if self.dev.gc9 else "soc21"]
+    if iv["client_id"] == c["cp"] and iv["src_id"] in CP_ERRORS:
+      rid = iv["ring_id"]
+      me, pipe, queue = (rid & 0x0c) >> 2, rid & 0x03, (rid & 0x70) >> 4   # gfx_v11_0_handle_priv_fault
+      raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}{self._xcc(iv)}) stopped: {CP_ERRORS[iv['src_id']]}; the "
+                        "packet stream is malformed (check what was written to the ring); reopen the device to recover")
+    if iv["client_id"] == c["cp"] and iv["src_id"] == _IH.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
+      sd, rid = iv["src_data"], iv["ring_id"]
+      raise DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4}{self._xcc(iv)} stopped with a shader error (SQ interrupt) at "
+                        f"PC {sd[0] | (sd[1] << 32):#x}: an illegal instruction or a trap; Device.recover() or reopening restarts the queue")
+    if iv["client_id"] in (c["mm"], c["gc"]) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
+      sd = iv["src_data"]
+      addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
+      hub = "MM" if iv["client_id"] == c["mm"] else "GC"
+      self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}", self._hub_instance(hub, iv["node_id"]))
+
+  def _owner(self, iv: dict | None, e: DeviceFault) -> int | None:
+    """The XCC whose device a fault concerns (MI300), or None for every device: a CP or shader error by its die, a
+    GC-hub fault by the hub's XCC, an MM-hub fault by the partition of the copy engine that made it."""
+    if not self.dev.gc9: return None
+    hub, inst, cid = getattr(e, "hub", (None, None, None))
+    if hub == "GC": return inst
+    if hub == "MM":   # an AID's SDMA n is engine 4 * AID + n
+      name = MM_CLIENTS.get(self.dev.ips["mmhub"], {}).get(cid, "")
+      return self.dev.sdma.partition_of(4 * inst + int(name[4:])) if name.startswith("SDMA") else None
+    if iv is not None and iv["node_id"] in F.XCD_NODEID: return F.XCD_NODEID.index(iv["node_id"])
+    return None
+
+  def _deliver(self, e: DeviceFault, owner: int | None, told: set[int]) -> None:
+    """Keep e for the device(s) it concerns, unless this poll already told them one (a fault's first report counts)."""
+    open_ = self.dev.partitions or {0}
+    for x in ([owner] if owner in open_ else open_):
+      if x not in told: told.add(x); self.pending.setdefault(x, e)
 
   def _hub_instance(self, hub: str, node: int) -> int | None:
     """MI300: the hub instance a fault's node id names (gmc_v9_0_process_interrupt: an AID's MM hub is node / 4, a GC hub

@@ -25,7 +25,14 @@ class SDMA(Block):
 
   def init_sw(self) -> None:
     self.queues: dict[int, SDMAQueue] = {}
-    self.engines = max(1, min(2, self.dev.disc.count("sdma")))
+    self.engines = max(1, min(2, self.dev.disc.count("sdma")))   # a device's copy engines (on MI300: each XCC's)
+    # MI300: each XCC is a partition, with the copy engines amdgpu gives a CPX partition (aqua_vanjaram.c: SDMA
+    # instances DIV_ROUND_UP(engines, partitions) per partition, partition k's XCP_INST_MASK from k times that on)
+    self.partitions = self.dev.gfx.xcc_count()
+
+  def partition_engines(self, xcc: int) -> range: return range(self.engines * xcc, self.engines * (xcc + 1))
+  def partition_of(self, engine: int) -> int: return engine // self.engines
+  def all_engines(self) -> range: return range(self.engines * self.partitions)
 
   @property
   def v4(self) -> bool: return self.dev.gc9   # SDMA 4.4.2 (MI300): an IP of its own per engine, SDMA_GFX_* names
@@ -37,7 +44,7 @@ class SDMA(Block):
     return type(b)(b.regs, b.reg, b.addr + engine * SDMA1_REG_OFFSET)
 
   def init_hw(self) -> None:
-    for e in range(self.engines): self.halt(e, False)
+    for e in self.all_engines(): self.halt(e, False)
     for q in list(self.queues.values()): self.program(q)
 
   def halt(self, e: int, on: bool, reset: bool = False) -> None:
@@ -46,9 +53,9 @@ class SDMA(Block):
     elif on: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=1, **({"RESET": 1} if reset else {}))   # SDMA 7 renamed it
     else: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=0, RESET=0)   # as sdma_v7_0_gfx_resume starts the engine
 
-  def new_queue(self, size: int) -> SDMAQueue:
-    free = [e for e in range(self.engines) if e not in self.queues]
-    if not free: raise RawGPUError(f"{self.dev.bus}: all {self.engines} SDMA engines already have a ring")
+  def new_queue(self, size: int, xcc: int = 0) -> SDMAQueue:
+    free = [e for e in self.partition_engines(xcc) if e not in self.queues]
+    if not free: raise RawGPUError(f"{self.dev.bus}: all {self.engines} SDMA engines{f' of XCC {xcc}' if self.dev.gc9 else ''} already have a ring")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"SDMA ring size {size:#x} must be a power of two >= 4 KiB")
     d, e = self.dev, free[0]
     q = SDMAQueue(e, d.valloc_phys(size, align=max(size, 0x1000)), size, d.valloc_phys(0x1000), self.doorbell(e))
@@ -144,4 +151,4 @@ class SDMA(Block):
 
   def fini(self) -> None:
     for q in list(self.queues.values()): self.free_queue(q)
-    for e in range(self.engines): self.halt(e, True)
+    for e in self.all_engines(): self.halt(e, True)
