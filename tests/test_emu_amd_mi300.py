@@ -509,3 +509,39 @@ def test_devices_on_two_xccs_of_one_board(mi300_fw):
     c.program(kernels.path("gfx942", "fill").read_bytes(), "fill_u32")(buf, 5, 16, local_size=(16, 1, 1), wait=True)
     assert list(buf.numpy(np.uint32)[:16]) == [5] * 16
   finally: c.close(); board.close()
+
+
+def test_mockkfd_lists_a_node_per_xcc(mi300_fw):
+  """amdkfd lists an MI300X in CPX mode as a node per XCC: one board, eight nodes of one XCC each (the board's PCI
+  location, a gpu_id and render node each, the XCC's CUs). A node's queues run on its XCC's MEC and its partition's
+  copy engines; a fault on one node stops that node only (amdkfd signals every memory event of the process, naming
+  the GPU; the other node's device does not take it as its own)."""
+  import numpy as np
+  from rawgpu import kernels
+  from rawgpu.drivers.emu.mockkfd import machine
+  from rawgpu.drivers.kfd.topology import gpu_nodes
+  from rawgpu.errors import DeviceFault
+  from rawgpu.hcq.device import Device
+  m = machine("gfx942", 8)
+  nodes = gpu_nodes(m.system)[:8]
+  assert len({n.pci_bus for n in nodes}) == 1 and len({n.gpu_id for n in nodes}) == 8 and len({n.render_minor for n in nodes}) == 8
+  assert all(n.props["num_xcc"] == 1 and n.props["simd_count"] == 38 * 4 for n in nodes)
+  board = m.vbus.boards[m.gpus[0].dev.bus]
+  a, b = Device("MOCKKFD:6+AMD::gfx942"), Device("MOCKKFD:2+AMD::gfx942")
+  try:
+    before = {k: sum(q.dispatches for q in g.queues.values()) for k, g in enumerate(board.xccs)}
+    fill = lambda d: d.program(kernels.path("gfx942", "fill").read_bytes(), "fill_u32")
+    for d, v in ((a, 6), (b, 2)):
+      buf = d.alloc(4096)
+      buf.copyin(np.zeros(1024, np.uint32))                                      # through the node's copy engine
+      fill(d)(buf, v, 16, local_size=(16, 1, 1), wait=True)
+      assert list(buf.numpy(np.uint32)[:17]) == [v] * 16 + [0]
+    ran = {k: sum(q.dispatches for q in g.queues.values()) - before[k] for k, g in enumerate(board.xccs)}
+    assert ran[6] and ran[2] and not any(v for k, v in ran.items() if k not in (2, 6)), ran
+    assert {e.i for e in board.sdma.engines if e.queues[0].enabled} >= {12, 4}                  # engines 2k of nodes 6 and 2
+    with pytest.raises(DeviceFault, match="page fault at 0x7f7000000000"):
+      a.program(kernels.path("gfx942", "fault").read_bytes(), "fault_store")(0x7f70_0000_0000, 1, local_size=(64, 1, 1), wait=True)
+    buf = b.alloc(64)
+    fill(b)(buf, 9, 16, local_size=(16, 1, 1), wait=True)                       # node 2 goes on
+    assert list(buf.numpy(np.uint32)[:16]) == [9] * 16 and not b.faulted
+  finally: a.close(); b.close()

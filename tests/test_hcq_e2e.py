@@ -11,7 +11,7 @@ from rawgpu.hcq.patch import Var
 ARCHS = ["gfx1100", "gfx1201"]
 # MI300X (gfx942): AM's support is in progress (drivers/emu/amd/MI300.md), opened with RAWGPU_AM_IN_PROGRESS=1
 TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS + ["gfx942"]]
-TARGETS.append("MOCKPCI:5+AMD::gfx942")   # an MI300 device is an XCC of the board (a partition, as in CPX): XCC 5
+TARGETS += ["MOCKPCI:5+AMD::gfx942", "MOCKKFD:5+AMD::gfx942"]   # an MI300 device is an XCC of the board (a CPX partition): XCC 5
 
 
 @pytest.fixture(scope="module", params=TARGETS)

@@ -121,19 +121,22 @@ class IH(Block):
       sd = iv["src_data"]
       addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
       hub = "MM" if iv["client_id"] == c["mm"] else "GC"
-      self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}", self._hub_instance(hub, iv["node_id"]))
+      self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}", self.hub_instance(hub, iv["node_id"]))
 
   def _owner(self, iv: dict | None, e: DeviceFault) -> int | None:
     """The XCC whose device a fault concerns (MI300), or None for every device: a CP or shader error by its die, a
     GC-hub fault by the hub's XCC, an MM-hub fault by the partition of the copy engine that made it."""
     if not self.dev.gc9: return None
-    hub, inst, cid = getattr(e, "hub", (None, None, None))
-    if hub == "GC": return inst
-    if hub == "MM":   # an AID's SDMA n is engine 4 * AID + n
-      name = MM_CLIENTS.get(self.dev.ips["mmhub"], {}).get(cid, "")
-      return self.dev.sdma.partition_of(4 * inst + int(name[4:])) if name.startswith("SDMA") else None
+    if hasattr(e, "hub"): return self.fault_owner(*e.hub)
     if iv is not None and iv["node_id"] in F.XCD_NODEID: return F.XCD_NODEID.index(iv["node_id"])
     return None
+
+  def fault_owner(self, hub: str, inst: int, cid: int) -> int | None:
+    """The XCC (MI300 partition) a VM fault belongs to: a GC hub's own; for an MM hub the partition of the copy engine
+    its client names (an AID's SDMA n is engine 4 * AID + n); None for any other client."""
+    if hub == "GC": return inst
+    name = MM_CLIENTS.get(self.dev.ips["mmhub"], {}).get(cid, "")
+    return self.dev.sdma.partition_of(4 * inst + int(name[4:])) if name.startswith("SDMA") else None
 
   def _deliver(self, e: DeviceFault, owner: int | None, told: set[int]) -> None:
     """Keep e for the device(s) it concerns, unless this poll already told them one (a fault's first report counts)."""
@@ -141,7 +144,7 @@ class IH(Block):
     for x in ([owner] if owner in open_ else open_):
       if x not in told: told.add(x); self.pending.setdefault(x, e)
 
-  def _hub_instance(self, hub: str, node: int) -> int | None:
+  def hub_instance(self, hub: str, node: int) -> int | None:
     """MI300: the hub instance a fault's node id names (gmc_v9_0_process_interrupt: an AID's MM hub is node / 4, a GC hub
     the XCC of its XCD node); None elsewhere, or for a node id no die has."""
     if not self.dev.gc9: return None

@@ -50,7 +50,8 @@ class VARange:
 
 class _Process:
   """What amdkfd keeps once per process, however often /dev/kfd is opened: the KFD file, one render-node file per
-  GPU (ACQUIRE_VM with a second one is EBUSY), and the signal-event page (a second one is EINVAL, freeing it EPERM)."""
+  GPU (ACQUIRE_VM with a second one is EBUSY, so it stays open), and the signal-event page (a second one is EINVAL,
+  freeing it EPERM)."""
   def __init__(self):
     self.kfd_fd, self.refs, self.drm, self.event_page = -1, 0, {}, None
     self.va: VARange | None = None   # one GPU address space per process, as ROCr keeps it
@@ -104,16 +105,14 @@ class KFDIface(PeerMaps):
                            "one XCC so far; switch the GPU to CPX mode (amd-smi set --compute-partition CPX)")
     self.gpu_id = n.gpu_id
     versions, bases = topology.ip_discovery(sysm, n.render_minor)
-    drm = self.proc.drm.get(self.gpu_id)
-    if drm is None:
+    if (fd := self.proc.drm.get(self.gpu_id)) is None:
       fd = self._open_node(topology.render_node(n.render_minor))
       try: self._ioctl(F.AMDKFD_IOC_ACQUIRE_VM, drm_fd=fd, gpu_id=self.gpu_id)
       except BaseException:
         sysm.close(fd)
         raise
-      drm = self.proc.drm[self.gpu_id] = [fd, 0]
-    drm[1] += 1
-    self.drm_fd = drm[0]
+      self.proc.drm[self.gpu_id] = fd
+    self.drm_fd = fd
     if self.version[1] >= RUNTIME_ENABLE_MINOR:
       try: self._ioctl(F.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=F.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK, capabilities_mask=0)
       except IoctlError as e:
@@ -314,7 +313,9 @@ class KFDIface(PeerMaps):
     for e in arr: e.memory_exception_data.va = 0
     self._ioctl(F.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=len(arr), wait_for_all=0, timeout=timeout_ms)
     mx = arr[1].memory_exception_data
-    if mx.gpu_id or mx.va:
+    # amdkfd sets every memory event of the process, naming the GPU that faulted (kfd_signal_vm_fault_event), and
+    # stops that GPU's queues only: another node's fault is not this device's
+    if (mx.gpu_id or mx.va) and mx.gpu_id in (0, self.gpu_id):
       f = mx.failure
       why = ", ".join(n for n, v in (("page not present", f.NotPresent), ("write to read-only page", f.ReadOnly), ("execute of NX page", f.NoExecute),
                                      ("imprecise address", f.imprecise)) if v) or "memory violation"
@@ -345,17 +346,13 @@ class KFDIface(PeerMaps):
     for m in reversed(list(self.mems)):
       try: self.free(m)
       except RawGPUError: pass
+    # the render-node file stays open while the process's KFD state lives: amdkfd holds the file ACQUIRE_VM was given
+    # until the process ends, and a later ACQUIRE_VM with a new file of that node is EBUSY (kfd_ioctl_acquire_vm)
     proc = self.proc
-    drm = proc.drm.get(self.gpu_id)
-    if drm is not None and self.drm_fd == drm[0]:
-      drm[1] -= 1
-      if drm[1] == 0:
-        del proc.drm[self.gpu_id]
-        _close_fd(self.system, drm[0])
     proc.refs -= 1
     if proc.refs == 0:   # the last user: closing /dev/kfd ends the process's KFD state (queues, memory, events)
       _PROCESSES.pop(id(self.system), None)
-      for fd, _ in proc.drm.values(): _close_fd(self.system, fd)
+      for fd in proc.drm.values(): _close_fd(self.system, fd)
       if proc.kfd_fd >= 0: _close_fd(self.system, proc.kfd_fd)
     self.drm_fd = self.kfd_fd = -1
 

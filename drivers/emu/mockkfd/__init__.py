@@ -7,8 +7,8 @@ side (drivers/emu/mockkfd/kernel.py) boots them with rawgpu's AM driver, as amdg
   system = mock_kfd("gfx1100", count=1)          # a System with /dev/kfd and sysfs mounted
   iface = KFDIface(0, system)
 
-gfx942 (the emulated MI300X, a node for XCC 0's partition) needs RAWGPU_AM_IN_PROGRESS=1: its kernel boots the board
-with AM, whose MI300 support is in progress (drivers/emu/amd/MI300.md).
+gfx942 (the emulated MI300X, a node per XCC as amdkfd lists a board in CPX mode) needs RAWGPU_AM_IN_PROGRESS=1: its
+kernel boots the board with AM, whose MI300 support is in progress (drivers/emu/amd/MI300.md).
 """
 from __future__ import annotations
 import threading
@@ -30,7 +30,8 @@ class _LockFile:
 
 
 class MockMachine:
-  """A machine with `count` boards of one arch, amdgpu loaded (booted) and /dev/kfd present."""
+  """A machine with `count` GPU nodes of one arch (a board each; on MI300 a node per XCC of a board), amdgpu loaded
+  (booted) and /dev/kfd present."""
   def __init__(self, arch: str, count: int):
     from rawgpu.drivers.am.device import AMDevice
     from rawgpu.drivers.emu.amd import AMDBoard
@@ -38,13 +39,17 @@ class MockMachine:
     from rawgpu.drivers.emu.mockkfd.sysfs import Tree
     from rawgpu.drivers.emu.mockpci import vram_size
     from rawgpu.drivers.emu.pcibus import VirtualBus
+    from rawgpu.drivers.am.boards import xccs_of
+    from rawgpu.drivers.emu.amd.asic import asic
     from rawgpu.drivers.pci import lock_path
     # a bus of its own: these boards belong to the emulated kernel, never to a MOCKPCI opener in the same process
     self.vbus = vbus = VirtualBus()
-    buses = [vbus.plug(AMDBoard(arch=arch, host=vbus.host, vram_size=vram_size())) for _ in range(count)]
+    per = xccs_of(asic(arch).device)
+    buses = [vbus.plug(AMDBoard(arch=arch, host=vbus.host, vram_size=vram_size())) for _ in range(-(-count // per))]
     for bus in buses:   # owner locks of emulated boards are private to this process (a real /tmp file would collide)
       vbus.system.mount(lock_path("am", bus), _LockFile())
-    self.gpus = [GPU(AMDevice(bus, vbus.system), node=i + 1, render_minor=128 + i) for i, bus in enumerate(buses)]
+    devs = [AMDevice(bus, vbus.system) for bus in buses]
+    self.gpus = [GPU(devs[i // per], node=i + 1, render_minor=128 + i, xcc=i % per) for i in range(len(buses) * per)]
     self.system = System()
     self.system.host_memory = vbus.system.host_memory
     self.kernel = Kernel(self.gpus, vbus.system.host_memory, self.system)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rawgpu.drivers.am.gfx import MAX_QUEUES, MQD_SIZE, ComputeQueue
 from rawgpu.drivers.am.sdma import SDMAQueue
 
-MAX_COMPUTE = MAX_QUEUES   # MEC 1 pipe 0 queues 0..7 (AM's GFX.doorbell: MEC_RING0 + n; on MI300 XCC 0's layout-1 MEC rings)
+MAX_COMPUTE = MAX_QUEUES   # MEC 1 pipe 0 queues 0..7 (AM's GFX.doorbell: MEC_RING0 + n; on MI300 the node's XCC's layout-1 MEC rings)
 
 
 @dataclass
@@ -20,11 +20,11 @@ class HWQueue:
   am: ComputeQueue | SDMAQueue
 
 
-def compute_start(dev, slot: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int, eop_va: int, eop_size: int) -> HWQueue:
-  q = ComputeQueue(slot, 0, ring_size, 0, 0, dev.valloc_phys(MQD_SIZE), dev.gfx.doorbell(slot), user=(ring_va, rptr_va, wptr_va, eop_va, eop_size))
+def compute_start(dev, slot: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int, eop_va: int, eop_size: int, xcc: int = 0) -> HWQueue:
+  q = ComputeQueue(slot, 0, ring_size, 0, 0, dev.valloc_phys(MQD_SIZE), dev.gfx.doorbell(slot, xcc), user=(ring_va, rptr_va, wptr_va, eop_va, eop_size), xcc=xcc)
   dev.vram(q.mqd, MQD_SIZE)[:] = bytes(MQD_SIZE)
   dev.gfx.program_hqd(q)
-  dev.regs.reg("gc", "regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1)   # end-of-pipe interrupts reach the IH (events)
+  dev.regs.reg("gc", "regCP_ME1_PIPE0_INT_CNTL", xcc).update(TIME_STAMP_INT_ENABLE=1)   # end-of-pipe interrupts reach the IH (events)
   return HWQueue("compute", slot, q.doorbell, q)
 
 

@@ -62,10 +62,11 @@ class UserQueue:
 
 
 class GPU:
-  """One emulated board as amdgpu+amdkfd see it: the AM device, its topology node and its hardware queue slots."""
-  def __init__(self, dev, node: int, render_minor: int):
-    self.dev, self.node, self.render_minor = dev, node, render_minor
-    self.gpu_id = (zlib.crc32(dev.bus.encode()) & 0xfffe) | 1
+  """One emulated board as amdgpu+amdkfd see it: the AM device, its topology node and its hardware queue slots. On
+  MI300 a node is one XCC of the board (a CPX partition, as amdkfd lists them): its MEC, its two copy engines."""
+  def __init__(self, dev, node: int, render_minor: int, xcc: int = 0):
+    self.dev, self.node, self.render_minor, self.xcc = dev, node, render_minor, xcc
+    self.gpu_id = (zlib.crc32(dev.bus.encode() + (f"/{xcc}".encode() if xcc else b"")) & 0xfffe) | 1
     self.lock = threading.RLock()
     self.compute_slots: dict[int, UserQueue] = {}
     self.sdma_slots: dict[int, UserQueue] = {}
@@ -74,12 +75,12 @@ class GPU:
     self._offsets = itertools.count(1)
     gc = dev.disc.gc_info
     from rawgpu.drivers.am.discovery import compute_units
-    cu = dev.gfx.active_cus()   # kfd_crat.c: SIMDs from cu_info's count (harvested CUs left out), CUs per array physical
+    cu = dev.gfx.active_cus(xcc)   # kfd_crat.c: SIMDs from cu_info's count (harvested CUs left out), CUs per array physical
     se, sa = gc.get("gc_num_se", 1), gc.get("gc_num_sa_per_se", gc.get("gc_num_sh_per_se", 1))
     ver = dev.ips["gc"]
     # kfd_device.c: GC 9.4.3 with rev_id >= 1 is gfx942 (the emulated MI300X); elsewhere the version's digits
     self.gfxv = 90402 if ver == (9, 4, 3) else ver[0] * 10000 + ver[1] * 100 + ver[2]
-    # a node is XCC 0's partition on MI300 (AM runs no multi-XCC partition); gfx9 CUs have 4 SIMDs, RDNA's 2. Waves per
+    # a node is one XCC's partition on MI300 (no partition of several XCCs is modelled); gfx9 CUs have 4 SIMDs, RDNA's 2. Waves per
     # SIMD come from the discovery table, as amdgpu's cu_info takes them (amdgpu_discovery.c)
     simds = 4 if ver[0] == 9 else 2
     self.props = {"cpu_cores_count": 0, "simd_count": cu * simds, "mem_banks_count": 1, "caches_count": 0, "io_links_count": 1,
@@ -137,15 +138,23 @@ class GPU:
 
   # ---- interrupts (the kernel's IH handler, run when a process waits)
   def service(self, kernel: "Kernel") -> None:
-    for iv in self.dev.ih.poll():
+    """The board's IH ring (shared by the nodes of one board): an end of pipe signals events; a VM fault goes to the
+    node it belongs to (MI300: by the entry's node id and the faulting client, as kfd_node_by_irq_ids picks the node
+    by its interrupt bitmap), or to every node of the board when no node owns it."""
+    dev = self.dev
+    for iv in dev.ih.poll():
       if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] == SRC_CP_EOP:
         for p in kernel.processes: p.signal_from_interrupt(iv["src_data"][0])
       elif iv["client_id"] in FAULT_CLIENTS and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
-        hub = "MM" if iv["client_id"] == IH.SOC21_IH_CLIENTID_VMC else "GC"
-        st = self.dev.gmc.fault_status(hub)
-        for p in kernel.processes: p.vm_fault(self, addr, write=bool(st.get("RW")))
+        hub = "MM" if iv["client_id"] in (IH.SOC21_IH_CLIENTID_VMC, IH.SOC15_IH_CLIENTID_VMC) else "GC"
+        inst = dev.ih.hub_instance(hub, iv["node_id"]) or 0
+        st = dev.gmc.fault_status(hub, inst)
+        owner = dev.ih.fault_owner(hub, inst, st.get("CID", 0)) if dev.gc9 else None
+        for g in kernel.gpus:
+          if g.dev is dev and owner in (None, g.xcc):
+            for p in kernel.processes: p.vm_fault(g, addr, write=bool(st.get("RW")))
 
 
 class Kernel:
@@ -390,13 +399,15 @@ class Process:
         if not free: raise fail(errno.EBUSY, "no free hardware compute queue")   # allocate_hqd
         eop_log = eop_size if eop_size & (eop_size - 1) == 0 and eop_size else F.GFX11_MEC_HPD_SIZE
         hwq = hw.compute_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address,
-                               a.eop_buffer_address, eop_log)
+                               a.eop_buffer_address, eop_log, g.xcc)
         slots = g.compute_slots
       else:
         want = [a.sdma_engine_id] if a.queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID else range(g.sdma_engines)
         free = [e for e in want if e not in g.sdma_slots]
         if not free: raise fail(errno.ENOMEM, "no more SDMA queues")   # allocate_sdma_queue
-        hwq = hw.sdma_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
+        engine = dev.sdma.partition_engines(g.xcc)[free[0]]   # the node's own engines (MI300: its partition's)
+        hwq = hw.sdma_start(dev, engine, a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
+        hwq.slot = free[0]
         slots = g.sdma_slots
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
