@@ -25,6 +25,7 @@ class DeviceProps:
   ip_versions: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # "gc", "sdma", "mmhub", ...
   ip_bases: dict[str, tuple[int, ...]] = field(default_factory=dict)          # register segment bases (dwords) per IP, instance 0
   emulated: bool = False
+  xcc: int | None = None               # MI300 through AM: the XCC this device is (a CPX partition); None: the whole board
 
 
 @dataclass

@@ -36,7 +36,9 @@ class Device:
     from rawgpu.hcq.amd.backend import AMDBackend
     self.backend = AMDBackend(self)
 
-  def __repr__(self) -> str: return f"{self.props.iface}+{self.props.vendor}:{self.props.arch}@{self.props.pci_bus}"
+  def __repr__(self) -> str:
+    p = self.props
+    return f"{p.iface}+{p.vendor}:{p.arch}@{p.pci_bus}" + (f"/xcc{p.xcc}" if p.xcc is not None else "")
 
   # ---- memory
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:

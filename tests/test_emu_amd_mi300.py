@@ -396,7 +396,7 @@ def test_a_device_on_xcc_5_runs_its_kernels_there(mi300_xcc5):
   import numpy as np
   from rawgpu import kernels
   dev, board = mi300_xcc5
-  assert dev.props.compute_units == 38 and dev.props.name.endswith("XCC 5")
+  assert dev.props.compute_units == 38 and dev.props.name.endswith("XCC 5") and dev.props.xcc == 5 and str(dev).endswith("@0000:c1:00.0/xcc5")
   n = 1000
   rng = np.random.default_rng(7)
   a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
