@@ -1,5 +1,7 @@
 """Peer-to-peer between two emulated boards on one virtual PCI bus: the AM driver maps a peer's VRAM (through its
-BAR0 bus address) and host memory into a board's page tables, the bus routes the DMA, hcq copies and waits across."""
+BAR0 bus address) and host memory into a board's page tables, the bus routes the DMA, hcq copies and waits across.
+The same between two XCCs of one MI300X (each a device, a CPX partition): they share the board's page tables, so a
+peer's memory is local there; hcq's rules (map before use, free waits for the peer) are the same."""
 import os
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ from rawgpu.errors import RawGPUError
 
 # MOCKKFD boards of one arch share a machine (one /dev/kfd); a mixed pair needs the PCI bus that MOCKPCI has
 PAIRS = [("MOCKPCI", "gfx1100", "gfx1100"), ("MOCKPCI", "gfx1201", "gfx1201"), ("MOCKPCI", "gfx1100", "gfx1201"),
-         ("MOCKKFD", "gfx1100", "gfx1100"), ("MOCKKFD", "gfx1201", "gfx1201")]
+         ("MOCKKFD", "gfx1100", "gfx1100"), ("MOCKKFD", "gfx1201", "gfx1201"), ("MOCKPCI", "gfx942", "gfx942")]   # the last: XCCs 0 and 1
 
 
 def _firmware():
@@ -23,11 +25,19 @@ def pair(request):
   _firmware()
   from rawgpu.hcq.device import Device
   iface, a_arch, b_arch = request.param
-  # two distinct boards: indices 0 and 1 of one arch, or board 0 of each arch for the mixed pair
+  mp = pytest.MonkeyPatch()
+  if a_arch == "gfx942": mp.setenv("RAWGPU_AM_IN_PROGRESS", "1")
+  # two distinct boards: indices 0 and 1 of one arch, or board 0 of each arch for the mixed pair (MI300: XCCs 0 and 1)
   b = Device(f"{iface}:{1 if a_arch == b_arch else 0}+AMD::{b_arch}")   # the higher index first: MOCKKFD sizes its machine by it
   a = Device(f"{iface}:0+AMD::{a_arch}")
   yield a, b
   b.close(); a.close()
+  mp.undo()
+
+
+def one_board(a, b) -> bool:
+  """Two XCCs of one MI300 (one driver, one set of page tables), not two boards."""
+  return a.props.iface == "MOCKPCI" and a.iface.dev is b.iface.dev
 
 
 def translate(dev, va: int) -> int | None:
@@ -73,9 +83,10 @@ def test_map_is_idempotent_and_same_va(pair):
   assert not b.maps(x)
   b.map(x); b.map(x)
   assert b.maps(x) and len(b.iface.peer_maps) >= 1
-  # the peer's page tables point at A's BAR0 bus address + the VRAM offset, at the same VA
+  # the peer's page tables point at A's BAR0 bus address + the VRAM offset, at the same VA (one board: the same tables)
   own = translate(a, x.va + 0x1234) - translate(a, x.va)
-  assert own == 0x1234 and bar0(a) <= translate(b, x.va + 0x1234) < bar0(a) + a.props.bar_size
+  if one_board(a, b): assert own == 0x1234 and translate(b, x.va + 0x1234) == translate(a, x.va + 0x1234)
+  else: assert own == 0x1234 and bar0(a) <= translate(b, x.va + 0x1234) < bar0(a) + a.props.bar_size
   assert translate(b, x.va + 0x1234) - translate(b, x.va) == 0x1234
   x.free()
 
@@ -151,11 +162,12 @@ def test_unmapped_peer_buffer_is_refused(pair):
   x, y = a.alloc(4096), b.alloc(4096)
   with pytest.raises(RawGPUError, match="not mapped"):
     prog(b, "fill")(x, 1, 16, global_size=1, local_size=64)
-  assert translate(b, x.va) is None                               # nothing maps it on B, so the GPU would fault
+  if not one_board(a, b): assert translate(b, x.va) is None       # nothing maps it on B, so the GPU would fault
   x.free(); y.free()
 
 
-@pytest.mark.parametrize("pair", [p for p in PAIRS if p[0] == "MOCKPCI"], indirect=True, ids=lambda p: "-".join(p))   # MOCKKFD boards are large-BAR
+# MOCKKFD boards are large-BAR; two XCCs of one board reach each other's VRAM without the bus
+@pytest.mark.parametrize("pair", [p for p in PAIRS if p[0] == "MOCKPCI" and p[1] != "gfx942"], indirect=True, ids=lambda p: "-".join(p))
 def test_peer_vram_beyond_bar_is_refused(pair):
   from rawgpu.drivers.iface import Mem
   a, b = pair
