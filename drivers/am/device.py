@@ -123,8 +123,8 @@ class AMDevice:
     keeps its boot-time TMR (SETUP_TMR without a buffer) and loads the P2S table, SDMA, MEC and RLC images; the SMU
     gets the driver table and enables its features; every XCC's gfxhub and every AID's mmhub get VMID 0 on mm's page
     tables (translating further); the IH ring (vega20_ih: the same registers as ih_v6) takes interrupts; every XCC's
-    MEC runs, each XCC a partition of its own, and a compute queue runs on the XCC it names (AMIface(xcc=)); SDMA
-    4.4.2 engines 0-1 take copy rings as they are created. Not written: multi-XCC partitions (drivers/emu/amd/MI300.md)."""
+    MEC runs, each XCC a partition of its own: a compute queue runs on the XCC it names (AMIface(xcc=)), a copy ring
+    on one of that partition's two SDMA 4.4.2 engines. Not written: partitions of several XCCs (drivers/emu/amd/MI300.md)."""
     if not self.psp.sos_alive():
       raise DeviceTimeout(f"{self.bus}: the PSP's secure OS is not running (MP0 C2PMSG_81 is 0); on MI300 the IFWI starts it: "
                           "power-cycle the board")

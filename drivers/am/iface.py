@@ -1,6 +1,6 @@
 """AMIface: drivers/iface.py's Iface over an AMDevice (what hcq sees of a board driven by AM)."""
 from __future__ import annotations
-import os, time
+import os, time, weakref
 from typing import Literal
 from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.device import AMDevice
@@ -21,8 +21,8 @@ def _coalesce(bus_addrs: list[int]) -> list[tuple[int, int]]:
 
 
 # AM owns a board once per process; on MI300 the devices of its XCCs (a partition each) share that AMDevice: its memory,
-# page tables and interrupt ring. (id(system), bus) -> the AMDevice
-_OPEN: dict[tuple[int, str], AMDevice] = {}
+# page tables and interrupt ring. (id(system), bus) -> the AMDevice, while a device holds it (it keeps its System alive)
+_OPEN: "weakref.WeakValueDictionary[tuple[int, str], AMDevice]" = weakref.WeakValueDictionary()
 
 
 class AMIface(PeerMaps):
@@ -179,5 +179,5 @@ class AMIface(PeerMaps):
         try: (d.sdma if hw.kind == "sdma" else d.gfx).free_queue(q)
         except RawGPUError: pass
       return
-    del _OPEN[self._key]
+    _OPEN.pop(self._key, None)
     d.fini()
