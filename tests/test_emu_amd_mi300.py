@@ -141,6 +141,27 @@ def test_am_boots_the_board(mi300, mi300_fw):
   assert not board.errors
 
 
+def test_a_clean_fini_lets_the_next_open_boot_warm(mi300, mi300_fw):
+  """After AM's fini (the boot marker, every MEC halted) the next open skips the PSP and SMU work and only starts GFX
+  again, as on RDNA; RAWGPU_AM_RESET's force_cold, or an owner that died with its MECs running, boots cold."""
+  from rawgpu.drivers.am.device import AMDevice
+  vbus, board, bus, pci = mi300
+  pci.close()
+  _open_am(bus, vbus).fini()
+  psp_cmds = len(board.psp.log)
+  dev = _open_am(bus, vbus)
+  assert dev.warm and len(board.psp.log) == psp_cmds                       # no PSP command at all
+  assert all(board.regs.vals[board.regs.addr(k, "regCP_MEC_CNTL")] == 0 for k in ["gc"] + [f"gc:{x}" for x in range(1, 8)])
+  dev.pci.close()                                                          # dies: no fini, the MECs keep running
+  dev = _open_am(bus, vbus)
+  assert not dev.warm and len(board.psp.log) > psp_cmds
+  dev.fini()
+  dev = AMDevice(bus, vbus.system, force_cold=True)
+  assert not dev.warm
+  dev.fini()
+  assert not board.errors
+
+
 def test_an_unsigned_image_is_refused_by_the_psp(mi300, mi300_fw, tmp_path, monkeypatch):
   """A MEC image whose PSP signature header is damaged: the PSP answers TEE_ERROR_SECURITY, AM names the image."""
   import os, shutil
@@ -503,8 +524,9 @@ def test_devices_on_two_xccs_of_one_board(mi300_fw):
   finally:
     b.close(); a.close()
   assert (id(vbus.system), bus) not in _OPEN                                # the last one closed the board's driver
-  c = Device(iface=AMIface(bus, vbus.system, xcc=5))                        # and it opens again
+  c = Device(iface=AMIface(bus, vbus.system, xcc=5))                        # and it opens again, warm (a clean fini)
   try:
+    assert c.iface.dev.warm and board.fw_loaded == MI300_IMAGES
     buf = c.alloc(64)
     c.program(kernels.path("gfx942", "fill").read_bytes(), "fill_u32")(buf, 5, 16, local_size=(16, 1, 1), wait=True)
     assert list(buf.numpy(np.uint32)[:16]) == [5] * 16

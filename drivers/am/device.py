@@ -97,10 +97,10 @@ class AMDevice:
 
   def boot(self, force_cold: bool = False) -> None:
     for b in self.blocks: b.init_sw()
-    if self.gc9: return self._boot_gc9()
     marker = self.regs.reg("gc", "regSCRATCH_REG7").read()
     sos = self.psp.sos_alive()
     self.warm = not force_cold and marker == BOOT_MARKER and sos and not self.gfx.mec_running()
+    if self.gc9: return self._boot_gc9()
     self.vram(self.pt.root, mm.PAGE)[:] = bytes(mm.PAGE)   # a fresh VA space, on either kind of boot
     if not self.warm:
       if sos:  # another driver or a crashed owner left it running: start over from a reset
@@ -110,12 +110,16 @@ class AMDevice:
       for b in (self.soc, self.gmc, self.ih, self.psp, self.smu):
         self.step(b.name, b.init_hw)
       self.step("psp: gfx firmware + rlc autoload", self.psp.load_gfx_firmware)
-    else:
-      self.gmc.hub_ready = {"MM": True, "GC": True}
-      self.ih.sync()
-      self.gmc.flush_tlb()
+    else: self._resume_warm()
     for b in (self.gfx, self.sdma): self.step(b.name, b.init_hw)
     self.step(f"boot done ({'warm' if self.warm else 'cold'})", lambda: None)
+
+  def _resume_warm(self) -> None:
+    """A warm boot keeps what the last clean fini left: firmware, SMU, hubs and IH programmed at the same boot-memory
+    addresses; the hubs forget the old VA space, the IH skips what is left in its ring."""
+    self.gmc.hub_ready = {"MM": True, "GC": True}
+    self.ih.sync()
+    self.gmc.flush_tlb()
 
   def _boot_gc9(self) -> None:
     """MI300 (GC 9.4.3), as far as AM has got (drivers/emu/amd/MI300.md). The IFWI has started the PSP's secure OS
@@ -129,6 +133,11 @@ class AMDevice:
       raise DeviceTimeout(f"{self.bus}: the PSP's secure OS is not running (MP0 C2PMSG_81 is 0); on MI300 the IFWI starts it: "
                           "power-cycle the board")
     self.vram(self.pt.root, mm.PAGE)[:] = bytes(mm.PAGE)   # a fresh VA space
+    if self.warm:   # left by a clean fini (the marker, every MEC halted): only GFX starts again
+      self._resume_warm()
+      self.step("gfx", self.gfx.init_hw)
+      return self.step("boot done (warm)", lambda: None)
+    self.regs.reg("gc", "regSCRATCH_REG7").write(0)
     self.fw = self.step("firmware", lambda: firmware.load(self.ips, self.system))
     self.step("soc", self.soc.init_hw)
     self.step("psp: ring", self.psp.ring_create)
@@ -138,9 +147,8 @@ class AMDevice:
     self.step("gmc", self.gmc.init_hw)
     self.step("gmc: tlb", self.gmc.flush_tlb)
     self.step("ih", self.ih.init_hw)
-    self.warm = False
     self.step("gfx", self.gfx.init_hw)
-    self.step("boot done", lambda: None)
+    self.step("boot done (cold)", lambda: None)
 
   def fini(self) -> None:
     for b in (self.gfx, self.sdma):
