@@ -567,3 +567,31 @@ def test_mockkfd_lists_a_node_per_xcc(mi300_fw):
     fill(b)(buf, 9, 16, local_size=(16, 1, 1), wait=True)                       # node 2 goes on
     assert list(buf.numpy(np.uint32)[:16]) == [9] * 16 and not b.faulted
   finally: a.close(); b.close()
+
+
+def test_a_closed_xcc_gives_back_its_memory_and_queues(mi300_fw):
+  """A device of one XCC that closes while another of the board stays open frees what it took (its buffers, rings,
+  queue descriptors, copy engines): opening and closing it again and again leaves the board's memory as it was, and a
+  buffer freed after its device closed is not freed twice."""
+  from rawgpu import kernels
+  from rawgpu.drivers.am import AMIface, mm
+  from rawgpu.hcq.device import Device
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  bus = vbus.plug(board)
+  a = Device(iface=AMIface(bus, vbus.system, xcc=0))
+  try:
+    d = a.iface.dev
+    a.alloc(4096).copyin(bytes(4096)); a.synchronize()
+    def used() -> tuple[int, int]: return d.visible.free_bytes, mm.VA.free_bytes
+    for i in range(3):
+      b = Device(iface=AMIface(bus, vbus.system, xcc=3))
+      buf = b.alloc(1 << 20)
+      buf.copyin(bytes(1 << 20))                          # its copy engine and compute ring exist
+      b.program(kernels.path("gfx942", "fill").read_bytes(), "fill_u32")(buf, 1, 16, local_size=(16, 1, 1), wait=True)
+      b.close()
+      buf.free()                                          # after its device: nothing freed twice
+      if i == 0: first = used()
+      else: assert used() == first, (i, used(), first)
+    assert not d.sdma.queues.keys() - {0, 1} and all(x == 0 for x, _ in d.gfx.queues)
+  finally: a.close(); board.close()

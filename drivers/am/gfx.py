@@ -216,6 +216,8 @@ class GFX(Block):
   def free_queue(self, q: ComputeQueue) -> None:
     self.stop_hqd(q)
     self.queues.pop((q.xcc, q.queue), None)
+    if q.user is None:   # AM's own ring, pointers, EOP buffer and MQD go back (a user queue's are the process's)
+      for paddr in (q.ring, q.ptrs, q.eop, q.mqd): self.dev.pfree(paddr)
 
   def fini(self) -> None:
     for q in list(self.queues.values()): self.free_queue(q)

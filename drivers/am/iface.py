@@ -41,6 +41,7 @@ class AMIface(PeerMaps):
     d.partitions.add(xcc)
     self.dev, self.xcc, self.closed = d, xcc, False
     self.rings: list[tuple[HWRing, object]] = []
+    self.mems: dict[int, Mem] = {}   # va -> this device's live allocations (freed when it closes before its board does)
     self._init_peers()
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
                              name=d.board.name + (f" XCC {xcc}" if d.gc9 else ""), pci_bus=bus, compute_units=d.gfx.active_cus(xcc), shader_engines=d.disc.gc_info["gc_num_se"],
@@ -70,9 +71,12 @@ class AMIface(PeerMaps):
       mm.VA.free(va)
       raise
     d.gmc.flush_tlb()
-    return Mem(va, size, cpu, host=host, uncached=uncached, meta=meta)
+    mem = Mem(va, size, cpu, host=host, uncached=uncached, meta=meta)
+    self.mems[va] = mem
+    return mem
 
   def free(self, mem: Mem) -> None:
+    if self.mems.pop(mem.va, None) is not mem: return   # freed already (with its device, if that closed first)
     kind, backing, m = mem.meta  # type: ignore[misc]
     self._forget_peers(mem)   # no device keeps a mapping of memory that is going away
     self.dev.pt.unmap(m)
@@ -174,10 +178,13 @@ class AMIface(PeerMaps):
     d = self.dev
     d.partitions.discard(self.xcc)
     d.ih.pending.pop(self.xcc, None)
-    if d.partitions:   # other XCCs of the board stay open: only this device's queues go (as fini, whatever state they are in)
+    if d.partitions:   # other XCCs of the board stay open: this device's queues and memory go (as fini: whatever their state)
       for hw, q in self.rings:
         try: (d.sdma if hw.kind == "sdma" else d.gfx).free_queue(q)
         except RawGPUError: pass
+        d.pt.unmap(hw.ring.meta[2])
+        mm.VA.free(hw.ring.va)
+      for mem in list(self.mems.values()): self.free(mem)
       return
     _OPEN.pop(self._key, None)
     d.fini()

@@ -148,6 +148,8 @@ class SDMA(Block):
     cntl.update(RB_ENABLE=0)
     self.r(q.engine, "regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
     self.queues.pop(q.engine, None)
+    if q.user is None:   # AM's own ring and pointer page go back
+      for paddr in (q.ring, q.ptrs): self.dev.pfree(paddr)
 
   def fini(self) -> None:
     for q in list(self.queues.values()): self.free_queue(q)
