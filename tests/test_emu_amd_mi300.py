@@ -595,3 +595,30 @@ def test_a_closed_xcc_gives_back_its_memory_and_queues(mi300_fw):
       else: assert used() == first, (i, used(), first)
     assert not d.sdma.queues.keys() - {0, 1} and all(x == 0 for x, _ in d.gfx.queues)
   finally: a.close(); board.close()
+
+
+def test_smu_metrics_show_which_xcc_is_busy(mi300_fw):
+  """am-smi's MI300 reading takes each XCD's activity from MetricsTableX_t.GfxBusy ("per XCD activity"): while a kernel
+  spins on XCC 3 the board reports XCC 3 busy and the others idle; am-smi's screen shows the row."""
+  import numpy as np
+  from rawgpu import kernels
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.drivers.am.metrics import SMUMetrics
+  from rawgpu.hcq.device import Device
+  from rawgpu.tools.am_smi import BoardMetrics, render
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  bus = vbus.plug(board)
+  d = Device(iface=AMIface(bus, vbus.system, xcc=3))
+  try:
+    flag, done = d.alloc(4, host=True), d.alloc(4, host=True)
+    flag.cpu()[:4] = done.cpu()[:4] = bytes(4)
+    d.program(kernels.path("gfx942", "spin").read_bytes(), "spin_until")(flag, 7, done, local_size=(64, 1, 1))
+    r = SMUMetrics(vbus.system).read(bus)
+    assert r.unavailable is None and r.xcc_activity == [0.0, 0.0, 0.0, 100.0, 0.0, 0.0, 0.0, 0.0], r.xcc_activity
+    assert any("XCC busy" in ln and "3:100%" in ln for ln in render([BoardMetrics(bus, xcc_activity=r.xcc_activity)], {}, width=200))
+    flag.cpu()[:4] = (7).to_bytes(4, "little")          # the kernel polls the flag: release it
+    d.synchronize()
+    assert done.numpy(np.uint32)[0] == 8
+    assert SMUMetrics(vbus.system).read(bus).xcc_activity == [0.0] * 8
+  finally: d.close(); board.close()

@@ -194,3 +194,4 @@ def test_emulated_mi300_metrics_from_its_smu(firmware_dir):
   assert board["temp_edge"] is None and board["fan_rpm"] is None and board["fan_pct"] is None
   assert 0 < board["temp_hotspot"] < 120 and 0 < board["temp_mem"] < 120 and 0 < board["power_w"] <= board["power_limit_w"] <= 750
   assert 500 <= board["gfx_clock_mhz"] <= 2100 and board["mem_clock_mhz"] == 1300 and 0 <= board["gfx_activity"] <= 100
+  assert len(board["xcc_activity"]) == 8 and all(0 <= a <= 100 for a in board["xcc_activity"])   # per XCD (GfxBusy)

@@ -156,6 +156,7 @@ def render(ms: list[BoardMetrics], history: dict[str, deque], width: int = 100, 
     if m.unavailable: lines.append(f"  {m.unavailable}")
     else:
       lines.append(f"  GFX {meter(m.gfx_activity, 20, ascii_only)}   MEM {meter(m.mem_activity, 20, ascii_only)}")
+      if m.xcc_activity: lines.append("  XCC busy " + "  ".join(f"{x}:{a:3.0f}%" for x, a in enumerate(m.xcc_activity)))
       lines.append(f"  Temp edge {_f(m.temp_edge, '.0f', deg)}  hotspot {_f(m.temp_hotspot, '.0f', deg)}  mem {_f(m.temp_mem, '.0f', deg)}"
                    f"    Fan {_f(m.fan_rpm, 'd', ' RPM')} ({_f(m.fan_pct, '.0f', '%')})")
       lines.append(f"  Power {_f(m.power_w, '.1f', ' W')} / {_f(m.power_limit_w, '.1f', ' W')}"

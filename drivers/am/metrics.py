@@ -33,6 +33,7 @@ class SMUReading:
   vram_used: int | None = None              # bytes
   vram_total: int | None = None
   throttle: list[str] | None = None         # active throttle reasons; [] = none; None = unknown
+  xcc_activity: list[float] | None = None   # MI300: percent per XCC (each a device of its own); None elsewhere
   source: str = "smu"                       # where the figures came from
   unavailable: str | None = None            # why they are missing ("metrics unavailable: ...")
   time: float = 0.0                         # when they were read (time.time())
@@ -69,7 +70,8 @@ class SMUMetrics:
 
 def _read_metrics_x(dev) -> SMUReading:
   """MI300 (SMU 13.0.6): GetMetricsTable fills MetricsTableX_t, Q10 fixed point, rounded as smu_v13_0_6_ppt.c's
-  SMUQ10_ROUND does. It has no edge temperature and no fan (hotspot is the socket's maximum, mem the HBM's)."""
+  SMUQ10_ROUND does. It has no edge temperature and no fan (hotspot is the socket's maximum, mem the HBM's). Each
+  XCD's activity is GfxBusy[n] (the table's "per XCD activity"), in the same units as the socket's."""
   from rawgpu.autogen.amd import smu_v13_0_6 as mod
   dev.smu.send("PPSMC_MSG_GetMetricsTable", timeout=0.5)
   m = mod.MetricsTableX_t.from_buffer_copy(bytes(dev.vram(dev.smu.driver_table, ctypes.sizeof(mod.MetricsTableX_t))))
@@ -79,4 +81,5 @@ def _read_metrics_x(dev) -> SMUReading:
     temp_hotspot=float(q10(m.MaxSocketTemperature)), temp_mem=float(q10(m.MaxHbmTemperature)),
     power_w=float(q10(m.SocketPower)), power_limit_w=float(q10(m.SocketPowerLimit)),
     gfx_clock_mhz=float(q10(m.GfxclkFrequency[0])), mem_clock_mhz=float(q10(m.UclkFrequency)),
-    soc_clock_mhz=float(q10(m.SocclkFrequency[0])), vram_total=dev.vram_size, time=time.time())
+    soc_clock_mhz=float(q10(m.SocclkFrequency[0])), vram_total=dev.vram_size, time=time.time(),
+    xcc_activity=[float(q10(v)) for v in m.GfxBusy[:dev.disc.count("gc")]])

@@ -181,6 +181,7 @@ class SMU:
       MaxSocketTemperature=q10(40 + 45 * busy), MaxVrTemperature=q10(38 + 30 * busy), MaxHbmTemperature=q10(42 + 30 * busy),
       SocketPowerLimit=q10(self.ppt), MaxSocketPowerLimit=q10(750), SocketPower=q10(140 + (self.ppt - 140) * busy),
       SocketGfxBusy=q10(100 * busy), DramBandwidthUtilization=q10(60 * busy),
+      GfxBusy=(ctypes.c_uint32 * 8)(*[q10(100 * g.busy()) for g in self.b.xccs]),   # per XCD: whether its MEC has work
       GfxclkFrequency=(ctypes.c_uint32 * 8)(*[gfx] * 8), MaxGfxclkFrequency=q10(2100), MinGfxclkFrequency=q10(500),
       UclkFrequency=q10(1300), FclkFrequency=q10(2000), SocclkFrequency=(ctypes.c_uint32 * 4)(*[q10(1143)] * 4)))
 
