@@ -140,6 +140,7 @@ class AMDevice:
     self.regs.reg("gc", "regSCRATCH_REG7").write(0)
     self.fw = self.step("firmware", lambda: firmware.load(self.ips, self.system))
     self.step("soc", self.soc.init_hw)
+    self.step("soc: sdma doorbells", self.soc.sdma_doorbell_ranges)
     self.step("psp: ring", self.psp.ring_create)
     self.step("psp: tmr", self.psp.setup_tmr)
     self.step("psp: firmware", lambda: [self.psp.load_ip_fw(u.fw_type, u.data) for u in self.fw.images])

@@ -94,6 +94,10 @@ AMDGPU_DOORBELL_LAYOUT1_USERQUEUE_END, AMDGPU_DOORBELL_LAYOUT1_XCC_RANGE = 0x01F
 AMDGPU_DOORBELL_LAYOUT1_sDMA_ENGINE_START = 0x100
 # amdgpu_irq.h: the die an MI300 IV entry comes from (its node id): AID n's own blocks (SDMA, MM hub) 4n, its XCDs 4n+1, 4n+2
 AID_NODEID, XCD_NODEID = (0, 4, 8, 12), (1, 2, 5, 6, 9, 10, 13, 14)
+# nbio_v7_9_sdma_doorbell_range (nbio_v7_9.c, a .c switch: no header has it): an AID's SDMA engine n routes its doorbells
+# through S2A entry, AWID (also the entry's RANGE_OFFSET) and AWADDR[31:28] value, and BIF DOORBELL0_CTRL_ENTRY_{1 + n}
+# four entries apart per AID
+NBIO_7_9_SDMA_S2A = ((1, 0xe, 0x1), (2, 0x8, 0x2), (5, 0x9, 0x8), (6, 0xa, 0x9))   # (S2A entry, AWID, AWADDR) for n = 0..3
 GFX9_MEC_HPD_SIZE = 4096                              # gfx_v9_4_3.c: EOP buffer per compute queue
 SDMA_DOORBELL_RANGE = 20
 GFX11_MEC_HPD_SIZE = 2048
