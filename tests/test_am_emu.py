@@ -259,3 +259,20 @@ def test_two_boards_share_one_va_space(firmware_dir, monkeypatch):
   finally:
     for it in its: it.close()
     for b in boards: b.close()
+
+
+def test_close_returns_the_devices_host_memory_and_addresses(board):
+  """A device's close gives back the host pages and GPU virtual addresses its buffers and rings took (the board's page
+  tables go with AM's fini): opening and closing again and again does not grow the process's use."""
+  from rawgpu.drivers.am import mm
+  vb, bus, b = board
+  def free() -> tuple[int, int]:
+    h = vb.host
+    return mm.VA.free_bytes, h.size - h.next + sum(z for _, z in h.free_list)
+  before = free()
+  for _ in range(2):
+    it = AMIface(bus, vb.system, **FAST)
+    it.alloc(1 << 20, host=True); it.alloc(3 << 20); it.create_ring("compute", 1 << 16); it.create_ring("sdma", 1 << 16)
+    assert free() != before
+    it.close()
+    assert free() == before

@@ -183,8 +183,12 @@ class AMIface(PeerMaps):
         try: (d.sdma if hw.kind == "sdma" else d.gfx).free_queue(q)
         except RawGPUError: pass
         d.pt.unmap(hw.ring.meta[2])
-        mm.VA.free(hw.ring.va)
       for mem in list(self.mems.values()): self.free(mem)
-      return
-    _OPEN.pop(self._key, None)
-    d.fini()
+    else:
+      _OPEN.pop(self._key, None)
+      d.fini()
+      for kind, backing, _m in (m.meta for m in self.mems.values()):   # the board's page tables go with it; host pages and VAs do not
+        if kind == "host": d.system.free_host(backing.view)
+      for m in self.mems.values(): mm.VA.free(m.va)
+      self.mems.clear()
+    for hw, _q in self.rings: mm.VA.free(hw.ring.va)
