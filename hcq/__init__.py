@@ -5,12 +5,13 @@
 """
 from __future__ import annotations
 
-__all__ = ["Device", "Buffer", "Signal", "HWQueue", "Var", "Graph", "Profiler"]
+__all__ = ["Device", "devices", "Buffer", "Signal", "HWQueue", "Var", "Graph", "Profiler"]
 
 
 def __getattr__(name: str):
   # lazy, so `import rawgpu.hcq` stays cheap
   if name == "Device": from rawgpu.hcq.device import Device; return Device
+  if name == "devices": from rawgpu.hcq.device import devices; return devices
   if name == "Buffer": from rawgpu.hcq.buffer import Buffer; return Buffer
   if name == "Signal": from rawgpu.hcq.signal import Signal; return Signal
   if name == "HWQueue": from rawgpu.hcq.queue import HWQueue; return HWQueue

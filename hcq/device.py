@@ -11,12 +11,35 @@ RING_SIZE = {"compute": 1 << 18, "sdma": 1 << 18}
 TIMELINE_LIMIT = 1 << 32  # the engines compare signal words as 32-bit values
 
 
+def _spec(dev: str | DevSpec | None) -> DevSpec:
+  spec = dev_from_env() if dev is None else parse_dev(dev) if isinstance(dev, str) else dev
+  if spec is None: raise RawGPUError("no device given: pass one (e.g. Device('MOCKPCI+AMD')) or set DEV")
+  return spec
+
+
+def devices(dev: str | DevSpec | None = None) -> list["Device"]:
+  """Every device a DEV names (DEV=PCI:0-3+AMD: four; on MI300 each index is an XCC), opened in index order; if one
+  cannot be opened, those opened before it are closed again."""
+  from rawgpu.drivers.select import open_ifaces
+  ifaces = open_ifaces(_spec(dev))
+  out: list[Device] = []
+  try:
+    for it in ifaces: out.append(Device(iface=it))
+  except BaseException:
+    for d in out: d.close()
+    for it in ifaces[len(out):]: it.close()
+    raise
+  return out
+
+
 class Device:
   _profiler = None   # a Profiler while one records this device
   def __init__(self, dev: str | DevSpec | None = None, *, iface: Iface | None = None):
     if iface is None:
-      spec = dev_from_env() if dev is None else parse_dev(dev) if isinstance(dev, str) else dev
-      if spec is None: raise RawGPUError("no device given: pass one (e.g. Device('MOCKPCI+AMD')) or set DEV")
+      spec = _spec(dev)
+      if spec.indices and len(spec.indices) > 1:
+        raise RawGPUError(f"DEV={spec} names {len(spec.indices)} devices and Device opens one: give one index, or open them all "
+                          "with rawgpu.hcq.devices(DEV)")
       from rawgpu.drivers.select import open_ifaces
       iface = open_ifaces(spec)[0]
     self.iface, self.props = iface, iface.props

@@ -632,3 +632,19 @@ def test_smu_metrics_show_which_xcc_is_busy(mi300_fw):
     assert done.numpy(np.uint32)[0] == 8
     assert SMUMetrics(vbus.system).read(bus).xcc_activity == [0.0] * 8
   finally: d.close(); board.close()
+
+
+def test_every_xcc_of_a_board_from_one_dev_string(mi300_fw):
+  """hcq.devices(DEV) opens every device a DEV names (on MI300 each index an XCC: MOCKPCI:0-7 is one board's eight);
+  Device(DEV) opens one and refuses a DEV that names several rather than opening them all and keeping one."""
+  from rawgpu.hcq import Device, devices
+  with pytest.raises(RawGPUError, match=r"names 2 devices and Device opens one: .*rawgpu.hcq.devices"): Device("MOCKPCI:6-7+AMD::gfx942")
+  ds = devices("MOCKPCI:6-7+AMD::gfx942")
+  try:
+    assert [d.props.xcc for d in ds] == [6, 7] and ds[0].iface.dev is ds[1].iface.dev
+    one = Device("MOCKPCI:5+AMD::gfx942")                      # another XCC of the same board, in the same process
+    one.close()
+  finally:
+    for d in ds: d.close()
+  again = Device("MOCKPCI:7+AMD::gfx942")                       # nothing was left open
+  again.close()
