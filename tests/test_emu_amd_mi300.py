@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from rawgpu.autogen.amd import psp as P
 from rawgpu.drivers.am import discovery
@@ -648,3 +649,60 @@ def test_every_xcc_of_a_board_from_one_dev_string(mi300_fw):
     for d in ds: d.close()
   again = Device("MOCKPCI:7+AMD::gfx942")                       # nothing was left open
   again.close()
+
+
+@pytest.fixture(scope="module")
+def mi300_board_for_sequences():
+  from conftest import find_firmware
+  d = find_firmware("20250410-2")
+  if d is None: pytest.skip("firmware-amd-graphics 20250410 (MI300's files) not fetched: run .ci/fetch-firmware")
+  mp = pytest.MonkeyPatch()
+  mp.setenv("RAWGPU_FIRMWARE_DIR", d); mp.setenv("RAWGPU_AM_IN_PROGRESS", "1"); mp.delenv("RAWGPU_FIRMWARE_ANY", raising=False)
+  vbus = VirtualBus(host=HostRAM(256 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  yield vbus, board, vbus.plug(board)
+  board.close(); mp.undo()
+
+
+STEPS = st.lists(st.tuples(st.sampled_from(["open", "close", "fill", "copy", "fault"]), st.integers(0, 7)), min_size=1, max_size=8)
+
+
+@settings(max_examples=12, deadline=None)
+@given(steps=STEPS)
+def test_random_open_close_run_and_fault_sequences_on_xccs(mi300_board_for_sequences, steps):
+  """XCC devices of one board opened, used, faulted and closed in any order: each device's work is right whatever
+  the others did, a fault stops only its own device, and once all are closed the board opens again."""
+  import numpy as np
+  from rawgpu import kernels
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.errors import DeviceFault
+  from rawgpu.hcq.device import Device
+  vbus, board, bus = mi300_board_for_sequences
+  code = {k: kernels.path("gfx942", k).read_bytes() for k in ("fill", "fault")}
+  open_: dict[int, Device] = {}
+  try:
+    for i, (op, x) in enumerate(steps):
+      d = open_.get(x)
+      if op == "open" or d is None:
+        if d is None: d = open_[x] = Device(iface=AMIface(bus, vbus.system, xcc=x))
+        if op == "open": continue
+      if op == "close": open_.pop(x).close(); continue
+      if op == "fault":
+        with pytest.raises(DeviceFault, match=f"hub GC {x}"):
+          d.program(code["fault"], "fault_store")(0x7f70_0000_0000, 1, local_size=(64, 1, 1), wait=True)
+        open_.pop(x).close()
+        continue
+      buf = d.alloc(4096)
+      if op == "fill":
+        buf.copyin(np.zeros(1024, np.uint32))
+        d.program(code["fill"], "fill_u32")(buf, i + 1, 64, local_size=(64, 1, 1), wait=True)
+        assert list(buf.numpy(np.uint32)[:65]) == [i + 1] * 64 + [0]
+      else:
+        data = np.arange(1024, dtype=np.uint32) * (i + 3)
+        assert np.array_equal(buf.copyin(data).numpy(np.uint32), data)
+      buf.free()
+    assert all(not d.faulted for d in open_.values())
+  finally:
+    for d in open_.values(): d.close()
+  d = Device(iface=AMIface(bus, vbus.system, xcc=steps[0][1]))
+  d.close()
