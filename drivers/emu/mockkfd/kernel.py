@@ -90,7 +90,8 @@ class GPU:
                   "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
                   "location_id": self._location(dev.bus), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
                   "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": 1,
-                  "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": dev.vram_size, "num_xcc": 1, "gpu_id": self.gpu_id}
+                  "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": 0, "num_xcc": 1, "gpu_id": self.gpu_id}
+    # (kfd_topology.c node_show writes local_mem_size 0: the VRAM size is in mem_banks, as topology_files publishes)
     s = queue_sizes(self.gfxv, cu * simds, simds, se * sa, sa)
     self.sizes = s
     self.props["cwsr_size"], self.props["ctl_stack_size"] = s.cwsr, s.ctl_stack
