@@ -706,3 +706,24 @@ def test_random_open_close_run_and_fault_sequences_on_xccs(mi300_board_for_seque
     for d in open_.values(): d.close()
   d = Device(iface=AMIface(bus, vbus.system, xcc=steps[0][1]))
   d.close()
+
+
+def test_xccs_opened_from_several_threads_share_one_driver(mi300_fw):
+  """Threads that open XCCs of one board at the same time get one driver between them (none is refused as busy)."""
+  import threading
+  from rawgpu.drivers.am import AMIface
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=512 << 20)
+  bus = vbus.plug(board)
+  out, errors = {}, []
+  def open_one(x: int) -> None:
+    try: out[x] = AMIface(bus, vbus.system, xcc=x)
+    except Exception as e: errors.append(e)
+  threads = [threading.Thread(target=open_one, args=(x,)) for x in range(4)]
+  for t in threads: t.start()
+  for t in threads: t.join()
+  try:
+    assert not errors and len({id(it.dev) for it in out.values()}) == 1 and out[0].dev.partitions == {0, 1, 2, 3}
+  finally:
+    for it in out.values(): it.close()
+    board.close()

@@ -1,6 +1,6 @@
 """AMIface: drivers/iface.py's Iface over an AMDevice (what hcq sees of a board driven by AM)."""
 from __future__ import annotations
-import os, time, weakref
+import os, threading, time, weakref
 from typing import Literal
 from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.device import AMDevice
@@ -23,6 +23,7 @@ def _coalesce(bus_addrs: list[int]) -> list[tuple[int, int]]:
 # AM owns a board once per process; on MI300 the devices of its XCCs (a partition each) share that AMDevice: its memory,
 # page tables and interrupt ring. (id(system), bus) -> the AMDevice, while a device holds it (it keeps its System alive)
 _OPEN: "weakref.WeakValueDictionary[tuple[int, str], AMDevice]" = weakref.WeakValueDictionary()
+_OPEN_LOCK = threading.Lock()   # two threads opening XCCs of one board get one driver
 
 
 class AMIface(PeerMaps):
@@ -30,15 +31,16 @@ class AMIface(PeerMaps):
     """xcc: on MI300, the XCC whose MEC runs this device's compute queues (each XCC is a partition of its own; the
     devices of one board's XCCs in a process share the driver, booted by the first with its options)."""
     key = (id(system), bus)
-    if (d := _OPEN.get(key)) is None or d.pci.closed: d = AMDevice(bus, system, **opts)   # (a driver left without fini is gone)
-    elif xcc in d.partitions or not d.gc9:
-      raise DeviceBusy(f"{bus}{f' XCC {xcc}' if d.gc9 else ''} is already open in this process (pid {os.getpid()}); close that device first")
-    elif opts: raise RawGPUError(f"{bus} is already open in this process: its boot options ({', '.join(opts)}) apply to the first device only")
-    if not 0 <= xcc < d.gfx.xcc_count():
-      if not d.partitions: d.fini()
-      raise RawGPUError(f"{bus}: no XCC {xcc}; the board has {d.gfx.xcc_count()}" + (" (0-%d)" % (d.gfx.xcc_count() - 1) if d.gc9 else ""))
-    _OPEN[key], self._key = d, key
-    d.partitions.add(xcc)
+    with _OPEN_LOCK:
+      if (d := _OPEN.get(key)) is None or d.pci.closed: d = AMDevice(bus, system, **opts)   # (a driver left without fini is gone)
+      elif xcc in d.partitions or not d.gc9:
+        raise DeviceBusy(f"{bus}{f' XCC {xcc}' if d.gc9 else ''} is already open in this process (pid {os.getpid()}); close that device first")
+      elif opts: raise RawGPUError(f"{bus} is already open in this process: its boot options ({', '.join(opts)}) apply to the first device only")
+      if not 0 <= xcc < d.gfx.xcc_count():
+        if not d.partitions: d.fini()
+        raise RawGPUError(f"{bus}: no XCC {xcc}; the board has {d.gfx.xcc_count()}" + (" (0-%d)" % (d.gfx.xcc_count() - 1) if d.gc9 else ""))
+      _OPEN[key], self._key = d, key
+      d.partitions.add(xcc)
     self.dev, self.xcc, self.closed = d, xcc, False
     self.rings: list[tuple[HWRing, object]] = []
     self.mems: dict[int, Mem] = {}   # va -> this device's live allocations (freed when it closes before its board does)
@@ -176,16 +178,18 @@ class AMIface(PeerMaps):
     self._forget_peers()   # peers lose the mappings of this device's memory, this one its mappings of theirs
     self.closed = True
     d = self.dev
-    d.partitions.discard(self.xcc)
+    with _OPEN_LOCK:
+      d.partitions.discard(self.xcc)
+      last = not d.partitions
+      if last and _OPEN.get(self._key) is d: del _OPEN[self._key]
     d.ih.pending.pop(self.xcc, None)
-    if d.partitions:   # other XCCs of the board stay open: this device's queues and memory go (as fini: whatever their state)
+    if not last:   # other XCCs of the board stay open: this device's queues and memory go (as fini: whatever their state)
       for hw, q in self.rings:
         try: (d.sdma if hw.kind == "sdma" else d.gfx).free_queue(q)
         except RawGPUError: pass
         d.pt.unmap(hw.ring.meta[2])
       for mem in list(self.mems.values()): self.free(mem)
     else:
-      _OPEN.pop(self._key, None)
       d.fini()
       for kind, backing, _m in (m.meta for m in self.mems.values()):   # the board's page tables go with it; host pages and VAs do not
         if kind == "host": d.system.free_host(backing.view)
