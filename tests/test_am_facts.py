@@ -123,3 +123,13 @@ def test_mi300_interrupt_node_ids_and_xcc_register_ranges(src):
   assert F.XCD_NODEID == tuple(src(h, f"XCD{x}_NODEID") for x in range(8)) == tuple(ih_node_xcd(x) for x in range(8))
   c = f"{AMD}/amdgpu/gfx_v9_4_3.c"
   assert GFX.XCC_REG_RANGES == tuple((src(c, f"XCC_REG_RANGE_{i}_LOW"), src(c, f"XCC_REG_RANGE_{i}_HIGH")) for i in (0, 1))
+
+
+def test_mi300_partition_modes(src):
+  """amdgpu_gfx.h's compute partition modes, which NBIO reports and AM and the board use."""
+  from rawgpu.drivers.emu.amd import psp
+  h = f"{AMD}/amdgpu/amdgpu_gfx.h"
+  assert (F.AMDGPU_SPX_PARTITION_MODE, F.AMDGPU_CPX_PARTITION_MODE) == (src(h, "AMDGPU_SPX_PARTITION_MODE"), src(h, "AMDGPU_CPX_PARTITION_MODE"))
+  assert psp.PARTITION_MODE == {1: src(h, "AMDGPU_SPX_PARTITION_MODE"), 2: src(h, "AMDGPU_DPX_PARTITION_MODE"),
+                                3: src(h, "AMDGPU_TPX_PARTITION_MODE"), 4: src(h, "AMDGPU_QPX_PARTITION_MODE")}
+  assert psp.CPX_PARTITION_MODE == F.AMDGPU_CPX_PARTITION_MODE

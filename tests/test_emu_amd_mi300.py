@@ -146,6 +146,8 @@ def test_am_boots_the_board(mi300, mi300_fw):
     assert [v[p + f] for f in ("ENABLE", "AWID", "RANGE_OFFSET", "RANGE_SIZE", "AWADDR_31_28_VALUE")] == [1, awid, awid, 20, awaddr], port
   dev.fini()
   log = board.psp.log
+  assert [e for e in log if e[1] == P.GFX_CMD_ID_SRIOV_SPATIAL_PART] == [("cmd", P.GFX_CMD_ID_SRIOV_SPATIAL_PART, 0)]   # SPX -> CPX, once
+  assert r.reg("nbio", "regBIF_BX_PF0_PARTITION_COMPUTE_STATUS").decode(r.get("nbio", "regBIF_BX_PF0_PARTITION_COMPUTE_STATUS"))["PARTITION_MODE"] == 4
   assert not [e for e in log if e[0] == "bootloader"]                   # the IFWI's sOS: no bootloader stages
   assert ("cmd", P.GFX_CMD_ID_SETUP_TMR, 0) in log                         # the boot-time TMR, named without a buffer
   assert [e for e in log if e[1] == P.GFX_CMD_ID_LOAD_IP_FW] == [("cmd", P.GFX_CMD_ID_LOAD_IP_FW, 0)] * len(MI300_IMAGES)
@@ -727,3 +729,29 @@ def test_xccs_opened_from_several_threads_share_one_driver(mi300_fw):
   finally:
     for it in out.values(): it.close()
     board.close()
+
+
+def test_the_board_starts_in_spx_and_the_psp_partitions_it(mi300):
+  """The emulated MI300X powers on as one partition of its eight XCCs (SPX, as MI300X boards ship); the PSP's spatial
+  partition command (psp_spatial_partition) splits it into 1, 2, 4 or 8 partitions, programming CP_HYP_XCP_CTL as
+  gfx_v9_4_3_switch_compute_partition does without a PSP, and NBIO reports the mode (amdgpu_gfx_partition numbers)."""
+  from rawgpu.drivers.emu.amd.psp import TEE_ERROR_BAD_PARAMETERS, TEE_SUCCESS
+  vbus, board, bus, pci = mi300
+  r = board.regs
+  def state():
+    ctl = [r.reg(g.key, "regCP_HYP_XCP_CTL").decode(r.vals[g.a_xcp]) for g in board.xccs]
+    mode = r.reg("nbio", "regBIF_BX_PF0_PARTITION_COMPUTE_STATUS").decode(r.get("nbio", "regBIF_BX_PF0_PARTITION_COMPUTE_STATUS"))["PARTITION_MODE"]
+    return mode, [(c["NUM_XCC_IN_XCP"], c["VIRTUAL_XCC_ID"]) for c in ctl]
+  assert state() == (0, [(8, i) for i in range(8)])
+  for n, mode in ((2, 1), (4, 3), (8, 4), (1, 0)):
+    assert board.psp.spatial_partition(n) == TEE_SUCCESS
+    assert state() == (mode, [(8 // n, i % (8 // n)) for i in range(8)])
+  assert board.psp.spatial_partition(3) == TEE_ERROR_BAD_PARAMETERS and state()[0] == 0   # 8 XCCs do not split in 3
+
+
+def test_a_psp_that_refuses_the_partition_switch_is_a_clear_error(mi300, mi300_fw, monkeypatch):
+  from rawgpu.drivers.emu.amd.psp import TEE_ERROR_BAD_PARAMETERS
+  vbus, board, bus, pci = mi300
+  pci.close()
+  monkeypatch.setattr(board.psp, "spatial_partition", lambda n: TEE_ERROR_BAD_PARAMETERS)
+  with pytest.raises(RawGPUError, match=r"the PSP refused to make 8 compute partitions \(CPX\), which AM needs"): _open_am(bus, vbus)

@@ -11,7 +11,7 @@ import contextlib, ctypes
 from dataclasses import dataclass
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
-from rawgpu.errors import DeviceTimeout, RawGPUError
+from rawgpu.errors import DeviceTimeout, FirmwareError, RawGPUError
 
 MAX_QUEUES = 8
 MQD_SIZE = 0x1000           # >= sizeof(v11_compute_mqd) and sizeof(v12_compute_mqd)
@@ -68,13 +68,13 @@ class GFX(Block):
 
   def _init_gc9(self) -> None:
     """GC 9.4.3 (gfx_v9_4_3.c), on every XCC: the PSP loaded and started the RLC; each XCC a partition of its own
-    (CP_HYP_XCP_CTL, what switch_compute_partition writes for one XCC per partition), VMID 0's address mode and
-    apertures, the MEC doorbell window of its layout-1 range, the MEC unhalted. A queue runs on the XCC it names."""
+    (CPX: see cpx_mode), VMID 0's address mode and apertures, the MEC doorbell window of its layout-1 range, the MEC
+    unhalted. A queue runs on the XCC it names."""
+    self.cpx_mode()
     for x in range(self.dev.disc.count("gc")):
       reg = lambda n: self.reg("gc", n, x)
       if not reg("regRLC_CNTL").fields()["RLC_ENABLE_F32"]:
         raise DeviceTimeout(f"{self.dev.bus}: the RLC of XCC {x} is not running (the PSP loads and starts it on MI300); power-cycle the board")
-      reg("regCP_HYP_XCP_CTL").write(NUM_XCC_IN_XCP=1, VIRTUAL_XCC_ID=0)
       reg("regGRBM_GFX_CNTL").write(MEID=0, PIPEID=0, QUEUEID=0, VMID=0)
       reg("regSH_MEM_CONFIG").write(ADDRESS_MODE=F.SH_MEM_ADDRESS_MODE_64, ALIGNMENT_MODE=F.SH_MEM_ALIGNMENT_MODE_UNALIGNED, RETRY_DISABLE=1)
       reg("regSH_MEM_BASES").write(PRIVATE_BASE=F.PRIVATE_APERTURE_START >> 48, SHARED_BASE=F.SHARED_APERTURE_START >> 48)
@@ -84,6 +84,20 @@ class GFX(Block):
       reg("regCP_MEC_CNTL").write(0)
       reg("regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1, OPCODE_ERROR_INT_ENABLE=1, PRIV_REG_INT_ENABLE=1)
     for q in list(self.queues.values()): self.program_hqd(q)
+
+  def cpx_mode(self) -> None:
+    """One compute partition per XCC. NBIO reports the board's mode (aqua_vanjaram_query_partition_mode); another is
+    switched as gfx_v9_4_3_switch_compute_partition does on bare metal, by asking the PSP for one partition per XCC
+    (psp_spatial_partition). Every XCC must then be a partition of one."""
+    d, n = self.dev, self.xcc_count()
+    status = self.reg("nbio", "regBIF_BX_PF0_PARTITION_COMPUTE_STATUS")
+    if status.fields()["PARTITION_MODE"] != F.AMDGPU_CPX_PARTITION_MODE:
+      try: d.step("psp: compute partitions", lambda: d.psp.submit("GFX_CMD_ID_SRIOV_SPATIAL_PART", "cmd_spatial_part", mode=n))
+      except FirmwareError as e: raise RawGPUError(f"{d.bus}: the PSP refused to make {n} compute partitions (CPX), which AM needs: {e}") from None
+    wrong = [x for x in range(n) if self.reg("gc", "regCP_HYP_XCP_CTL", x).fields()["NUM_XCC_IN_XCP"] != 1]
+    if status.fields()["PARTITION_MODE"] != F.AMDGPU_CPX_PARTITION_MODE or wrong:
+      raise RawGPUError(f"{d.bus}: the board is not in CPX mode after the PSP's switch (NBIO reports mode {status.fields()['PARTITION_MODE']}, "
+                        f"XCCs in larger partitions: {wrong or 'none'}); AM runs one device per XCC: power-cycle the board")
 
   def mec_enable(self, on: bool) -> None:
     if self.dev.gc9:

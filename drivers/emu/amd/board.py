@@ -98,6 +98,7 @@ class AMDBoard:
     self.xccs = [self.gfx] + [GFX(self, x) for x in range(1, sum(1 for e in self.asic.ips if e.hw_id == GC_HWID))]
     self.blocks += self.xccs[1:]
     self.engines += self.xccs[1:]
+    if len(self.xccs) > 1: self.psp.spatial_partition(1)   # the IFWI starts an MI300X as one partition of all its XCCs (SPX)
     # blocks that watch the doorbell BAR; the NBIO routes each doorbell to one of them (the queue engines are asked first)
     self._doorbell_sinks = sorted((blk.doorbell for blk in self.blocks if hasattr(blk, "doorbell")), key=lambda d: d.__self__ is self.ih)
 

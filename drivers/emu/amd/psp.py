@@ -26,6 +26,11 @@ GFX_CTRL_CMD_ID_DESTROY_RINGS = G.GFX_CTRL_CMD_ID_DESTROY_RINGS
 GFX_CMD_ID_LOAD_TA, GFX_CMD_ID_LOAD_ASD, GFX_CMD_ID_SETUP_TMR = G.GFX_CMD_ID_LOAD_TA, G.GFX_CMD_ID_LOAD_ASD, G.GFX_CMD_ID_SETUP_TMR
 GFX_CMD_ID_LOAD_IP_FW, GFX_CMD_ID_DESTROY_TMR = G.GFX_CMD_ID_LOAD_IP_FW, G.GFX_CMD_ID_DESTROY_TMR
 GFX_CMD_ID_LOAD_TOC, GFX_CMD_ID_AUTOLOAD_RLC = G.GFX_CMD_ID_LOAD_TOC, G.GFX_CMD_ID_AUTOLOAD_RLC
+GFX_CMD_ID_SRIOV_SPATIAL_PART = G.GFX_CMD_ID_SRIOV_SPATIAL_PART
+# amdgpu_gfx.h enum amdgpu_gfx_partition, which is also what NBIO's PARTITION_COMPUTE_STATUS reports (aqua_vanjaram.c
+# compares the two): partitions of an eight-XCC board -> mode
+PARTITION_MODE = {1: 0, 2: 1, 3: 2, 4: 3}   # SPX, DPX, TPX, QPX; one partition per XCC is CPX (4)
+CPX_PARTITION_MODE = 4
 TEE_SUCCESS, TEE_ERROR_NOT_SUPPORTED, PSP_ERR_UNKNOWN_COMMAND = G.TEE_SUCCESS, G.TEE_ERROR_NOT_SUPPORTED, G.PSP_ERR_UNKNOWN_COMMAND
 TEE_ERROR_BAD_FORMAT, TEE_ERROR_BAD_PARAMETERS, TEE_ERROR_SECURITY = 0xFFFF0005, 0xFFFF0006, 0xFFFF000F   # GlobalPlatform TEE
 SIG = b"$PS1"
@@ -184,9 +189,23 @@ class PSP:
     elif cmd_id == GFX_CMD_ID_AUTOLOAD_RLC:
       st = TEE_SUCCESS if self.b.gfx.autoload(self.b.fw_loaded, AUTOLOAD_REQUIRED) else TEE_ERROR_BAD_PARAMETERS
     elif cmd_id in (GFX_CMD_ID_LOAD_TA, GFX_CMD_ID_LOAD_ASD): st = TEE_SUCCESS
+    elif cmd_id == GFX_CMD_ID_SRIOV_SPATIAL_PART and len(self.b.xccs) > 1: st = self.spatial_partition(u[0])
     else: st = TEE_ERROR_NOT_SUPPORTED
     self.log.append(("cmd", cmd_id, st))
     return st, extra
+
+  def spatial_partition(self, n: int) -> int:
+    """MI300: split the XCCs into n compute partitions (psp_spatial_partition's command). What the firmware does is
+    modelled on what amdgpu writes itself where there is no PSP (gfx_v9_4_3_switch_compute_partition): every XCC's
+    CP_HYP_XCP_CTL gets the partition's XCC count and its place in it; NBIO then reports the mode."""
+    xccs = self.b.xccs
+    if n < 1 or len(xccs) % n: return TEE_ERROR_BAD_PARAMETERS
+    per, r = len(xccs) // n, self.b.regs
+    for i, g in enumerate(xccs): r.vals[g.a_xcp] = r.reg(g.key, "regCP_HYP_XCP_CTL").encode(NUM_XCC_IN_XCP=per, VIRTUAL_XCC_ID=i % per)
+    mode = CPX_PARTITION_MODE if per == 1 else PARTITION_MODE[n]
+    a = r.addr("nbio", "regBIF_BX_PF0_PARTITION_COMPUTE_STATUS")
+    r.vals[a] = r.reg("nbio", "regBIF_BX_PF0_PARTITION_COMPUTE_STATUS").encode(PARTITION_MODE=mode)
+    return TEE_SUCCESS
 
   def _load_ip_fw(self, addr: int, size: int, fw_type: int) -> int:
     if size == 0 or size > 8 << 20 or not 0 < fw_type < 130: return TEE_ERROR_BAD_PARAMETERS
