@@ -134,16 +134,19 @@ def test_am_boots_the_board(mi300, mi300_fw):
     assert r.reg(key, "regCP_HYP_XCP_CTL").decode(r.vals[r.addr(key, "regCP_HYP_XCP_CTL")])["NUM_XCC_IN_XCP"] == 1
     assert r.vals[r.addr(key, "regCP_MEC_CNTL")] == 0
     assert r.vals[r.addr(key, "regCP_MEC_DOORBELL_RANGE_LOWER")] == (0x20 * x * 2) << 2
-  # every copy engine's BIF doorbell range (ENTRY_1 + n + 4 * AID: (0x100 + 10 e) * 2, 20 doorbells); AID 0's S2A routes
-  # as nbio_v7_9_sdma_doorbell_range writes them (entry, AWID = RANGE_OFFSET, AWADDR[31:28])
+  # every copy engine's BIF doorbell range (ENTRY_1 + n + 4 * AID: (0x100 + 10 e) * 2, 20 doorbells); every AID's S2A
+  # routes as nbio_v7_9_sdma_doorbell_range writes them (entry, AWID = RANGE_OFFSET, AWADDR[31:28])
   bif = r.reg("nbio", "regDOORBELL0_CTRL_ENTRY_0")
   for e in range(16):
     v = bif.decode(r.vals.get(r.addr("nbio", "regDOORBELL0_CTRL_ENTRY_1") + e % 4 + 4 * (e // 4), 0))
     assert (v["BIF_DOORBELL0_RANGE_OFFSET_ENTRY"], v["BIF_DOORBELL0_RANGE_SIZE_ENTRY"]) == ((0x100 + 10 * e) * 2, 20), e
-  for port, awid, awaddr in ((1, 0xe, 1), (2, 0x8, 2), (5, 0x9, 8), (6, 0xa, 9)):
-    v = r.reg("nbio", f"regS2A_DOORBELL_ENTRY_{port}_CTRL").decode(r.vals[r.addr("nbio", f"regS2A_DOORBELL_ENTRY_{port}_CTRL")])
-    p = f"S2A_DOORBELL_PORT{port}_"
-    assert [v[p + f] for f in ("ENABLE", "AWID", "RANGE_OFFSET", "RANGE_SIZE", "AWADDR_31_28_VALUE")] == [1, awid, awid, 20, awaddr], port
+  for aid in range(4):   # AIDs 1-3 through extended SMN addressing: their NBIO's registers
+    for port, awid, awaddr in ((1, 0xe, 1), (2, 0x8, 2), (5, 0x9, 8), (6, 0xa, 9)):
+      a = r.addr("nbio", f"regS2A_DOORBELL_ENTRY_{port}_CTRL")
+      v = r.reg("nbio", f"regS2A_DOORBELL_ENTRY_{port}_CTRL").decode(r.vals[a] if aid == 0 else board.nbio.other_dies[(aid, a)])
+      p = f"S2A_DOORBELL_PORT{port}_"
+      assert [v[p + f] for f in ("ENABLE", "AWID", "RANGE_OFFSET", "RANGE_SIZE", "AWADDR_31_28_VALUE")] == [1, awid, awid, 20, awaddr], (aid, port)
+  assert r.vals.get(r.addr("nbio", "regBIF_BX0_PCIE_INDEX2_HI"), 0) == 0                 # the high byte cleared after each
   dev.fini()
   log = board.psp.log
   assert [e for e in log if e[1] == P.GFX_CMD_ID_SRIOV_SPATIAL_PART] == [("cmd", P.GFX_CMD_ID_SRIOV_SPATIAL_PART, 0)]   # SPX -> CPX, once

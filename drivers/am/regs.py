@@ -78,6 +78,19 @@ class Regs:
       self.mmio.write(data, value & 0xffffffff); self.mmio.read(data)
     else: self.mmio.write(addr * 4, value & 0xffffffff, 4)
 
+  def wreg_ext(self, addr: int, die: int, value: int) -> None:
+    """A register of another MI300 die: extended SMN addressing through PCIE_INDEX2(_HI)/DATA2 (amdgpu_device_indirect_wreg_ext
+    with aqua_vanjaram_encode_ext_smn_addressing: bit 34 marks another die, bits 33:32 name it; the high byte is
+    cleared after)."""
+    full = addr * 4 + ((((die & 3) << 32) | (1 << 34)) if die else 0)
+    idx, data = self._indirect()
+    hi = self.reg("nbio", "regBIF_BX0_PCIE_INDEX2_HI").addr * 4
+    if self.trace: self.trace("w", addr | (die << 40), value)
+    self.mmio.write(idx, full & 0xffffffff); self.mmio.read(idx)
+    self.mmio.write(hi, (full >> 32) & 0xff); self.mmio.read(hi)
+    self.mmio.write(data, value & 0xffffffff); self.mmio.read(data)
+    self.mmio.write(hi, 0); self.mmio.read(hi)
+
   def write64(self, ip: str, lo: str, hi: str, value: int, inst: int = 0) -> None:
     """A 64-bit quantity split over a LO/HI register pair (LO first, as the hardware latches on HI for some pairs)."""
     self.reg(ip, lo, inst).write(value & 0xffffffff)

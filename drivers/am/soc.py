@@ -31,22 +31,22 @@ class SOC(Block):
 
   def sdma_doorbell_ranges(self) -> None:
     """MI300: every SDMA engine's doorbells get a BIF range (DOORBELL0_CTRL_ENTRY_1..4 of its AID, four entries apart
-    per AID) and an S2A route on its AID's NBIO, as soc15_common_hw_init has nbio_v7_9_sdma_doorbell_range do for each
-    engine. The routes of AIDs 1-3 are written through extended SMN addressing to those AIDs' NBIO instances, which
-    this board's discovery table does not list: only AID 0's are written (copy engines 0-3, the devices of XCC 0
-    and 1); see drivers/emu/amd/MI300.md."""
+    per AID) and an S2A route on its AID's NBIO (another AID's through extended SMN addressing), as
+    soc15_common_hw_init has nbio_v7_9_sdma_doorbell_range do for each engine."""
     d, bif = self.dev, self.reg("nbio", "regDOORBELL0_CTRL_ENTRY_0")
     first = self.reg("nbio", "regDOORBELL0_CTRL_ENTRY_1").addr
     for e in d.sdma.all_engines():
       aid, n = divmod(e, 4)
       d.regs.wreg(first + n + 4 * aid, bif.encode(BIF_DOORBELL0_RANGE_OFFSET_ENTRY=d.sdma.doorbell(e), BIF_DOORBELL0_RANGE_SIZE_ENTRY=F.SDMA_DOORBELL_RANGE))
-      if aid == 0:
-        port, awid, awaddr = F.NBIO_7_9_SDMA_S2A[n]
-        self.doorbell_range(port, awid=awid, offset=awid, size=F.SDMA_DOORBELL_RANGE, awaddr=awaddr)
+      port, awid, awaddr = F.NBIO_7_9_SDMA_S2A[n]
+      self.doorbell_range(port, awid=awid, offset=awid, size=F.SDMA_DOORBELL_RANGE, awaddr=awaddr, aid=aid)
 
-  def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int) -> None:
-    """An NBIO S2A doorbell routing entry: doorbells [offset, offset+size) go to the engine with this AWID."""
+  def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int, aid: int = 0) -> None:
+    """An NBIO S2A doorbell routing entry: doorbells [offset, offset+size) go to the engine with this AWID (on MI300,
+    in AID `aid`'s NBIO)."""
     name = f"regS2A_DOORBELL_ENTRY_{port}_CTRL"
-    r = self.reg("nbio", name if self.dev.regs.has("nbio", name) else f"regGDC_S2A0_S2A_DOORBELL_ENTRY_{port}_CTRL")  # NBIF 6.3.1 name
+    r = self.reg("nbio", name if self.dev.regs.has("nbio", name) else f"regGDC_S2A0_S2A_DOORBELL_ENTRY_{port}_CTRL", aid)  # NBIF 6.3.1 name
     p = f"S2A_DOORBELL_PORT{port}_"
-    r.write(**{p + "ENABLE": 1, p + "AWID": awid, p + "RANGE_OFFSET": offset, p + "RANGE_SIZE": size, p + "AWADDR_31_28_VALUE": awaddr})
+    v = r.encode(**{p + "ENABLE": 1, p + "AWID": awid, p + "RANGE_OFFSET": offset, p + "RANGE_SIZE": size, p + "AWADDR_31_28_VALUE": awaddr})
+    if aid: self.dev.regs.wreg_ext(r.addr, aid, v)
+    else: r.write(v)

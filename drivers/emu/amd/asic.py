@@ -106,6 +106,9 @@ def _mi300x() -> Asic:
          *(IPEntry(SDMA0_HWID, 4 * a + j, (4, 4, 2), tuple(b + A(a) for b in sdma[j]), "sdma") for a in range(4) for j in range(4)),
          *(IPEntry(MMHUB_HWID, a, (1, 8, 0), (0x1A000 + A(a), 0x02408800 + A(a)), "mmhub") for a in range(4)),
          IPEntry(NBIF_HWID, 0, (7, 9, 0), (*_NBIO, 0, 0, 0x04800000), "nbio"),   # nbio_7_9 also uses segment 8 (none use 6, 7)
+         # every AID has an NBIO, which amdgpu reaches at reg_offset[NBIO][aid] through extended SMN addressing (the
+         # die in address bits 34:32, aqua_vanjaram_encode_ext_smn_addressing): the same bases, the die selected by them
+         *(IPEntry(NBIF_HWID, a, (7, 9, 0), (*_NBIO, 0, 0, 0x04800000), "nbio") for a in range(1, 4)),
          IPEntry(MP0_HWID, 0, (13, 0, 6), _MP, "mp"), IPEntry(MP1_HWID, 0, (13, 0, 6), _MP, "mp"),
          IPEntry(HDP_HWID, 0, (4, 4, 2), (0x00000F20, 0x0240A400), "hdp"), IPEntry(OSSSYS_HWID, 0, (4, 4, 2), _OSS, "osssys"),
          IPEntry(SMUIO_HWID, 0, (13, 0, 3), _SMUIO, "smuio", (13, 0, 6)))

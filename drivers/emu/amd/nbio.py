@@ -28,12 +28,28 @@ class NBIO:
     r.hook(ip, "regBIF_BX_PF0_RSMU_DATA", rd=lambda a: r.read(r.vals.get(self.a_rsmu, 0) >> 2),
            wr=lambda a, v: r.write(r.vals.get(self.a_rsmu, 0) >> 2, v))
     self.a_pidx = r.addr(ip, "regBIF_BX0_PCIE_INDEX2")
-    r.hook(ip, "regBIF_BX0_PCIE_DATA2", rd=lambda a: r.read(r.vals.get(self.a_pidx, 0) >> 2),
-           wr=lambda a, v: r.write(r.vals.get(self.a_pidx, 0) >> 2, v))
+    self.a_pidx_hi = r.addr(ip, "regBIF_BX0_PCIE_INDEX2_HI") if r.has(ip, "regBIF_BX0_PCIE_INDEX2_HI") else None
+    self.other_dies: dict[tuple[int, int], int] = {}   # MI300: (AID, register) -> value of another AID's NBIO register
+    r.hook(ip, "regBIF_BX0_PCIE_DATA2", rd=self._pcie_data_rd, wr=self._pcie_data_wr)
     self.a_done = r.addr(ip, "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE")
     r.hook(ip, "regBIF_BX_PF0_GPU_HDP_FLUSH_REQ", wr=self._flush_req)
     r.hook(ip, "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE", wr=lambda a, v: None)   # read-only status
     self.a_db_en = r.addr(ip, "regRCC_DEV0_EPF0_RCC_DOORBELL_APER_EN")
+
+  def _other_die(self) -> int | None:
+    """The AID an extended SMN access names (INDEX2_HI bit 2 = address bit 34 marks one, bits 1:0 = 33:32 pick it,
+    aqua_vanjaram_encode_ext_smn_addressing); None for the local die."""
+    hi = self.b.regs.vals.get(self.a_pidx_hi, 0) if self.a_pidx_hi is not None else 0
+    return hi & 3 if hi & 4 else None
+
+  def _pcie_data_rd(self, a: int) -> int:
+    r, addr, die = self.b.regs, self.b.regs.vals.get(self.a_pidx, 0) >> 2, self._other_die()
+    return r.read(addr) if not die else self.other_dies.get((die, addr), 0)
+
+  def _pcie_data_wr(self, a: int, v: int) -> None:
+    r, addr, die = self.b.regs, self.b.regs.vals.get(self.a_pidx, 0) >> 2, self._other_die()
+    if not die: r.write(addr, v)
+    else: self.other_dies[(die, addr)] = v   # modelled as storage: no block of another AID acts on its registers here
 
   def _mm_addr(self) -> tuple[bool, int]:
     idx = self.b.regs.vals.get(self.a_index, 0)
