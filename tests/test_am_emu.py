@@ -210,6 +210,7 @@ def test_mqd_matches_the_programmed_hqd(board):
     # every shader engine's CUs take the queue's waves (kfd_mqd_manager_v11/v12.c init_mqd: SE0-7), Navi31's six too
     n_se = it.dev.disc.gc_info["gc_num_se"]
     assert n_se <= 8 and all(getattr(m, f"compute_static_thread_mgmt_se{se}") == 0xffffffff for se in range(8))
+    assert m.compute_misc_reserved == 7                                   # gfx_v11_0/v12_0_compute_mqd_init
   finally: it.close()
 
 

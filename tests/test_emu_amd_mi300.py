@@ -447,6 +447,11 @@ def test_a_device_on_xcc_5_runs_its_kernels_there(mi300_xcc5):
   assert ran[5] >= 2 and sum(ran.values()) == ran[5], ran
   (q,) = board.xccs[5].queues.values()
   assert q.doorbell_index() == (0x008 + 5 * 0x20) * 2          # MEC ring 0 of XCC 5's layout-1 range
+  import ctypes
+  from rawgpu.autogen.amd import mqd_v9
+  am_q = next(iter(dev.iface.dev.gfx.queues.values()))
+  m = mqd_v9.v9_mqd.from_buffer_copy(bytes(board.vram[am_q.mqd:am_q.mqd + ctypes.sizeof(mqd_v9.v9_mqd)]))
+  assert m.compute_misc_reserved == 3 and all(getattr(m, f"compute_static_thread_mgmt_se{se}") == 0xffffffff for se in range(4))   # gfx_v9_4_3_xcc_mqd_init
   assert not board.errors
 
 

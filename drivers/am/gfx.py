@@ -168,7 +168,7 @@ class GFX(Block):
     # (kfd_mqd_manager_v11/v12.c: SE0-7; v9 has SE0-3). amdgpu's own rings set SE0-3 only, which would leave a
     # Navi31's SE4 and SE5 idle.
     for se in range(4 if self.dev.gc9 else 8): setattr(m, f"compute_static_thread_mgmt_se{se}", 0xffffffff)
-    if not self.dev.gc9: m.compute_misc_reserved = 7
+    m.compute_misc_reserved = 3 if self.dev.gc9 else 7   # as gfx_v9_4_3_xcc_mqd_init / gfx_v11_0 and v12_0's compute_mqd_init
     ring, rptr, poll, eop, eop_size = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100), mc(q.eop), self.hpd_size())
     m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = (eop >> 8) & 0xffffffff, eop >> 40
     m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(eop_size // 4).bit_length() - 2)
