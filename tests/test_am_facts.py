@@ -133,3 +133,7 @@ def test_mi300_partition_modes(src):
   assert psp.PARTITION_MODE == {1: src(h, "AMDGPU_SPX_PARTITION_MODE"), 2: src(h, "AMDGPU_DPX_PARTITION_MODE"),
                                 3: src(h, "AMDGPU_TPX_PARTITION_MODE"), 4: src(h, "AMDGPU_QPX_PARTITION_MODE")}
   assert psp.CPX_PARTITION_MODE == F.AMDGPU_CPX_PARTITION_MODE
+
+
+def test_gc_9_4_3_golden_address_config(src):
+  assert src(f"{AMD}/amdgpu/gfx_v9_4_3.c", "GOLDEN_GB_ADDR_CONFIG") == F.GOLDEN_GB_ADDR_CONFIG_GC_9_4_3

@@ -134,6 +134,10 @@ def test_am_boots_the_board(mi300, mi300_fw):
     assert r.reg(key, "regCP_HYP_XCP_CTL").decode(r.vals[r.addr(key, "regCP_HYP_XCP_CTL")])["NUM_XCC_IN_XCP"] == 1
     assert r.vals[r.addr(key, "regCP_MEC_CNTL")] == 0
     assert r.vals[r.addr(key, "regCP_MEC_DOORBELL_RANGE_LOWER")] == (0x20 * x * 2) << 2
+  for x in range(8):   # golden settings (gfx_v9_4_3_init_golden_registers) on every XCC; this board's straps say revision 1
+    key = "gc" if x == 0 else f"gc:{x}"
+    assert r.vals[r.addr(key, "regGB_ADDR_CONFIG")] == 0x2a114042
+    assert r.reg(key, "regTCP_UTCL1_CNTL2").decode(r.vals[r.addr(key, "regTCP_UTCL1_CNTL2")])["SPARE"] == 1
   # every copy engine's BIF doorbell range (ENTRY_1 + n + 4 * AID: (0x100 + 10 e) * 2, 20 doorbells); every AID's S2A
   # routes as nbio_v7_9_sdma_doorbell_range writes them (entry, AWID = RANGE_OFFSET, AWADDR[31:28])
   bif = r.reg("nbio", "regDOORBELL0_CTRL_ENTRY_0")
@@ -763,3 +767,30 @@ def test_a_psp_that_refuses_the_partition_switch_is_a_clear_error(mi300, mi300_f
   pci.close()
   monkeypatch.setattr(board.psp, "spatial_partition", lambda n: TEE_ERROR_BAD_PARAMETERS)
   with pytest.raises(RawGPUError, match=r"the PSP refused to make 8 compute partitions \(CPX\), which AM needs"): _open_am(bus, vbus)
+
+
+def test_a_revision_0_chip_gets_its_own_golden_setting(mi300, mi300_fw):
+  """amdgpu's rev_id (nbio_v7_9_get_rev_id: NBIO's discovery sub-revision, else the straps' ATI_REV_ID) picks the
+  TCP UTCL1 golden setting: on revision 0 the FIFO depth is halved instead of setting CNTL2.SPARE."""
+  vbus, board, bus, pci = mi300
+  pci.close()
+  r = board.regs
+  r.set("nbio", "regRCC_STRAP0_RCC_DEV0_EPF0_STRAP0", r.reg("nbio", "regRCC_STRAP0_RCC_DEV0_EPF0_STRAP0").encode(STRAP_ATI_REV_ID_DEV0_F0=0))
+  dev = _open_am(bus, vbus)
+  try:
+    assert dev.soc.rev_id() == 0
+    assert all(r.reg(k, "regTCP_UTCL1_CNTL1").decode(r.get(k, "regTCP_UTCL1_CNTL1"))["REDUCE_FIFO_DEPTH_BY_2"] == 2 for k in ["gc"] + [f"gc:{x}" for x in range(1, 8)])
+    assert all(r.reg(k, "regTCP_UTCL1_CNTL2").decode(r.get(k, "regTCP_UTCL1_CNTL2"))["SPARE"] == 0 for k in ["gc"] + [f"gc:{x}" for x in range(1, 8)])
+  finally: dev.fini()
+
+
+def test_the_discovery_sub_revision_names_the_chip_revision(mi300_fw):
+  """nbio_v7_9_get_rev_id takes NBIO's discovery sub-revision where it is set (the low nibble after the revision in an
+  ip_v3/v4 entry), over the straps."""
+  import dataclasses
+  from rawgpu.drivers.am import discovery as am_discovery
+  from rawgpu.drivers.emu.amd import asic as asics, discovery
+  a = asics.asic("gfx942")
+  ips = tuple(dataclasses.replace(e, sub_revision=2) if e.hw_id == asics.NBIF_HWID and e.instance == 0 else e for e in a.ips)
+  disc = am_discovery.parse(discovery.build(dataclasses.replace(a, ips=ips), a.wgp_per_sa))
+  assert disc.find("nbif").sub_revision == 2 and disc.find("gc").sub_revision == 0

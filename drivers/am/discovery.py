@@ -19,6 +19,7 @@ class IPBlock:
   version: tuple[int, int, int]
   bases: tuple[int, ...]         # dword base of each register segment (the *_BASE_IDX of the headers index this)
   harvested: bool = False
+  sub_revision: int = 0          # tables v3+ (IP_VERSION_SUBREV): NBIO's names the chip revision where it is set
 
 
 @dataclass
@@ -87,7 +88,8 @@ def parse(blob: bytes) -> Discovery:
       bases = tuple((b & 0xffffffff) & 0x3fffffff if base64 else b for b in raw)
       # version 1/2 tables carry a harvest nibble in the low half of the last byte; v3+ use it for sub_revision
       harvested = ih["version"] < 3 and bool(e["_bf0"] & 0xf)
-      ips.append(IPBlock(e["hw_id"], e["instance_number"], (e["major"], e["minor"], e["revision"] & 0x3f), bases, harvested))
+      ips.append(IPBlock(e["hw_id"], e["instance_number"], (e["major"], e["minor"], e["revision"] & 0x3f), bases, harvested,
+                         e["_bf0"] & 0xf if ih["version"] >= 3 else 0))
 
   disc = Discovery((bh["version_major"], bh["version_minor"]), ips)
   off, _, size = table(F.DISC_TABLE["HARVEST_INFO"])

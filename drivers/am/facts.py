@@ -100,6 +100,7 @@ AID_NODEID, XCD_NODEID = (0, 4, 8, 12), (1, 2, 5, 6, 9, 10, 13, 14)
 NBIO_7_9_SDMA_S2A = ((1, 0xe, 0x1), (2, 0x8, 0x2), (5, 0x9, 0x8), (6, 0xa, 0x9))   # (S2A entry, AWID, AWADDR) for n = 0..3
 # amdgpu_gfx.h enum amdgpu_gfx_partition (NBIO's PARTITION_COMPUTE_STATUS reports the same numbers, aqua_vanjaram.c)
 AMDGPU_SPX_PARTITION_MODE, AMDGPU_CPX_PARTITION_MODE = 0, 4
+GOLDEN_GB_ADDR_CONFIG_GC_9_4_3 = 0x2a114042            # gfx_v9_4_3.c GOLDEN_GB_ADDR_CONFIG, every XCC at hw_init
 GFX9_MEC_HPD_SIZE = 4096                              # gfx_v9_4_3.c: EOP buffer per compute queue
 SDMA_DOORBELL_RANGE = 20
 GFX11_MEC_HPD_SIZE = 2048

@@ -71,10 +71,15 @@ class GFX(Block):
     (CPX: see cpx_mode), VMID 0's address mode and apertures, the MEC doorbell window of its layout-1 range, the MEC
     unhalted. A queue runs on the XCC it names."""
     self.cpx_mode()
+    rev = self.dev.soc.rev_id()
     for x in range(self.dev.disc.count("gc")):
       reg = lambda n: self.reg("gc", n, x)
       if not reg("regRLC_CNTL").fields()["RLC_ENABLE_F32"]:
         raise DeviceTimeout(f"{self.dev.bus}: the RLC of XCC {x} is not running (the PSP loads and starts it on MI300); power-cycle the board")
+      # golden settings (gfx_v9_4_3_init_golden_registers): the address config, and a TCP UTCL1 setting by revision
+      reg("regGB_ADDR_CONFIG").write(F.GOLDEN_GB_ADDR_CONFIG_GC_9_4_3)
+      if rev == 0: reg("regTCP_UTCL1_CNTL1").update(REDUCE_FIFO_DEPTH_BY_2=2)
+      else: reg("regTCP_UTCL1_CNTL2").update(SPARE=1)
       reg("regGRBM_GFX_CNTL").write(MEID=0, PIPEID=0, QUEUEID=0, VMID=0)
       reg("regSH_MEM_CONFIG").write(ADDRESS_MODE=F.SH_MEM_ADDRESS_MODE_64, ALIGNMENT_MODE=F.SH_MEM_ALIGNMENT_MODE_UNALIGNED, RETRY_DISABLE=1)
       reg("regSH_MEM_BASES").write(PRIVATE_BASE=F.PRIVATE_APERTURE_START >> 48, SHARED_BASE=F.SHARED_APERTURE_START >> 48)

@@ -29,6 +29,12 @@ class SOC(Block):
     self.reg("nbio", "regDOORBELL0_CTRL_ENTRY_0").write(BIF_DOORBELL0_RANGE_OFFSET_ENTRY=index, BIF_DOORBELL0_RANGE_SIZE_ENTRY=8)
     self.doorbell_range(3, awid=0, offset=0, size=8, awaddr=0)
 
+  def rev_id(self) -> int:
+    """The chip revision (nbio_v7_9_get_rev_id, MI300): NBIO's discovery sub-revision where set, else the strap's
+    ATI_REV_ID."""
+    sub = self.dev.disc.find("nbif").sub_revision
+    return sub or self.reg("nbio", "regRCC_STRAP0_RCC_DEV0_EPF0_STRAP0").fields()["STRAP_ATI_REV_ID_DEV0_F0"]
+
   def sdma_doorbell_ranges(self) -> None:
     """MI300: every SDMA engine's doorbells get a BIF range (DOORBELL0_CTRL_ENTRY_1..4 of its AID, four entries apart
     per AID) and an S2A route on its AID's NBIO (another AID's through extended SMN addressing), as

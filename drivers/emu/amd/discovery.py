@@ -39,7 +39,7 @@ def build(asic: Asic, wgp_per_sa: int, harvested: list[tuple[int, int]] = []) ->
   entries = b""
   for e in asic.ips:
     # ip_v3/v4: hw_id u16, instance u8, num_base u8, major, minor, revision, sub_revision:4|variant:4, bases u32[] (u64[])
-    entries += struct.pack("<HBBBBBB", e.hw_id, e.instance, len(e.bases), *e.version, 0) + struct.pack(f"<{len(e.bases)}{width}", *e.bases)
+    entries += struct.pack("<HBBBBBB", e.hw_id, e.instance, len(e.bases), *e.version, e.sub_revision & 0xf) + struct.pack(f"<{len(e.bases)}{width}", *e.bases)
   die = struct.pack("<HH", 0, len(asic.ips)) + entries
   ihdr_size = 4 + 2 + 2 + 4 + 2 + 16 * 4 + 2
   ihdr_off = 0x40

@@ -18,6 +18,9 @@ class NBIO:
     self.ip = ip = "nbio" if "nbio" in r.tables else "nbif"
     self.hdp_flushes = 0
     r.set(ip, "regRCC_DEV0_EPF0_RCC_CONFIG_MEMSIZE", board.vram_size >> 20)
+    if r.has(ip, "regRCC_STRAP0_RCC_DEV0_EPF0_STRAP0"):   # the chip revision the straps give (MI300X: production silicon, 1)
+      r.set(ip, "regRCC_STRAP0_RCC_DEV0_EPF0_STRAP0", r.reg(ip, "regRCC_STRAP0_RCC_DEV0_EPF0_STRAP0").encode(
+        STRAP_DEVICE_ID_DEV0_F0=board.device, STRAP_ATI_REV_ID_DEV0_F0=board.asic.chip_rev))
     r.set(ip, "regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", REMAP_PAGE)
     r.set(ip, "regBIF_BX0_REMAP_HDP_REG_FLUSH_CNTL", REMAP_PAGE + 4)
     self.a_remap = (r.hook(ip, "regBIF_BX0_REMAP_HDP_MEM_FLUSH_CNTL", wr=self._remap_wr), r.hook(ip, "regBIF_BX0_REMAP_HDP_REG_FLUSH_CNTL", wr=self._remap_wr))

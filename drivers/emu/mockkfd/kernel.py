@@ -79,7 +79,7 @@ class GPU:
     se, sa = gc.get("gc_num_se", 1), gc.get("gc_num_sa_per_se", gc.get("gc_num_sh_per_se", 1))
     ver = dev.ips["gc"]
     # kfd_device.c: GC 9.4.3 with rev_id >= 1 is gfx942 (the emulated MI300X); elsewhere the version's digits
-    self.gfxv = 90402 if ver == (9, 4, 3) else ver[0] * 10000 + ver[1] * 100 + ver[2]
+    self.gfxv = (90402 if dev.soc.rev_id() >= 1 else 90401) if ver == (9, 4, 3) else ver[0] * 10000 + ver[1] * 100 + ver[2]
     # a node is one XCC's partition on MI300 (no partition of several XCCs is modelled); gfx9 CUs have 4 SIMDs, RDNA's 2. Waves per
     # SIMD come from the discovery table, as amdgpu's cu_info takes them (amdgpu_discovery.c)
     simds = 4 if ver[0] == 9 else 2
