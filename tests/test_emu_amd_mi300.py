@@ -539,6 +539,12 @@ def test_devices_on_two_xccs_of_one_board(mi300_fw):
     W = b.alloc(4 * n)
     b.transfer(W, Z); b.synchronize()                                       # b's engine reads what a's kernel wrote
     np.testing.assert_array_equal(W.numpy(np.float32)[:n], x + y)
+    b.map(X)
+    a.close()                                                               # b goes on with the buffer of a's it mapped
+    b.transfer(W, X); b.synchronize()
+    np.testing.assert_array_equal(W.numpy(np.float32)[:n], x)
+    a = Device(iface=AMIface(bus, vbus.system, xcc=2))
+    Z = a.alloc(4 * n)
     with pytest.raises(DeviceFault, match="hub GC 5"): prg(b, "fault", "fault_store")(0x7f70_0000_0000, 1, local_size=(64, 1, 1), wait=True)
     prg(a, "fill", "fill_u32")(Z, 3, 16, local_size=(16, 1, 1), wait=True)    # a goes on, told nothing
     assert not a.faulted and list(Z.numpy(np.uint32)[:16]) == [3] * 16

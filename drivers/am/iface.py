@@ -175,6 +175,7 @@ class AMIface(PeerMaps):
 
   def close(self) -> None:
     if self.closed: return
+    lent = set(self.mapped_into)   # this device's memory that other devices mapped (and may still be using)
     self._forget_peers()   # peers lose the mappings of this device's memory, this one its mappings of theirs
     self.closed = True
     d = self.dev
@@ -188,7 +189,9 @@ class AMIface(PeerMaps):
         try: (d.sdma if hw.kind == "sdma" else d.gfx).free_queue(q)
         except RawGPUError: pass
         d.pt.unmap(hw.ring.meta[2])
-      for mem in list(self.mems.values()): self.free(mem)
+      # its memory goes back, but what another XCC's device mapped stays until the board closes: work queued there may
+      # still use it, and on one board that mapping is the owner's own page tables
+      for mem in [m for va, m in self.mems.items() if va not in lent]: self.free(mem)
     else:
       d.fini()
       for kind, backing, _m in (m.meta for m in self.mems.values()):   # the board's page tables go with it; host pages and VAs do not
