@@ -43,6 +43,10 @@ class GFX(Block):
 
   def xcc_count(self) -> int: return self.dev.disc.count("gc") if self.dev.gc9 else 1
 
+  def check_xcc(self, xcc: int) -> None:
+    n = self.xcc_count()
+    if not 0 <= xcc < n: raise RawGPUError(f"{self.dev.bus}: no XCC {xcc}; the board has {n}" + (f" (0-{n - 1})" if self.dev.gc9 else ""))
+
   def grbm_select(self, me: int = 0, pipe: int = 0, queue: int = 0, vmid: int = 0, xcc: int = 0) -> None:
     self.gc("regGRBM_GFX_CNTL", xcc).write(MEID=me, PIPEID=pipe, QUEUEID=queue, VMID=vmid)
 
@@ -72,7 +76,7 @@ class GFX(Block):
     unhalted. A queue runs on the XCC it names."""
     self.cpx_mode()
     rev = self.dev.soc.rev_id()
-    for x in range(self.dev.disc.count("gc")):
+    for x in range(self.xcc_count()):
       reg = lambda n: self.reg("gc", n, x)
       if not reg("regRLC_CNTL").fields()["RLC_ENABLE_F32"]:
         raise DeviceTimeout(f"{self.dev.bus}: the RLC of XCC {x} is not running (the PSP loads and starts it on MI300); power-cycle the board")
@@ -106,7 +110,7 @@ class GFX(Block):
 
   def mec_enable(self, on: bool) -> None:
     if self.dev.gc9:
-      for x in range(self.dev.disc.count("gc")): self.reg("gc", "regCP_MEC_CNTL", x).write(MEC_ME1_HALT=int(not on), MEC_ME2_HALT=int(not on))
+      for x in range(self.xcc_count()): self.reg("gc", "regCP_MEC_CNTL", x).write(MEC_ME1_HALT=int(not on), MEC_ME2_HALT=int(not on))
       return
     kw = {"MEC_INVALIDATE_ICACHE": int(not on), "MEC_HALT": int(not on)}
     for p in range(4): kw[f"MEC_PIPE{p}_RESET"], kw[f"MEC_PIPE{p}_ACTIVE"] = int(not on), int(on)
@@ -141,7 +145,7 @@ class GFX(Block):
     return total if self.dev.gc9 else 2 * total
 
   def new_queue(self, size: int, xcc: int = 0) -> ComputeQueue:
-    if not 0 <= xcc < self.xcc_count(): raise RawGPUError(f"{self.dev.bus}: no XCC {xcc}; the board has {self.xcc_count()} (0-{self.xcc_count() - 1})")
+    self.check_xcc(xcc)
     free = [i for i in range(MAX_QUEUES) if (xcc, i) not in self.queues]
     if not free: raise RawGPUError(f"{self.dev.bus}: all {MAX_QUEUES} compute queues{f' of XCC {xcc}' if self.dev.gc9 else ''} are in use")
     if size & (size - 1) or size < 0x1000: raise RawGPUError(f"compute ring size {size:#x} must be a power of two >= 4 KiB")

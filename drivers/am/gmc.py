@@ -125,17 +125,19 @@ class GMC(Block):
     """The first instance of a hub kind that holds a fault (MI300 has a GC hub per XCC and an MM hub per AID)."""
     return next((i for i in self.hubs(hub)[2] if self._status_reg(hub, i).read()), None)
 
-  def raise_latched_fault(self, why: str) -> None:
-    """A fault whose interrupt never arrived: the first one a hub latched (its status and address), if any."""
+  def latched_fault(self, why: str) -> tuple[str, DeviceFault, int, int] | None:
+    """A fault whose interrupt never arrived: the first one a hub latched (its status and address), as page_fault
+    describes it with its hub kind, or None."""
     for hub in ("GC", "MM"):
       if (inst := self._latched(hub)) is None: continue
       ip, p, _ = self.hubs(hub)
       lo, hi = (self.reg(ip, f"{p}VM_L2_PROTECTION_FAULT_ADDR_{h}32", inst).read() for h in ("LO", "HI"))
-      self.raise_fault(hub, (lo << 12) | ((hi & 0xf) << 44), why, inst)
+      return (hub, *self.page_fault(hub, (lo << 12) | ((hi & 0xf) << 44), why, inst))
+    return None
 
-  def raise_fault(self, hub: str, addr: int, client: str, inst: int | None = None) -> None:
-    """A fault the IH reported: its status from hub instance `inst` (on MI300 the entry's node id names it), else
-    from the first instance that latched one."""
+  def page_fault(self, hub: str, addr: int, client: str, inst: int | None = None) -> tuple[DeviceFault, int, int]:
+    """A fault the IH reported, read (and cleared) from hub instance `inst` (on MI300 the entry's node id names it),
+    else from the first instance that latched one: the error to raise, the instance and the client id it latched."""
     if inst is None: inst = self._latched(hub) or 0
     st = self.fault_status(hub, inst)
     kind = "write" if st.get("RW") else "read"
@@ -147,5 +149,4 @@ class GMC(Block):
     err = DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, {where}, client id {cid}, "
                       f"VMID {st.get('VMID', 0)}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
                       "check the buffer's lifetime and the kernel's indexing")
-    err.hub = (hub, inst, cid)   # which hub instance and client: the IH tells the device it concerns
-    raise err
+    return err, inst, cid

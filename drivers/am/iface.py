@@ -36,9 +36,10 @@ class AMIface(PeerMaps):
       elif xcc in d.partitions or not d.gc9:
         raise DeviceBusy(f"{bus}{f' XCC {xcc}' if d.gc9 else ''} is already open in this process (pid {os.getpid()}); close that device first")
       elif opts: raise RawGPUError(f"{bus} is already open in this process: its boot options ({', '.join(opts)}) apply to the first device only")
-      if not 0 <= xcc < d.gfx.xcc_count():
+      try: d.gfx.check_xcc(xcc)
+      except RawGPUError:
         if not d.partitions: d.fini()
-        raise RawGPUError(f"{bus}: no XCC {xcc}; the board has {d.gfx.xcc_count()}" + (" (0-%d)" % (d.gfx.xcc_count() - 1) if d.gc9 else ""))
+        raise
       _OPEN[key], self._key = d, key
       d.partitions.add(xcc)
     self.dev, self.xcc, self.closed = d, xcc, False

@@ -96,44 +96,41 @@ class IH(Block):
     ivs = self.poll()
     told: set[int] = set()
     for iv in ivs:
-      try: self._raise_for(iv)
-      except DeviceFault as e: self._deliver(e, self._owner(iv, e), told)
+      if (fault := self._fault_of(iv)) is not None: self._deliver(*fault, told)
     if self.lost_faults:   # entries were overwritten: a fault whose interrupt was among them is still latched in its hub
       self.lost_faults = False
-      try: self.dev.gmc.raise_latched_fault("interrupt lost to an IH ring overflow")
-      except DeviceFault as e: self._deliver(e, self._owner(None, e), told)
+      if (latched := self.dev.gmc.latched_fault("interrupt lost to an IH ring overflow")) is not None:
+        hub, e, inst, cid = latched
+        self._deliver(e, self.fault_owner(hub, inst, cid), told)
     if (e := self.pending.pop(xcc, None)) is not None: raise e
     return bool(ivs)
 
-  def _raise_for(self, iv: dict) -> None:
-    """DeviceFault for an entry that reports one (a VM fault, a CP queue error, a shader error)."""
-    c = CLIENTS["soc15" if self.dev.gc9 else "soc21"]
+  def _fault_of(self, iv: dict) -> tuple[DeviceFault, int | None] | None:
+    """The DeviceFault an entry reports (a VM fault, a CP queue error, a shader error) and the XCC whose device it
+    concerns (None: every device), or None for an entry that reports none."""
+    c, xcd = CLIENTS["soc15" if self.dev.gc9 else "soc21"], self._xcd(iv["node_id"])
+    on = "" if xcd is None else f", XCC {xcd}"
     if iv["client_id"] == c["cp"] and iv["src_id"] in CP_ERRORS:
       rid = iv["ring_id"]
       me, pipe, queue = (rid & 0x0c) >> 2, rid & 0x03, (rid & 0x70) >> 4   # gfx_v11_0_handle_priv_fault
-      raise DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}{self._xcc(iv)}) stopped: {CP_ERRORS[iv['src_id']]}; the "
-                        "packet stream is malformed (check what was written to the ring); reopen the device to recover")
+      return DeviceFault(f"{self.dev.bus}: compute queue {queue} (MEC {me} pipe {pipe}{on}) stopped: {CP_ERRORS[iv['src_id']]}; the "
+                         "packet stream is malformed (check what was written to the ring); reopen the device to recover"), xcd
     if iv["client_id"] == c["cp"] and iv["src_id"] == _IH.GFX_11_0_0__SRCID__SQ_INTERRUPT_ID:
       sd, rid = iv["src_data"], iv["ring_id"]
-      raise DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4}{self._xcc(iv)} stopped with a shader error (SQ interrupt) at "
-                        f"PC {sd[0] | (sd[1] << 32):#x}: an illegal instruction or a trap; Device.recover() or reopening restarts the queue")
+      return DeviceFault(f"{self.dev.bus}: a wave of compute queue {(rid & 0x70) >> 4}{on} stopped with a shader error (SQ interrupt) at "
+                         f"PC {sd[0] | (sd[1] << 32):#x}: an illegal instruction or a trap; Device.recover() or reopening restarts the queue"), xcd
     if iv["client_id"] in (c["mm"], c["gc"]) and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
       sd = iv["src_data"]
       addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
       hub = "MM" if iv["client_id"] == c["mm"] else "GC"
-      self.dev.gmc.raise_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}", self.hub_instance(hub, iv["node_id"]))
-
-  def _owner(self, iv: dict | None, e: DeviceFault) -> int | None:
-    """The XCC whose device a fault concerns (MI300), or None for every device: a CP or shader error by its die, a
-    GC-hub fault by the hub's XCC, an MM-hub fault by the partition of the copy engine that made it."""
-    if not self.dev.gc9: return None
-    if hasattr(e, "hub"): return self.fault_owner(*e.hub)
-    if iv is not None and iv["node_id"] in F.XCD_NODEID: return F.XCD_NODEID.index(iv["node_id"])
+      e, inst, cid = self.dev.gmc.page_fault(hub, addr, f"ring id {iv['ring_id']:#x}, vmid {iv['vmid']}", self.hub_instance(hub, iv["node_id"]))
+      return e, self.fault_owner(hub, inst, cid)
     return None
 
   def fault_owner(self, hub: str, inst: int, cid: int) -> int | None:
     """The XCC (MI300 partition) a VM fault belongs to: a GC hub's own; for an MM hub the partition of the copy engine
-    its client names (an AID's SDMA n is engine 4 * AID + n); None for any other client."""
+    its client names (an AID's SDMA n is engine 4 * AID + n); None for any other client, and off MI300."""
+    if not self.dev.gc9: return None
     if hub == "GC": return inst
     name = MM_CLIENTS.get(self.dev.ips["mmhub"], {}).get(cid, "")
     return self.dev.sdma.partition_of(4 * inst + int(name[4:])) if name.startswith("SDMA") else None
@@ -147,10 +144,9 @@ class IH(Block):
   def hub_instance(self, hub: str, node: int) -> int | None:
     """MI300: the hub instance a fault's node id names (gmc_v9_0_process_interrupt: an AID's MM hub is node / 4, a GC hub
     the XCC of its XCD node); None elsewhere, or for a node id no die has."""
-    if not self.dev.gc9: return None
-    if hub == "MM": return node // 4 if node in F.AID_NODEID else None
-    return F.XCD_NODEID.index(node) if node in F.XCD_NODEID else None
+    if hub == "MM": return node // 4 if self.dev.gc9 and node in F.AID_NODEID else None
+    return self._xcd(node)
 
-  def _xcc(self, iv: dict) -> str:
-    """', XCC n' where a CP or SQ interrupt came from an MI300 XCD (the node id names it), else nothing."""
-    return f", XCC {F.XCD_NODEID.index(iv['node_id'])}" if self.dev.gc9 and iv["node_id"] in F.XCD_NODEID else ""
+  def _xcd(self, node: int) -> int | None:
+    """MI300: the XCC an entry's node id names (amdgpu_irq.h XCDn_NODEID); None elsewhere, or for an AID's node."""
+    return F.XCD_NODEID.index(node) if self.dev.gc9 and node in F.XCD_NODEID else None

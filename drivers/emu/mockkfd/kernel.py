@@ -152,7 +152,7 @@ class GPU:
         hub = "MM" if iv["client_id"] in (IH.SOC21_IH_CLIENTID_VMC, IH.SOC15_IH_CLIENTID_VMC) else "GC"
         inst = dev.ih.hub_instance(hub, iv["node_id"]) or 0
         st = dev.gmc.fault_status(hub, inst)
-        owner = dev.ih.fault_owner(hub, inst, st.get("CID", 0)) if dev.gc9 else None
+        owner = dev.ih.fault_owner(hub, inst, st.get("CID", 0))
         for g in kernel.gpus:
           if g.dev is dev and owner in (None, g.xcc):
             for p in kernel.processes: p.vm_fault(g, addr, write=bool(st.get("RW")))
@@ -403,12 +403,11 @@ class Process:
                                a.eop_buffer_address, eop_log, g.xcc)
         slots = g.compute_slots
       else:
-        want = [a.sdma_engine_id] if a.queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID else range(g.sdma_engines)
+        mine = dev.sdma.partition_engines(g.xcc)   # the node's own engines (MI300: its partition's), by the node's numbering
+        want = [mine[a.sdma_engine_id]] if a.queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID else mine
         free = [e for e in want if e not in g.sdma_slots]
         if not free: raise fail(errno.ENOMEM, "no more SDMA queues")   # allocate_sdma_queue
-        engine = dev.sdma.partition_engines(g.xcc)[free[0]]   # the node's own engines (MI300: its partition's)
-        hwq = hw.sdma_start(dev, engine, a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
-        hwq.slot = free[0]
+        hwq = hw.sdma_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
         slots = g.sdma_slots
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
