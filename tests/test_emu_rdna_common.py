@@ -89,9 +89,13 @@ def kernarg_offsets(args: list) -> tuple[list[int], int]:
   return offs, off
 
 def launch(k: Kernel, mcpu: str, args: list, grid: tuple[int, int, int], block: tuple[int, int, int],
-           wave64: bool = False, max_instructions: int | None = None):
+           wave64: bool = False, max_instructions: int | None = None, scratch_waves: int | None = None,
+           shader_engines: int = 1, ring_slots: int | None = None):
   """Play the command processor: lay out code, kernarg and buffers in a FlatMemory, program the dispatch registers
-  from the kernel descriptor, run it. Returns (DispatchResult, [buffer contents after the run], memory)."""
+  from the kernel descriptor, run it. Returns (DispatchResult, [buffer contents after the run], memory).
+  A kernel with private memory gets TMPRING_SIZE.WAVES = scratch_waves (default: every wave of the dispatch, at
+  most 4095) and a scratch ring of ring_slots slots (default: WAVES per shader engine on gfx11+, as a driver sizes
+  it) that ends where the memory ends (memory.scratch_base: where it starts)."""
   from rawgpu.drivers.emu.shader import FlatMemory, DispatchRegs, run_dispatch
   base = 0x1000_0000
   code_off = 0
@@ -105,7 +109,15 @@ def launch(k: Kernel, mcpu: str, args: list, grid: tuple[int, int, int], block: 
     if isinstance(a, np.ndarray):
       cur = -(-cur // 256) * 256
       bufs.append((cur, a)); cur += max(a.nbytes, 4)
-  mem = FlatMemory(-(-cur // 4096) * 4096, base)
+  L = 32 if k.props >> 10 & 1 else 64
+  wave_bytes = -(-(k.private_size * L) // 1024) * 1024   # a multiple of either generation's WAVESIZE unit
+  if k.private_size and scratch_waves is None:
+    scratch_waves = min(grid[0] * grid[1] * grid[2] * -(-(block[0] * block[1] * block[2]) // L), 0xfff)
+  if k.private_size and ring_slots is None: ring_slots = scratch_waves * (1 if mcpu.startswith("gfx9") else shader_engines)
+  ring = wave_bytes * ring_slots if k.private_size else 0
+  size = -(-(cur + ring) // 4096) * 4096
+  mem = FlatMemory(size, base)
+  mem.scratch_base = scratch_at = base + size - ring
   mem.write(base + code_off, k.code)
   bi = iter(bufs)
   for a, o in zip(args, offs):
@@ -132,16 +144,16 @@ def launch(k: Kernel, mcpu: str, args: list, grid: tuple[int, int, int], block: 
   if props & 16: user += [0, 0]                                        # dispatch id
   if props & 32: user += [0, 0]                                        # flat scratch init
   if props & 64: user += [k.private_size]                              # private segment size
-  wave32 = bool(props >> 10 & 1)
-  L = 32 if wave32 else 64
+  wave32 = L == 32
   r2 |= (-(-k.group_size // 512)) << 15                                # the CP fills LDS_SIZE (512-byte granules)
   tmpring = 0
   if k.private_size:
     r2 |= 1                                                            # SCRATCH_EN
     unit = 1024 if mcpu.startswith("gfx9") else 256                    # WAVESIZE units: 256 dwords on GFX9, 64 after
-    tmpring = (-(-(k.private_size * L) // unit)) << 12
+    tmpring = wave_bytes // unit << 12 | scratch_waves                 # WAVESIZE [.. :12], WAVES [11:0]
   regs = DispatchRegs(arch=mcpu, pgm_addr=base + (k.entry - k.text_addr), rsrc1=r1, rsrc2=r2, rsrc3=r3, user_data=user,
-                      num_thread=block, grid=grid, dispatch_initiator=1 | (wave32 << 15), tmpring_size=tmpring)
+                      num_thread=block, grid=grid, dispatch_initiator=1 | (wave32 << 15), tmpring_size=tmpring,
+                      scratch_base=scratch_at, shader_engines=shader_engines)
   res = run_dispatch(mem, regs, max_instructions=max_instructions)
   outs = [np.frombuffer(mem.read(base + bo, arr.nbytes), arr.dtype).reshape(arr.shape).copy() for bo, arr in bufs]
   return res, outs, mem

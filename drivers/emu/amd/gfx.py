@@ -151,7 +151,8 @@ class ComputeQueue:
                         rsrc1=sh(g.rsrc[0], 0), rsrc2=sh(g.rsrc[1], 0), rsrc3=sh(g.rsrc[2], 0),
                         user_data=[sh(a, 0) for a in g.user_data], num_thread=wg, grid=grid,
                         start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
-                        tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8)
+                        tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8,
+                        shader_engines=self.board.asic.num_se)
     slice_s = None if self.board.deterministic else self.board.wave_slice
     self.inflight = WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s))
     return self.dispatch(x, y, z, initiator)

@@ -33,7 +33,8 @@ class DispatchRegs:
   start: tuple[int, int, int] = (0, 0, 0)   # COMPUTE_START_X/Y/Z
   dispatch_initiator: int = 0    # COMPUTE_DISPATCH_INITIATOR
   tmpring_size: int = 0          # COMPUTE_TMPRING_SIZE
-  scratch_base: int = 0
+  scratch_base: int = 0          # COMPUTE_DISPATCH_SCRATCH_BASE_LO/HI as a byte address
+  shader_engines: int = 1        # gfx11+: TMPRING_SIZE.WAVES counts the scratch slots of each shader engine
 
 @dataclass
 class DispatchResult:
@@ -47,7 +48,8 @@ class Fields:
   """The register fields the emulator acts on (positions from the gc_11/12 sh_mask headers and AMDGPUUsage)."""
   vgprs: int; user_sgprs: int; tgid_en: tuple[bool, bool, bool]; tg_size_en: bool; tidig_cnt: int
   lds_bytes: int; scratch_en: bool; trap_present: bool; float_mode: int; wave32: bool; thread_dims: bool
-  scratch_wave_bytes: int; accum_offset: int = 0   # CDNA: the first AGPR's place in the unified register file
+  scratch_wave_bytes: int; scratch_waves: int = 0
+  accum_offset: int = 0   # CDNA: the first AGPR's place in the unified register file
 
 def _gc(arch: str):
   """The generated GC register table for the architecture's graphics IP version (gfx1100 -> GC 11.0.0; CDNA3's
@@ -78,6 +80,7 @@ def _decode_regs(arch: str, rsrc1: int, rsrc2: int, rsrc3: int, initiator: int, 
     tidig_cnt=r2["TIDIG_COMP_CNT"], lds_bytes=r2["LDS_SIZE"] * 512,   # LDS granule: 128 dwords
     wave32=wave32, thread_dims=bool(di["USE_THREAD_DIMENSIONS"]),
     scratch_wave_bytes=tmp["WAVESIZE"] * (1024 if gfx9 else 256),   # 256-dword units on GFX9, 64-dword units after
+    scratch_waves=tmp["WAVES"],
     accum_offset=(gc["COMPUTE_PGM_RSRC3"].decode(rsrc3)["ACCUM_OFFSET"] + 1) * 4 if gfx9 else 0)
 
 MAX_INST_BYTES = 32   # more than the longest RDNA encoding with its literal: what a decode needs in hand
@@ -219,6 +222,7 @@ def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   W = nwg * wpg
   wg = np.repeat(np.arange(nwg, dtype=np.int64), wpg)
   st = State(W, L, fl.vgprs, wg, fl.lds_bytes, mem, fam)
+  st.wpg = wpg
   wgx, wgy, wgz = wg % ngrid[0], wg // ngrid[0] % max(ngrid[1], 1), wg // (ngrid[0] * max(ngrid[1], 1))
   # work-items: linear id within the group -> x, y, z; lanes past the group's size start with EXEC off
   lin = (np.arange(W) % wpg)[:, None] * L + np.arange(L)[None, :]
@@ -242,15 +246,14 @@ def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
     if fl.tgid_en[k]: st.s[n] = ids[k].astype(u32); n += 1
   if fl.tg_size_en:  # workgroup info: wave id in group [4:0]... first-wave bit [10:6], waves in group [15:12]?
     st.s[n] = ((np.arange(W) % wpg).astype(u32) << u32(6)) | u32(wpg); n += 1
-  if fl.scratch_en and fam != "gfx12":
-    st.s[n] = (np.arange(W) * fl.scratch_wave_bytes).astype(u32); n += 1
+  if fl.scratch_en and fam != "gfx12":   # the wave's byte offset in the scratch ring: set with its slot (take_slots)
+    st.offset_sgpr = n; n += 1
   if fam == "gfx12":  # architected SGPRs: workgroup ids in TTMP9 and TTMP7 (AMDGPUUsage)
     st.s[108 + 9] = ids[0].astype(u32)
     st.s[108 + 7] = (ids[1].astype(u32) & u32(0xffff)) | (ids[2].astype(u32) << u32(16))
   st.hwreg[1] = u32(fl.float_mode)  # HW_REG_MODE[7:0] = RSRC1.FLOAT_MODE: round [3:0], denormals [7:4]
   if fl.scratch_en and fl.scratch_wave_bytes:
-    st.scratch_lane_bytes = fl.scratch_wave_bytes // L
-    st.scratch = np.zeros(W * L * st.scratch_lane_bytes, np.uint8)
+    st.scratch_wave_bytes, st.scratch_lane_bytes = fl.scratch_wave_bytes, fl.scratch_wave_bytes // L
   return st
 
 def run_waves(st: State, prog: Program, max_instructions: int | None, slice_s: Callable[[], float] | None = None) -> Iterator[None]:
@@ -314,12 +317,63 @@ def _release(st: State) -> None:
   go = (n_live == n_wait)[st.wg]
   st.waiting &= ~go
 
+@dataclass(frozen=True)
+class Stalled:
+  """What dispatch_slices yields, again and again, for a dispatch none of whose workgroups can ever start."""
+  why: str
+
+def scratch_batches(st: State, fl: Fields, regs: DispatchRegs) -> list[tuple[np.ndarray, np.ndarray]] | None:
+  """The waves of a dispatch with private memory in the batches they run in, each wave with its scratch slot.
+
+  A wave holds a slot of the scratch ring from its start to its end. The dispatcher starts a workgroup only when all
+  its waves get slots on the shader engine it goes to (TMPRING_SIZE.WAVES of them per engine on gfx11+, as Mesa's
+  radv_emit_compute_scratch sizes it; of the whole queue on gfx9) and holds the rest back until slots free (ROCr
+  and Mesa size WAVES for that). Workgroups go to the engines in turn. Which slot a wave takes is not public: here
+  the workgroups that fit run to the end before the next ones start, each engine's slots taken in order.
+  None: the waves take no slots (no scratch). []: no workgroup fits an engine's slots."""
+  if not (fl.scratch_en and fl.scratch_wave_bytes): return None
+  engines = 1 if family(regs.arch) == "gfx9" else max(1, regs.shader_engines)
+  fit = fl.scratch_waves // st.wpg          # workgroups that fit one engine's slots at once
+  if fit == 0: return []
+  groups, batch = st.W // st.wpg, fit * engines
+  out = []
+  for first in range(0, groups, batch):
+    k = np.arange(min(groups - first, batch))   # the batch's workgroups, in order
+    first_slot = (k % engines) * fl.scratch_waves + (k // engines) * st.wpg
+    waves = ((first + k)[:, None] * st.wpg + np.arange(st.wpg)).reshape(-1)
+    out.append((waves, (first_slot[:, None] + np.arange(st.wpg)).reshape(-1)))
+  return out
+
+def _take_slots(st: State, slots: np.ndarray) -> None:
+  st.slot = slots
+  if st.offset_sgpr is not None: st.s[st.offset_sgpr] = (slots * st.scratch_wave_bytes).astype(u32)
+
+def _run_batches(st: State, fl: Fields, regs: DispatchRegs, prog: Program, max_instructions: int | None,
+                 slice_s: Callable[[], float] | None) -> Generator:
+  batches = scratch_batches(st, fl, regs)
+  if batches is None:
+    yield from run_waves(st, prog, max_instructions, slice_s)
+    return
+  if not batches:
+    why = (f"a workgroup of {st.wpg} waves with private memory needs as many scratch slots on one shader engine, and "
+           f"COMPUTE_TMPRING_SIZE.WAVES gives {fl.scratch_waves}: no workgroup can start (the dispatch hangs)")
+    while True: yield Stalled(why)
+  for waves, slots in batches:
+    sub = st if len(waves) == st.W else st.subset(waves)
+    _take_slots(sub, slots)
+    yield from run_waves(sub, prog, max_instructions, slice_s)
+    st.count = sub.count
+
 def run_dispatch(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | None = None) -> DispatchResult:
-  """Run one dispatch to completion. Never raises for what the program does: faults come back in the result."""
+  """Run one dispatch to completion. Never raises for what the program does: faults come back in the result, and
+  so does a dispatch that could never start (on the board it hangs)."""
   gen = dispatch_slices(mem, regs, max_instructions=max_instructions)
   while True:
-    try: next(gen)
+    try: y = next(gen)
     except StopIteration as done: return done.value
+    if isinstance(y, Stalled):
+      gen.close()
+      return DispatchResult(False, y.why, None, 0)
 
 def dispatch_slices(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int | None = None,
                     slice_s: Callable[[], float] | None = None) -> Generator[None, None, DispatchResult]:
@@ -331,7 +385,8 @@ def dispatch_slices(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int
     if st.W == 0: return DispatchResult(True, None, None, 0)
     prog = program_for(mem, regs.arch, regs.pgm_addr, st.L, fl.accum_offset)
     st.pc_base = regs.pgm_addr
-    yield from run_waves(st, prog, max_instructions, slice_s)
+    st.scratch_base = regs.scratch_base
+    yield from _run_batches(st, fl, regs, prog, max_instructions, slice_s)
     return DispatchResult(True, None, None, st.count)
   except EmuFault as e:
     if e.msg == "page fault": return DispatchResult(False, "page fault", e.addr, st.count if st is not None else 0)

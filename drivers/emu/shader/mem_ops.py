@@ -331,15 +331,18 @@ def _access(st: State, seg: str, a, idx, size: int, vals):
     raise EmuFault("page fault", e.addr)
 
 def _scratch(st: State, off, idx, size: int, vals):
-  """Private memory: each lane's own bytes (the hardware's swizzled scratch, seen from the lane)."""
-  if st.scratch is None or st.scratch_lane_bytes == 0:
-    raise EmuFault("page fault", int(np.asarray(off).reshape(-1)[0]) if np.size(off) else 0)
-  lane = np.arange(st.W * st.L) if idx is None else idx
-  lane = st.wave_id[lane // st.L] * st.L + lane % st.L  # the dispatch-wide lane, also inside a subset
+  """Private memory: each wave's slot of the scratch ring, at COMPUTE_DISPATCH_SCRATCH_BASE + slot x WAVESIZE, holds
+  its lanes' bytes swizzled by dword (dword d of lane l at (d x lanes + l) x 4: element size 4, index stride the
+  wave size, as the ISA guides' swizzled buffer addressing and AMDGPUUsage's interleaved private memory describe).
+  An offset past the lane's share of WAVESIZE faults."""
+  lanes = np.arange(st.W * st.L) if idx is None else idx
   off = np.asarray(off, i64)
+  lane, wave = lanes % st.L, lanes // st.L
+  addr = st.scratch_base + st.slot[wave].astype(i64) * st.scratch_wave_bytes + (off >> 2) * (4 * st.L) + lane * 4 + (off & 3)
   bad = (off < 0) | (off + size > st.scratch_lane_bytes)
-  if bad.any(): raise EmuFault("page fault", int(off[np.argmax(bad)]))
-  p = lane.astype(i64) * st.scratch_lane_bytes + off
-  T = {1: u8, 2: u16, 4: u32}[size]
-  if vals is None: return st.scratch[p[:, None] + np.arange(size)].copy().view(T).reshape(-1)
-  st.scratch[p[:, None] + np.arange(size)] = np.ascontiguousarray(np.asarray(vals, T)).view(u8).reshape(-1, size)
+  if bad.any(): raise EmuFault("page fault", int(addr[np.argmax(bad)]) & ((1 << 64) - 1))
+  if size > 4 or ((off & 3) + size > 4).any():
+    o = int(off[np.argmax((off & 3) + size > 4)]) if size <= 4 else int(off[0])
+    raise EmuFault(f"a {size}-byte private access at offset {o} spans two swizzled dwords: not modelled")
+  if vals is None: return st.mem.load(addr.astype(u64), size)
+  st.mem.store(addr.astype(u64), np.asarray(vals, {1: u8, 2: u16, 4: u32}[size]), size)

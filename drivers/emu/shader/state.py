@@ -30,8 +30,12 @@ class State:
     self.lds_base = wg_of_wave.astype(np.int64) * max(lds_bytes, 4)
     self.lane = np.arange(lanes, dtype=u32)
     self.lane_bit = (u32(1) << (self.lane % u32(32)))
-    self.scratch: np.ndarray | None = None
+    self.scratch_base = 0            # COMPUTE_DISPATCH_SCRATCH_BASE as a byte address
+    self.scratch_wave_bytes = 0      # each wave's slot (COMPUTE_TMPRING_SIZE.WAVESIZE)
     self.scratch_lane_bytes = 0
+    self.slot = np.arange(waves)     # the scratch slot each wave holds while it runs
+    self.offset_sgpr: int | None = None   # the system SGPR with the wave's byte offset in the scratch ring, if enabled
+    self.wpg = 1                     # waves per workgroup
     self.hwreg = np.zeros((32, waves), u32)
     self._fmode: int | None = None  # MODE's float byte when every wave has the same one, else -1 (see fmode)
     self.sel: np.ndarray | None = None
@@ -49,12 +53,11 @@ class State:
     st.mem = mem
     st.s, st.v, st.scc, st.pc, st.hwreg = self.s.copy(), self.v.copy(), self.scc.copy(), self.pc.copy(), self.hwreg.copy()
     st.done, st.waiting, st.lds = self.done.copy(), self.waiting.copy(), np.zeros_like(self.lds)
-    st.scratch = None if self.scratch is None else np.zeros_like(self.scratch)
     st.masks, st.sel, st._em, st._full, st._fmode, st.count = {}, None, None, True, None, 0
     return st
 
   def subset(self, idx: np.ndarray) -> "State":
-    """A State holding copies of the waves idx (LDS, scratch and memory shared), for running a few diverged waves
+    """A State holding copies of the waves idx (LDS and memory shared), for running a few diverged waves
     without touching every wave's registers. Write it back with merge()."""
     sub = object.__new__(State)
     sub.__dict__.update(self.__dict__)
@@ -62,7 +65,7 @@ class State:
     c = np.ascontiguousarray  # fancy indexing along a middle axis need not give C order; the executor reshapes views
     sub.s, sub.v, sub.scc, sub.hwreg = c(self.s[:, idx]), c(self.v[:, idx]), self.scc[idx], c(self.hwreg[:, idx])
     sub.pc, sub.done, sub.waiting, sub.wg = self.pc[idx], self.done[idx], self.waiting[idx], self.wg[idx]
-    sub.lds_base, sub.wave_id = self.lds_base[idx], self.wave_id[idx]
+    sub.lds_base, sub.wave_id, sub.slot = self.lds_base[idx], self.wave_id[idx], self.slot[idx]
     sub.sel, sub._em, sub._full, sub.masks = None, None, True, {}
     return sub
 
