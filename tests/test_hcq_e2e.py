@@ -393,12 +393,35 @@ def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   assert done.numpy(np.uint32)[0] == 8
 
 
+def _scratch_result(n: int, k: int, entries: int = 64) -> np.ndarray:
+  j = (np.arange(n) * 7 + k) & (entries - 1)
+  return (j * j + k).astype(np.uint32)
+
+
 def test_private_memory_in_scratch(dev):
   n, k = 300, 5
   out = dev.alloc(4 * n)
-  prog(dev, "scratch")(out, k, n, global_size=3, local_size=128, wait=True)
-  j = (np.arange(n) * 7 + k) & 63
-  assert np.array_equal(out.numpy(np.uint32), (j * j + k).astype(np.uint32))
+  prog(dev, "scratch", "scratch_u32")(out, k, n, global_size=3, local_size=128, wait=True)
+  assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, k))
+
+
+def test_launches_recorded_before_a_larger_scratch_buffer_still_run(dev):
+  """A launch template and a graph recorded for scratch_u32 carry the scratch buffer's address. scratch_big_u32
+  needs a larger buffer; the older one stays theirs, so both still run after (the emulated compute units keep
+  private memory at COMPUTE_DISPATCH_SCRATCH_BASE: a freed buffer faults, as it did through KFD; AM's first-fit VA
+  allocator happened to give the larger buffer the freed one's address)."""
+  small, big = prog(dev, "scratch", "scratch_u32"), prog(dev, "scratch", "scratch_big_u32")
+  n, kw = 256, dict(global_size=2, local_size=128)
+  out = dev.alloc(4 * n)
+  small(out, 1, n, **kw, wait=True)                        # the launch template for this shape is made here
+  g = Graph(dev)
+  g.exec(small, out, g.input("k"), n, **kw)
+  big(out, 2, n, **kw, wait=True)
+  assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, 2, 1024))
+  small(out, 3, n, **kw, wait=True)
+  assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, 3))
+  dev.wait_timeline(g.replay(k=4))
+  assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, 4))
 
 
 def test_graph_orders_kernels_and_copies_across_queues(dev):

@@ -82,6 +82,7 @@ class AMDBackend:
     self.kernargs = KernargRing(dev, KERNARG_RING)
     self._staging: list[Buffer] | None = None
     self._scratch: Buffer | None = None
+    self._retired_scratch: list[Buffer] = []   # scratch buffers a larger one replaced (see scratch_for)
 
   def reg(self, name: str) -> int:
     """Absolute dword address of a GC register on this device."""
@@ -110,19 +111,24 @@ class AMDBackend:
   def scratch_for(self, prg) -> tuple[int, int]:
     """COMPUTE_TMPRING_SIZE and the scratch base for prg: per-lane private memory, one slot per wave in flight. On
     gfx11+ WAVES counts the slots of each shader engine (Mesa's radv_emit_compute_scratch divides by the SE count),
-    so the buffer holds WAVES slots for every engine."""
+    so the buffer holds WAVES slots for every engine, and an engine holds at least one 1024-thread workgroup's waves
+    (a workgroup starts only when all its waves have slots on its engine).
+
+    The buffer only grows. One that a larger need replaces is kept until the device closes: launch templates and
+    recorded graphs carry its address, and work queued with them may run any time."""
     if not prg.scratch: return 0, 0
     wave = 32 if prg.wave32 else 64
     unit = 1024 if self.gfx < 10 else 256      # WAVESIZE counts 1 KiB (256-dword) units on gfx9, 256 bytes on gfx11+
     wave_bytes = (prg.scratch * wave + unit - 1) // unit * unit
     engines = max(1, self.dev.props.shader_engines) if self.gfx >= 11 else 1
     total, group = SCRATCH_SLOTS_PER_CU * max(1, self.dev.props.compute_units), 1024 // wave
-    while total > group and total * wave_bytes > SCRATCH_BUDGET: total //= 2
-    waves = min(-(-max(total, group) // engines), 0xfff)
+    while total > group * engines and total * wave_bytes > SCRATCH_BUDGET: total //= 2
+    waves = min(max(-(-total // engines), group), 0xfff)
     need = waves * engines * wave_bytes
     if self._scratch is None or self._scratch.size < need:
-      if self._scratch is not None: self._scratch.free()
-      self._scratch = self.dev.alloc(need)
+      if self._scratch is not None: self._retired_scratch.append(self._scratch)
+      grown = min(2 * self._scratch.size, SCRATCH_BUDGET) if self._scratch is not None else 0
+      self._scratch = self.dev.alloc(max(need, grown))
     return self.gc["regCOMPUTE_TMPRING_SIZE"].encode(WAVES=waves, WAVESIZE=wave_bytes // unit), self._scratch.va
 
   def maps(self, buf: Buffer) -> bool:
