@@ -26,6 +26,7 @@ MANIFEST = KERNELS_DIR / "BUILD.json"
 # Assembly is written per ISA family; a kernel is built for a target when a source for its family exists.
 FAMILY = {"gfx1100": "gfx11", "gfx1201": "gfx12", "gfx942": "gfx9"}
 CL_FLAGS = ("-target", "amdgcn-amd-amdhsa", "-nogpulib", "-O2", "-ffp-contract=off", "-Werror", "-c")
+CL_STD = {"generic.cl": ("-cl-std=CL2.0",)}   # sources that need more than OpenCL C 1.2 (generic pointers)
 ASM_FLAGS = ("-triple=amdgcn-amd-amdhsa", "-filetype=obj")
 TMP = "{tmp}"  # placeholder for the scratch directory in recorded commands
 
@@ -69,7 +70,7 @@ def jobs(targets: tuple[str, ...] = TARGETS) -> list[Job]:
   for target in targets:
     for src in sorted(p.name for p in KERNELS_DIR.glob("*.cl")):
       name, obj = src[:-3], f"{TMP}/{src[:-3]}.{target}.o"
-      cmds = ((t["clang"], *CL_FLAGS, f"-mcpu={target}", src, "-o", obj),
+      cmds = ((t["clang"], *CL_FLAGS, *CL_STD.get(src, ()), f"-mcpu={target}", src, "-o", obj),
               (t["ld.lld"], "-shared", "--build-id=none", obj, "-o", f"{TMP}/{name}.{target}.hsaco"))
       out.append(Job(target, name, (src, *_includes(src)), cmds))
     for src in sorted(p.name for p in KERNELS_DIR.glob(f"*.{FAMILY[target]}.s")):

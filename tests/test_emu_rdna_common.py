@@ -90,12 +90,13 @@ def kernarg_offsets(args: list) -> tuple[list[int], int]:
 
 def launch(k: Kernel, mcpu: str, args: list, grid: tuple[int, int, int], block: tuple[int, int, int],
            wave64: bool = False, max_instructions: int | None = None, scratch_waves: int | None = None,
-           shader_engines: int = 1, ring_slots: int | None = None):
+           shader_engines: int = 1, ring_slots: int | None = None, sh_mem_bases: int | None = None):
   """Play the command processor: lay out code, kernarg and buffers in a FlatMemory, program the dispatch registers
   from the kernel descriptor, run it. Returns (DispatchResult, [buffer contents after the run], memory).
   A kernel with private memory gets TMPRING_SIZE.WAVES = scratch_waves (default: every wave of the dispatch, at
   most 4095) and a scratch ring of ring_slots slots (default: WAVES per shader engine on gfx11+, as a driver sizes
-  it) that ends where the memory ends (memory.scratch_base: where it starts)."""
+  it) that ends where the memory ends (memory.scratch_base: where it starts). sh_mem_bases: the flat apertures
+  (default: DispatchRegs' own, amdkfd's)."""
   from rawgpu.drivers.emu.shader import FlatMemory, DispatchRegs, run_dispatch
   base = 0x1000_0000
   code_off = 0
@@ -153,7 +154,8 @@ def launch(k: Kernel, mcpu: str, args: list, grid: tuple[int, int, int], block: 
     tmpring = wave_bytes // unit << 12 | scratch_waves                 # WAVESIZE [.. :12], WAVES [11:0]
   regs = DispatchRegs(arch=mcpu, pgm_addr=base + (k.entry - k.text_addr), rsrc1=r1, rsrc2=r2, rsrc3=r3, user_data=user,
                       num_thread=block, grid=grid, dispatch_initiator=1 | (wave32 << 15), tmpring_size=tmpring,
-                      scratch_base=scratch_at, shader_engines=shader_engines)
+                      scratch_base=scratch_at, shader_engines=shader_engines,
+                      **({} if sh_mem_bases is None else {"sh_mem_bases": sh_mem_bases}))
   res = run_dispatch(mem, regs, max_instructions=max_instructions)
   outs = [np.frombuffer(mem.read(base + bo, arr.nbytes), arr.dtype).reshape(arr.shape).copy() for bo, arr in bufs]
   return res, outs, mem

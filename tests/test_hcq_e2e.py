@@ -424,6 +424,31 @@ def test_launches_recorded_before_a_larger_scratch_buffer_still_run(dev):
   assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, 4))
 
 
+def test_generic_pointers_reach_lds_and_private_memory(dev):
+  """generic_u32 loads through one generic pointer that points at LDS or at private memory: the compute units route
+  it by the apertures in SH_MEM_BASES."""
+  n = 300
+  out, kern = dev.alloc(4 * n), prog(dev, "generic", "generic_u32")
+  for from_lds, want in ((1, np.arange(n) * 3 + 1), (0, np.arange(n) + 5 + (n & 3))):
+    kern(out, from_lds, n, global_size=2, local_size=256, wait=True)
+    assert np.array_equal(out.numpy(np.uint32), want.astype(np.uint32)), from_lds
+
+
+def test_generic_addresses_lie_in_the_apertures_the_interface_gives(dev):
+  """The GPU forms a generic pointer to LDS or private memory from the apertures of the queue's VMID (SH_MEM_BASES):
+  AM's own (amdgpu's gmc shared/private aperture starts), or what KFD reports to the process (amdkfd programs the
+  hardware with the same)."""
+  from rawgpu.drivers.am import facts as F
+  out = dev.alloc(16)
+  prog(dev, "generic", "apertures")(out, global_size=1, local_size=64, wait=True)
+  lds, private = (int(x) for x in out.numpy(np.uint64))
+  if dev.props.iface in ("KFD", "MOCKKFD"):
+    ap = dev.iface.process_apertures()
+    want = ap["lds"][0], ap["scratch"][0]
+  else: want = F.SHARED_APERTURE_START, F.PRIVATE_APERTURE_START
+  assert (lds >> 32 << 32, private >> 32 << 32) == want
+
+
 def test_graph_orders_kernels_and_copies_across_queues(dev):
   n = 256
   fill, vadd = prog(dev, "fill"), prog(dev, "vadd", "vadd_f32")

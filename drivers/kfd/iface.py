@@ -164,12 +164,17 @@ class KFDIface(PeerMaps):
       s = QueueSizes(p.get("ctl_stack_size", s.ctl_stack), max(p.get("cwsr_size", s.cwsr), s.cwsr), s.debug_memory, s.eop, s.num_xcc)
     return s
 
-  def _aperture(self) -> tuple[int, int]:
+  def process_apertures(self) -> dict[str, tuple[int, int]]:
+    """The kernel's apertures of this process on this GPU, as (base, limit): "gpuvm" (where buffers may go), "lds" and
+    "scratch" (where the GPU places generic pointers to LDS and private memory)."""
     arr = (F.kfd_process_device_apertures * 16)()
     a = self._ioctl(F.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=16)
     for ap in arr[:a.num_of_nodes]:
-      if ap.gpu_id == self.gpu_id: return ap.gpuvm_base, ap.gpuvm_limit
-    raise RawGPUError(f"KFD: no GPUVM aperture reported for gpu_id {self.gpu_id}")
+      if ap.gpu_id == self.gpu_id:
+        return {k: (getattr(ap, f"{k}_base"), getattr(ap, f"{k}_limit")) for k in ("gpuvm", "lds", "scratch")}
+    raise RawGPUError(f"KFD: no apertures reported for gpu_id {self.gpu_id}")
+
+  def _aperture(self) -> tuple[int, int]: return self.process_apertures()["gpuvm"]
 
   def _setup_events(self) -> None:
     # dGPUs: the signal-event page is the process's (GTT), handed over with its first CREATE_EVENT; it lives as long as the process

@@ -152,7 +152,7 @@ class ComputeQueue:
                         user_data=[sh(a, 0) for a in g.user_data], num_thread=wg, grid=grid,
                         start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
                         tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8,
-                        shader_engines=self.board.asic.num_se)
+                        shader_engines=self.board.asic.num_se, sh_mem_bases=g.vm_banks.get(self.vmid, {}).get(g.a_sh_mem_bases, 0))
     slice_s = None if self.board.deterministic else self.board.wave_slice
     self.inflight = WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s))
     return self.dispatch(x, y, z, initiator)
@@ -300,6 +300,7 @@ class GFX:
     self.vm_banks: dict[int, dict[int, int]] = {}
     for n in ("regSH_MEM_CONFIG", "regSH_MEM_BASES"):
       a = r.addr(key, n); r.rd[a] = self._vm_rd; r.wr[a] = self._vm_wr
+    self.a_sh_mem_bases = r.addr(key, "regSH_MEM_BASES")
     self.pc_banks: dict[int, dict[int, int]] = {}
     for n in ("regCP_MEC_RS64_PRGRM_CNTR_START", "regCP_MEC_RS64_PRGRM_CNTR_START_HI") if not self.gfx9 else ():
       a = r.addr(key, n); r.rd[a] = self._pc_rd; r.wr[a] = self._pc_wr

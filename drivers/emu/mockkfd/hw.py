@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from rawgpu.drivers.am.gfx import MAX_QUEUES, MQD_SIZE, ComputeQueue
 from rawgpu.drivers.am.sdma import SDMAQueue
 
+# amdkfd's flat apertures of a gfx9+ process, 4 GiB each (kfd_flat_memory.c MAKE_LDS_APP_BASE_V9, MAKE_SCRATCH_APP_BASE_V9)
+LDS_APERTURE, SCRATCH_APERTURE = 1 << 48, 2 << 48
 MAX_COMPUTE = MAX_QUEUES   # MEC 1 pipe 0 queues 0..7 (AM's GFX.doorbell: MEC_RING0 + n; on MI300 the node's XCC's layout-1 MEC rings)
 
 
@@ -20,7 +22,16 @@ class HWQueue:
   am: ComputeQueue | SDMAQueue
 
 
+def program_apertures(dev, xcc: int) -> None:
+  """The process's apertures in its VMID's SH_MEM_BASES (amdkfd's program_sh_mem_settings, without a HWS), where the
+  compute units place generic pointers to LDS and private memory."""
+  dev.gfx.grbm_select(vmid=0, xcc=xcc)
+  dev.gfx.gc("regSH_MEM_BASES", xcc).write(SHARED_BASE=LDS_APERTURE >> 48, PRIVATE_BASE=SCRATCH_APERTURE >> 48)
+  dev.gfx.grbm_select(xcc=xcc)
+
+
 def compute_start(dev, slot: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int, eop_va: int, eop_size: int, xcc: int = 0) -> HWQueue:
+  program_apertures(dev, xcc)
   q = ComputeQueue(slot, 0, ring_size, 0, 0, dev.valloc_phys(MQD_SIZE), dev.gfx.doorbell(slot, xcc), user=(ring_va, rptr_va, wptr_va, eop_va, eop_size), xcc=xcc)
   dev.vram(q.mqd, MQD_SIZE)[:] = bytes(MQD_SIZE)
   dev.gfx.program_hqd(q)

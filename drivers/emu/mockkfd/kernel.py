@@ -238,8 +238,8 @@ class Process:
     arr = (K.kfd_process_device_apertures * n).from_address(a.kfd_process_device_apertures_ptr)
     for i, g in enumerate(self.k.gpus[:n]):
       arr[i].gpu_id, arr[i].gpuvm_base, arr[i].gpuvm_limit = g.gpu_id, mm.VA_BASE, mm.VA_BASE + mm.VA_SIZE - 1
-      arr[i].lds_base, arr[i].lds_limit = 1 << 48, (1 << 48) + (1 << 32) - 1
-      arr[i].scratch_base, arr[i].scratch_limit = 2 << 48, (2 << 48) + (1 << 32) - 1
+      arr[i].lds_base, arr[i].lds_limit = hw.LDS_APERTURE, hw.LDS_APERTURE + (1 << 32) - 1
+      arr[i].scratch_base, arr[i].scratch_limit = hw.SCRATCH_APERTURE, hw.SCRATCH_APERTURE + (1 << 32) - 1
     a.num_of_nodes = n
 
   def alloc_memory(self, a) -> None:

@@ -23,8 +23,6 @@ INLINE_F16 = {240: 0x3800, 241: 0xb800, 242: 0x3c00, 243: 0xbc00, 244: 0x4000, 2
 INLINE_F64 = {240: 0x3fe0000000000000, 241: 0xbfe0000000000000, 242: 0x3ff0000000000000, 243: 0xbff0000000000000,
               244: 0x4000000000000000, 245: 0xc000000000000000, 246: 0x4010000000000000, 247: 0xc010000000000000,
               248: 0x3fc45f306dc9c882}
-# flat apertures (the high 32 bits of a generic address); amdgpu programs SH_MEM_BASES with these
-SHARED_APERTURE, PRIVATE_APERTURE = 0x0001_0000, 0x0002_0000
 
 def const_value(n: int, lit: int | None, width: int, ftype: bool) -> int | None:
   """The bits an inline constant or literal source supplies to an operand of this width (None: not a constant)."""
@@ -54,16 +52,12 @@ def raw_src(i: Inst, n: int, width: int, vec: bool, ftype: bool = False, hi: boo
   if n == 253: get = lambda st: st.scc.astype(u32)
   elif n == 251: get = lambda st: ((st.s[106] == 0) & ((st.s[107] == 0) | (st.L == 32))).astype(u32)
   elif n == 252: get = lambda st: ((st.s[126] == 0) & ((st.s[127] == 0) | (st.L == 32))).astype(u32)
-  elif n in (235, 237):  # src_shared_base / src_private_base: the aperture's high half
-    ap = SHARED_APERTURE if n == 235 else PRIVATE_APERTURE
-    get64 = lambda st: np.full(st.W, u64(ap) << u64(32), u64)
+  elif n in (235, 236, 237, 238):  # src_{shared,private}_{base,limit}: the aperture SH_MEM_BASES places (st.apertures)
+    which, limit = int(n in (237, 238)), u64(0xffffffff if n in (236, 238) else 0)
+    get64 = lambda st: np.full(st.W, (u64(st.apertures[which]) << u64(32)) | limit, u64)
     if width == 64: return (lambda st: get64(st)[:, None]) if vec else get64
-    get = lambda st: np.full(st.W, u32(ap) if False else u32(0), u32)
-  elif n in (236, 238):
-    ap = SHARED_APERTURE if n == 236 else PRIVATE_APERTURE
-    get64 = lambda st: np.full(st.W, (u64(ap) << u64(32)) | u64(0xffffffff), u64)
-    if width == 64: return (lambda st: get64(st)[:, None]) if vec else get64
-    get = lambda st: np.full(st.W, u32(0xffffffff), u32)
+    # as a 32-bit operand a base reads 0 (LLVM's getSegmentAperture: "it returns a wrong value"; it reads 64 bits)
+    get = lambda st: np.full(st.W, u32(limit), u32)
   elif n < 128:
     r = n
     if width == 64: get = lambda st: st.s64(r)

@@ -9,7 +9,6 @@ import numpy as np
 from rawgpu.drivers.emu.shader.decode import Inst
 from rawgpu.drivers.emu.shader.state import State, EmuFault
 from rawgpu.drivers.emu.shader.memory import MemoryFault, atomic_apply, ATOMIC_OPS
-from rawgpu.drivers.emu.shader import compile as C
 
 u8, u16, u32, u64, i64 = np.uint8, np.uint16, np.uint32, np.uint64, np.int64
 NOPS = {"buffer_gl0_inv", "buffer_gl1_inv", "global_wb", "global_inv", "global_wbinv", "s_dcache_inv", "s_gl1_inv",
@@ -296,7 +295,7 @@ def _vmem(i: Inst, L: int, fam: str):
 
 def _flat_global_only(st, a):
   hi = (np.asarray(a, u64) >> u64(32)).astype(u32)
-  if ((hi == C.SHARED_APERTURE) | (hi == C.PRIVATE_APERTURE)).any():
+  if ((hi == st.apertures[0]) | (hi == st.apertures[1])).any():
     raise EmuFault("flat atomics to LDS or scratch are not modelled")
 
 def _access(st: State, seg: str, a, idx, size: int, vals):
@@ -305,7 +304,7 @@ def _access(st: State, seg: str, a, idx, size: int, vals):
     if seg == "scratch": return _scratch(st, a, idx, size, vals)
     if seg == "flat":
       hi = (a >> u64(32)).astype(u32)
-      lds, prv = hi == C.SHARED_APERTURE, hi == C.PRIVATE_APERTURE
+      lds, prv = hi == st.apertures[0], hi == st.apertures[1]
       if lds.any() or prv.any():
         out = np.zeros(len(a), {1: u8, 2: u16, 4: u32}[size]) if vals is None else None
         g = ~(lds | prv)

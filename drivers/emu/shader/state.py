@@ -30,6 +30,7 @@ class State:
     self.lds_base = wg_of_wave.astype(np.int64) * max(lds_bytes, 4)
     self.lane = np.arange(lanes, dtype=u32)
     self.lane_bit = (u32(1) << (self.lane % u32(32)))
+    self.apertures = (0, 0)          # the shared (LDS) and private apertures: a generic address's high dword there
     self.scratch_base = 0            # COMPUTE_DISPATCH_SCRATCH_BASE as a byte address
     self.scratch_wave_bytes = 0      # each wave's slot (COMPUTE_TMPRING_SIZE.WAVESIZE)
     self.scratch_lane_bytes = 0
