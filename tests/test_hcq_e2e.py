@@ -424,6 +424,24 @@ def test_launches_recorded_before_a_larger_scratch_buffer_still_run(dev):
   assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, 4))
 
 
+def test_a_dispatch_short_of_scratch_slots_hangs_and_is_reported(spare_dev, monkeypatch):
+  """A workgroup starts only when all its waves get scratch slots on one engine: COMPUTE_TMPRING_SIZE.WAVES below
+  one workgroup's waves (a driver bug) leaves the dispatch waiting for ever. The wait times out naming the stuck
+  timeline and the dispatch, and the device still closes."""
+  from rawgpu.errors import DeviceTimeout
+  d = spare_dev
+  be, real = d.backend, d.backend.scratch_for
+  tmpring = be.gc["regCOMPUTE_TMPRING_SIZE"]
+  def one_slot(prg):
+    t, va = real(prg)
+    return tmpring.encode(WAVES=1, WAVESIZE=tmpring.decode(t)["WAVESIZE"]), va
+  monkeypatch.setattr(be, "scratch_for", one_slot)
+  out = d.alloc(4 * 256)
+  prog(d, "scratch", "scratch_u32")(out, 1, 256, global_size=1, local_size=256)
+  with pytest.raises(DeviceTimeout, match="timeline.*stuck") as e: d.synchronize(timeout_ms=300)
+  assert "DISPATCH_DIRECT" in str(e.value)
+
+
 def test_generic_pointers_reach_lds_and_private_memory(dev):
   """generic_u32 loads through one generic pointer that points at LDS or at private memory: the compute units route
   it by the apertures in SH_MEM_BASES."""
