@@ -99,6 +99,7 @@ def test_doorbells_and_queues(src):
   assert src(f"{AMD}/amdgpu/gfx_v9_4_3.c", "GFX9_MEC_HPD_SIZE") == F.GFX9_MEC_HPD_SIZE
   for f in ("soc21.c", "soc24.c"): assert src(f"{AMD}/amdgpu/{f}", "adev->doorbell_index.sdma_doorbell_range") == F.SDMA_DOORBELL_RANGE
   assert src(f"{AMD}/amdgpu/gfx_v11_0.c", "GFX11_MEC_HPD_SIZE") == F.GFX11_MEC_HPD_SIZE
+  assert src(f"{AMD}/amdkfd/kfd_priv.h", "KFD_QUEUE_DOORBELL_MIRROR_OFFSET") == F.KFD_QUEUE_DOORBELL_MIRROR_OFFSET
   for e in ("soc21_enum.h", "soc24_enum.h"):
     assert src(f"{AMD}/include/{e}", "SH_MEM_ADDRESS_MODE_64") == F.SH_MEM_ADDRESS_MODE_64
     assert src(f"{AMD}/include/{e}", "SH_MEM_ALIGNMENT_MODE_UNALIGNED") == F.SH_MEM_ALIGNMENT_MODE_UNALIGNED

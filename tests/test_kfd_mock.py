@@ -234,6 +234,40 @@ def test_close_releases_everything(system):
   if not others_open: assert not machine("gfx1100").kernel.processes   # the last /dev/kfd closed: the process is gone
 
 
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+def test_sdma_queues_per_engine_as_amdkfd_gives_them(arch):
+  """amdkfd gives each engine's user queues their own ring queue and a static doorbell: 6 per engine on SDMA 6
+  (queues 0 and 1 are amdgpu's), 8 on SDMA 4.4.2 (its RLC queues). The topology says so, one more queue is refused
+  (ENOMEM), and every queue runs its own ring: a fence each, all queued before any doorbell is rung."""
+  from rawgpu.drivers.emu.mockkfd import mock_kfd, machine
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.amd import sdma
+  system = mock_kfd(arch)
+  it = KFDIface(0, system)
+  try:
+    g = next(g for g in machine(arch).gpus if g.gpu_id == it.gpu_id)
+    per_engine = {"gfx1100": 6, "gfx942": 8}[arch]
+    assert g.props["num_sdma_queues_per_engine"] == per_engine
+    free = per_engine * 2 - sum(1 for e, _ in g.sdma_slots if e in g.dev.sdma.partition_engines(g.xcc))   # others' queues (xdist)
+    rings = [it.create_ring("sdma", 4096) for _ in range(free)]
+    with pytest.raises(IoctlError) as e: it.create_ring("sdma", 4096)
+    assert e.value.errno_ == errno.ENOMEM
+    out = it.alloc(4 * len(rings), host=True)
+    version = it.props.ip_versions["sdma"][:2]
+    for i, r in enumerate(rings):
+      words = sdma.fence(out.va + 4 * i, 0x1000 + i, version=version)
+      r.ring.cpu.cast("I")[:len(words)] = np.array(words, np.uint32)
+      r.write_ptr[0] = 4 * len(words) // r.wptr_unit
+    for r in rings: r.doorbell[0] = r.write_ptr[0]
+    view = out.cpu.cast("I")
+    import time
+    deadline = time.monotonic() + 10
+    while list(view[:len(rings)]) != [0x1000 + i for i in range(len(rings))] and time.monotonic() < deadline: time.sleep(0.01)
+    assert list(view[:len(rings)]) == [0x1000 + i for i in range(len(rings))]
+    assert len({r.doorbell for r in rings}) == len(rings)
+  finally: it.close()
+
+
 # ---- hcq on MOCKKFD
 @pytest.fixture(scope="module", params=["gfx1100", "gfx1201"])
 def dev(request):

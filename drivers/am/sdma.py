@@ -1,12 +1,12 @@
-"""SDMA: one ring per engine on queue 0 (sdma_v6_0.c / sdma_v7_0.c gfx_resume; sdma_v4_4_2.c on MI300, where each engine
-is an IP instance of its own and queue 0 is the GFX ring). Write pointers are in bytes."""
+"""SDMA: AM's own rings, one per engine on queue 0 (sdma_v6_0.c / sdma_v7_0.c gfx_resume; sdma_v4_4_2.c on MI300, where
+each engine is an IP instance of its own and queue 0 is the GFX ring); program() also sets up another ring queue of an
+engine (MOCKKFD's user queues, as amdkfd's hqd_sdma_load). Write pointers are in bytes."""
 from __future__ import annotations
 from dataclasses import dataclass
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
 from rawgpu.errors import RawGPUError
 
-SDMA1_REG_OFFSET = 0x600      # sdma_v6_0.c / sdma_v7_0.c: engine 1 registers follow engine 0's at this dword distance
 
 
 @dataclass
@@ -17,6 +17,7 @@ class SDMAQueue:
   ptrs: int          # rptr writeback at +0, wptr poll at +0x100
   doorbell: int      # dword index
   user: tuple[int, int, int] | None = None   # (ring, rptr, wptr) GPU addresses when not AM's own (MOCKKFD's user queues)
+  queue: int = 0     # the engine's ring queue (SDMA 6/7: QUEUEn; SDMA 4.4.2: see SDMA_V4_QUEUES); AM's own rings use 0
 
 
 class SDMA(Block):
@@ -37,11 +38,14 @@ class SDMA(Block):
   @property
   def v4(self) -> bool: return self.dev.gc9   # SDMA 4.4.2 (MI300): an IP of its own per engine, SDMA_GFX_* names
 
-  def r(self, engine: int, name: str):
-    """Engine `engine`'s register by its SDMA0 name (SDMA 4.4.2: the engine's own instance, queue 0 is the GFX ring)."""
-    if self.v4: return self.dev.regs.reg("sdma", name.replace("regSDMA0_QUEUE0_", "regSDMA_GFX_").replace("regSDMA0_", "regSDMA_"), engine)
-    b = self.dev.regs.reg("gc", name)
-    return type(b)(b.regs, b.reg, b.addr + engine * SDMA1_REG_OFFSET)
+  def r(self, engine: int, name: str, queue: int = 0):
+    """Engine `engine`'s register by its SDMA0 name; a QUEUE0 register names ring queue `queue`'s (SDMA 4.4.2: the
+    engine's own instance, its queues named as in F.SDMA_V4_QUEUES)."""
+    if queue or self.v4: name = name.replace("regSDMA0_QUEUE0_", f"regSDMA0_{F.SDMA_V4_QUEUES[queue] if self.v4 else f'QUEUE{queue}'}_")
+    if self.v4: return self.dev.regs.reg("sdma", name.replace("regSDMA0_", "regSDMA_"), engine)
+    # SDMA 6/7: engine 1's registers by their own names (most sit 0x600 dwords after engine 0's, but the F32/MCU
+    # control block only 0x20: sdma_v6_0_get_reg_offset's HYP_DEC range)
+    return self.dev.regs.reg("gc", name.replace("regSDMA0_", f"regSDMA{engine}_"))
 
   def init_hw(self) -> None:
     for e in self.all_engines(): self.halt(e, False)
@@ -72,7 +76,7 @@ class SDMA(Block):
     return (first << 1) + e * F.SDMA_DOORBELL_RANGE
 
   def program(self, q: SDMAQueue) -> None:
-    e, mc, r = q.engine, self.dev.gmc.mc, lambda n: self.r(q.engine, n)
+    e, mc, r = q.engine, self.dev.gmc.mc, lambda n: self.r(q.engine, n, q.queue)
     ring, rptr, wptr = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100))
     if self.dev.regs.has("gc", "regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL"): r("regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL").write(0)
     cntl = r("regSDMA0_QUEUE0_RB_CNTL")
@@ -95,7 +99,7 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_DOORBELL").update(ENABLE=1)
     r("regSDMA0_QUEUE0_DOORBELL_OFFSET").update(OFFSET=q.doorbell)
     # MI300's per-AID S2A routing (nbio_v7_9_sdma_doorbell_range) is not written yet: the emulated board does not route
-    if e == 0 and not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=q.doorbell, size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
+    if e == 0 and not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=self.doorbell(0), size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(0)
     if not self.v4: r("regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
     self.halt(e, False)
@@ -121,7 +125,7 @@ class SDMA(Block):
     is dropped). SDMA 6/7 as sdma_v6_0/v7_0_soft_reset: stop the ring, freeze (SDMA 6) and halt the engine, pulse its
     GRBM soft reset. SDMA 4.4.2 as sdma_v4_4_2_reset_queue after 6.12: stop the ring, clear IB_PREEMPT, have the SMU
     reset the engine, and wait for its firmware to run again."""
-    e, r, has = q.engine, lambda n: self.r(q.engine, n), self.dev.regs.has
+    e, r, has = q.engine, lambda n: self.r(q.engine, n, q.queue), self.dev.regs.has
     if (why := self.reset_refusal(e)) is not None: raise RawGPUError(why)
     r("regSDMA0_QUEUE0_RB_CNTL").update(RB_ENABLE=0)
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
@@ -144,10 +148,9 @@ class SDMA(Block):
     self.program(q)
 
   def free_queue(self, q: SDMAQueue) -> None:
-    cntl = self.r(q.engine, "regSDMA0_QUEUE0_RB_CNTL")
-    cntl.update(RB_ENABLE=0)
-    self.r(q.engine, "regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
-    self.queues.pop(q.engine, None)
+    self.r(q.engine, "regSDMA0_QUEUE0_RB_CNTL", q.queue).update(RB_ENABLE=0)
+    self.r(q.engine, "regSDMA0_QUEUE0_IB_CNTL", q.queue).update(IB_ENABLE=0)
+    if self.queues.get(q.engine) is q: del self.queues[q.engine]
     if q.user is None:   # AM's own ring and pointer page go back
       for paddr in (q.ring, q.ptrs): self.dev.pfree(paddr)
 

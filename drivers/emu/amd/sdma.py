@@ -32,11 +32,18 @@ class Bad(Exception):
   pass
 
 
+def queue_names(v4: bool) -> list[str]:
+  """An engine's ring queues, each with its own RB_* and DOORBELL* registers: SDMA 6/7's QUEUE0-7 (amdgpu runs its
+  rings on 0 and 1, amdkfd's user queues take the rest); SDMA 4.4.2's GFX and PAGE rings, then RLC0-7 (user queues)."""
+  return ["GFX", "PAGE"] + [f"RLC{k}" for k in range(8)] if v4 else [f"QUEUE{k}" for k in range(8)]
+
+
 class SDMAQueue:
   def __init__(self, eng: "SDMAEngine", q: int):
     self.e, self.b, self.q = eng, eng.b, q
     r, ip = self.b.regs, eng.ip
-    p = "regSDMA_GFX_" if eng.v4 else f"regSDMA{eng.i}_QUEUE{q}_"   # SDMA 4.4.2: an IP per engine, queue 0 its GFX ring
+    name = queue_names(eng.v4)[q]
+    p = f"regSDMA_{name}_" if eng.v4 else f"regSDMA{eng.i}_{name}_"   # SDMA 4.4.2: an IP per engine
     a = lambda n: r.addr(ip, p + n)
     self.cntl = r.reg(ip, p + "RB_CNTL")
     self.a_cntl, self.a_base, self.a_base_hi = a("RB_CNTL"), a("RB_BASE"), a("RB_BASE_HI")
@@ -246,7 +253,7 @@ class SDMAEngine:
     r.vals[self.a_halt] = self.halt_bit                  # halted at power-on
     self.a_cntl = r.addr(self.ip, f"{pfx}CNTL")
     self.trap_en = r.reg(self.ip, f"{pfx}CNTL").fields["TRAP_ENABLE"][1]
-    self.queues = [SDMAQueue(self, q) for q in range(1 if self.v4 else 2)]
+    self.queues = [SDMAQueue(self, q) for q in range(len(queue_names(self.v4)))]
 
   def reset(self) -> None:
     """MI300's engine reset, which the SMU performs (ResetSDMA). What it clears is not published; the model follows

@@ -2,10 +2,12 @@
 ring, read/write pointer and EOP addresses (GPU VAs in the process's VM), as amdgpu's MQD managers do. The register
 sequences are AM's own (drivers/am gfx.py and sdma.py), given the process's addresses.
 
-Every process shares VMID 0 and one page table here (the real kernel gives each process its own VMID).
+Every process shares VMID 0 and one page table here (the real kernel gives each process its own VMID). SDMA user
+queues take the ring queues amdkfd gives them (sdma_queue_ids), with its static doorbells (sdma_doorbell).
 """
 from __future__ import annotations
 from dataclasses import dataclass
+from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.gfx import MAX_QUEUES, MQD_SIZE, ComputeQueue
 from rawgpu.drivers.am.sdma import SDMAQueue
 
@@ -17,7 +19,7 @@ MAX_COMPUTE = MAX_QUEUES   # MEC 1 pipe 0 queues 0..7 (AM's GFX.doorbell: MEC_RI
 @dataclass
 class HWQueue:
   kind: str            # "compute" / "sdma"
-  slot: int            # compute queue number or SDMA engine
+  slot: int | tuple[int, int]   # compute queue number, or (SDMA engine, sdma_queue_id)
   doorbell: int        # dword index in the doorbell BAR (== within the process doorbell frame)
   am: ComputeQueue | SDMAQueue
 
@@ -44,10 +46,23 @@ def compute_stop(dev, q: HWQueue) -> None:
   dev.pfree(q.am.mqd)
 
 
-def sdma_start(dev, engine: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int) -> HWQueue:
-  q = SDMAQueue(engine, 0, ring_size, 0, dev.sdma.doorbell(engine), user=(ring_va, rptr_va, wptr_va))
+def sdma_queue_ids(dev) -> range:
+  """The sdma_queue_ids amdkfd gives user queues on each engine (kfd_device.c): SDMA 6/7 have 8 queues and reserve
+  0 and 1 of every engine (amdgpu's gfx and page rings); SDMA 4.4.2 has 8 RLC queues and reserves none."""
+  return range(8) if dev.gc9 else range(2, 8)
+
+
+def sdma_doorbell(dev, engine: int, qid: int) -> int:
+  """amdkfd's static doorbell of SDMA queue qid on an engine (allocate_doorbell): the engine's 64-bit doorbell, plus
+  the mirror offset for odd queues, plus qid // 2; as a dword index."""
+  return dev.sdma.doorbell(engine) + 2 * ((qid & 1) * F.KFD_QUEUE_DOORBELL_MIRROR_OFFSET + (qid >> 1))
+
+
+def sdma_start(dev, engine: int, qid: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int) -> HWQueue:
+  """User queue qid of an engine (SDMA 4.4.2: its RLC queue qid, the engine's ring queue 2 + qid)."""
+  q = SDMAQueue(engine, 0, ring_size, 0, sdma_doorbell(dev, engine, qid), user=(ring_va, rptr_va, wptr_va), queue=qid + 2 if dev.gc9 else qid)
   dev.sdma.program(q)
-  return HWQueue("sdma", engine, q.doorbell, q)
+  return HWQueue("sdma", (engine, qid), q.doorbell, q)
 
 
 def sdma_stop(dev, q: HWQueue) -> None:

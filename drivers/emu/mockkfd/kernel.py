@@ -69,7 +69,7 @@ class GPU:
     self.gpu_id = (zlib.crc32(dev.bus.encode() + (f"/{xcc}".encode() if xcc else b"")) & 0xfffe) | 1
     self.lock = threading.RLock()
     self.compute_slots: dict[int, UserQueue] = {}
-    self.sdma_slots: dict[int, UserQueue] = {}
+    self.sdma_slots: dict[tuple[int, int], UserQueue] = {}   # by (engine, sdma_queue_id)
     self.sdma_engines = dev.sdma.engines
     self.mmaps: dict[int, BO] = {}
     self._offsets = itertools.count(1)
@@ -89,7 +89,7 @@ class GPU:
                   "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": compute_units(gc) // max(1, se * sa), "simd_per_cu": simds,
                   "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
                   "location_id": self._location(dev.bus), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
-                  "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": 1,
+                  "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": len(hw.sdma_queue_ids(dev)),
                   "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": 0, "num_xcc": 1, "gpu_id": self.gpu_id}
     # (kfd_topology.c node_show writes local_mem_size 0: the VRAM size is in mem_banks, as topology_files publishes)
     s = queue_sizes(self.gfxv, cu * simds, simds, se * sa, sa)
@@ -405,9 +405,10 @@ class Process:
       else:
         mine = dev.sdma.partition_engines(g.xcc)   # the node's own engines (MI300: its partition's), by the node's numbering
         want = [mine[a.sdma_engine_id]] if a.queue_type == K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID else mine
-        free = [e for e in want if e not in g.sdma_slots]
-        if not free: raise fail(errno.ENOMEM, "no more SDMA queues")   # allocate_sdma_queue
-        hwq = hw.sdma_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
+        # allocate_sdma_queue: the first free bit of the bitmap, which counts engines first, then queues
+        free = [(e, k) for k in hw.sdma_queue_ids(dev) for e in want if (e, k) not in g.sdma_slots]
+        if not free: raise fail(errno.ENOMEM, "no more SDMA queues")
+        hwq = hw.sdma_start(dev, *free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
         slots = g.sdma_slots
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
