@@ -24,7 +24,6 @@ class State:
     self.done = np.zeros(waves, bool)
     self.waiting = np.zeros(waves, bool)
     self.wg = wg_of_wave
-    self.wave_id = np.arange(waves)
     self.lds_bytes = lds_bytes
     self.lds = np.zeros(max(1, int(wg_of_wave.max(initial=0)) + 1) * max(lds_bytes, 4) + 16, np.uint8)
     self.lds_base = wg_of_wave.astype(np.int64) * max(lds_bytes, 4)
@@ -66,7 +65,7 @@ class State:
     c = np.ascontiguousarray  # fancy indexing along a middle axis need not give C order; the executor reshapes views
     sub.s, sub.v, sub.scc, sub.hwreg = c(self.s[:, idx]), c(self.v[:, idx]), self.scc[idx], c(self.hwreg[:, idx])
     sub.pc, sub.done, sub.waiting, sub.wg = self.pc[idx], self.done[idx], self.waiting[idx], self.wg[idx]
-    sub.lds_base, sub.wave_id, sub.slot = self.lds_base[idx], self.wave_id[idx], self.slot[idx]
+    sub.lds_base, sub.slot = self.lds_base[idx], self.slot[idx]
     sub.sel, sub._em, sub._full, sub.masks = None, None, True, {}
     return sub
 
