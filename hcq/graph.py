@@ -167,7 +167,7 @@ class Graph:
         else: prg._pack_one(kv, meta, a, 0)
       prg._pack_hidden(kv, g, l)
       if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
-      q.exec(prg, ka_va, g, l)
+      q.exec(prg, ka_va, g, l, dispatch_id=what)   # a kernel that reads its dispatch id gets its place in the graph
 
   def _switch(self, cur, q):
     """Where the chain moves from queue cur to q: q waits for the value cur writes to the graph's signal."""

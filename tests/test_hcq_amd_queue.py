@@ -66,9 +66,9 @@ def test_signal_and_wait_slots():
   assert pm4.decode_pm4(q.words())[1].words[5:7] == [5, 2]
 
 
-def test_user_data_order_with_dispatch_ptr():
-  prg = SimpleNamespace(user_sgprs=[("user_sgpr_dispatch_ptr", 0, 2), ("user_sgpr_kernarg_segment_ptr", 2, 2)])
-  assert _user_data(prg, 0xaaaa_0000_1111, 0xbbbb_0000_2222) == [0x2222, 0xbbbb, 0x1111, 0xaaaa]
+def test_user_data_order_with_dispatch_ptr_and_id():
+  prg = SimpleNamespace(user_sgprs=[("user_sgpr_dispatch_ptr", 0, 2), ("user_sgpr_kernarg_segment_ptr", 2, 2), ("user_sgpr_dispatch_id", 4, 2)])
+  assert _user_data(prg, 0xaaaa_0000_1111, 0xbbbb_0000_2222, 0xcccc_0000_3333) == [0x2222, 0xbbbb, 0x1111, 0xaaaa, 0x3333, 0xcccc]
 
 
 class _FakeTimeline:

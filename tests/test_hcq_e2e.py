@@ -442,6 +442,53 @@ def test_a_dispatch_short_of_scratch_slots_hangs_and_is_reported(spare_dev, monk
   assert "DISPATCH_DIRECT" in str(e.value)
 
 
+def test_kernels_that_may_use_runtime_services_load_with_a_warning(dev):
+  """Built at -O0, LLVM declares every hidden argument of runtime services (hostcall, heap, device enqueue, ...)
+  it cannot prove unused. hcq provides none of them: such a kernel loads with a warning that says so, and runs when
+  it does not use them. The committed kernels (-O2) declare none."""
+  import warnings
+  from test_emu_rdna_common import compile_cl
+  src = "__attribute__((noinline)) void put(__global uint* p, uint v) { p[__builtin_amdgcn_workitem_id_x()] = v; }\n" \
+        "__kernel void k(__global uint* p, uint v) { put(p, v); }\n"
+  code = compile_cl(src, dev.props.arch, ("-O0",))
+  with pytest.warns(RuntimeWarning, match="may use .*hostcall.* which this runtime does not provide.*-O0"): k = dev.program(code, "k")
+  out = dev.alloc(256)
+  k(out, 7, local_size=64, wait=True)
+  assert (out.numpy(np.uint32)[:64] == 7).all()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    for name in kernels.names(dev.props.arch): dev.program(kernels.path(dev.props.arch, name).read_bytes(), kernels.kernels(dev.props.arch, name)[0])
+
+
+def test_dispatch_id_is_the_launch_ticket_or_the_place_in_a_graph(dev):
+  """A kernel that reads its dispatch id (a user SGPR the descriptor enables) gets the launch's timeline ticket, a
+  unique, rising number, as ROCm gives the AQL packet's index; in a graph, the launch's place in it."""
+  import subprocess, tempfile
+  from test_emu_rdna_common import CLANG, LLD, need
+  need(CLANG, LLD)
+  ir = ('target triple = "amdgcn-amd-amdhsa"\ndeclare i64 @llvm.amdgcn.dispatch.id()\n'   # OpenCL C has no builtin for it
+        'define amdgpu_kernel void @k(ptr addrspace(1) %p) {\n  %id = call i64 @llvm.amdgcn.dispatch.id()\n'
+        '  store i64 %id, ptr addrspace(1) %p\n  ret void\n}\n')
+  with tempfile.TemporaryDirectory() as d:
+    with open(f"{d}/k.ll", "w") as f: f.write(ir)
+    subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={dev.props.arch}", "-nogpulib", "-O2", "-c", f"{d}/k.ll", "-o", f"{d}/k.o"], check=True)
+    subprocess.run([LLD, "-shared", f"{d}/k.o", "-o", f"{d}/k.hsaco"], check=True)
+    k = dev.program(open(f"{d}/k.hsaco", "rb").read(), "k")
+  assert any(n == "user_sgpr_dispatch_id" for n, _, _ in k.user_sgprs)
+  out = dev.alloc(8)
+  for _ in range(2):
+    ticket = dev.timeline_value
+    k(out, local_size=64, wait=True)
+    assert int(out.numpy(np.uint64)[0]) == ticket
+  g = Graph(dev)
+  x = g.input("out")
+  g.exec(k, out, local_size=64)
+  g.exec(k, x, local_size=64)
+  other = dev.alloc(8)
+  dev.wait_timeline(g.replay(out=other))
+  assert int(out.numpy(np.uint64)[0]) == 0 and int(other.numpy(np.uint64)[0]) == 1
+
+
 def test_generic_pointers_reach_lds_and_private_memory(dev):
   """generic_u32 loads through one generic pointer that points at LDS or at private memory: the compute units route
   it by the apertures in SH_MEM_BASES."""

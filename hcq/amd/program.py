@@ -1,6 +1,6 @@
 """AMD programs: a code object loaded once into GPU memory, launched with checked arguments."""
 from __future__ import annotations
-import dataclasses, struct
+import dataclasses, struct, warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 import numpy as np
@@ -25,6 +25,15 @@ _U64 = struct.Struct("<Q")
 _UNSUPPORTED_KINDS = {
   "dynamic_shared_pointer": "a __local pointer (LDS sized at launch; give the kernel a fixed-size __local array instead)",
   "image": "an image", "sampler": "a sampler", "pipe": "a pipe", "queue": "a device-side enqueue queue",
+}
+
+
+# hidden arguments for runtime services this runtime does not provide: a launch passes 0 for them (LLVM declares them
+# all when it cannot prove them unused, as at -O0, so a kernel that declares them is loaded, with a warning)
+_NO_SERVICE = {
+  "hidden_printf_buffer": "printf", "hidden_hostcall_buffer": "hostcall (HIP printf, malloc)", "hidden_heap_v1": "a device heap (malloc)",
+  "hidden_default_queue": "device-side enqueue", "hidden_completion_action": "device-side enqueue",
+  "hidden_multigrid_sync_arg": "multi-grid sync", "hidden_queue_ptr": "the AQL queue",
 }
 
 
@@ -61,9 +70,13 @@ class AMDProgram:
         raise CodeObjectError(f"kernel {name}: argument {repr(a.name) if a.name else f'#{i}'} is {_UNSUPPORTED_KINDS[a.value_kind]}, which this runtime does not provide")
     self.nargs = len(self.args)
     self.hidden = [a for a in self.kernel.meta.args if a.hidden]
+    missing = sorted({_NO_SERVICE[a.value_kind] for a in self.hidden if a.value_kind in _NO_SERVICE})
+    if missing:
+      warnings.warn(f"kernel {name} may use {', '.join(missing)}, which this runtime does not provide (it passes 0): it faults if it "
+                    "does; a kernel built at -O0 declares them all, build with -O1 or more", RuntimeWarning, stacklevel=4)
     self._ptr = [self.takes_buffer(a) for a in self.args]
     self.user_sgprs = kd.user_sgprs()
-    unsupported = [n for n, _, _ in self.user_sgprs if n not in ("user_sgpr_kernarg_segment_ptr", "user_sgpr_dispatch_ptr")]
+    unsupported = [n for n, _, _ in self.user_sgprs if n not in ("user_sgpr_kernarg_segment_ptr", "user_sgpr_dispatch_ptr", "user_sgpr_dispatch_id")]
     if unsupported: raise CodeObjectError(f"kernel {name} needs user SGPRs this runtime does not provide: {', '.join(unsupported)}")
     self.needs_dispatch = any(n == "user_sgpr_dispatch_ptr" for n, _, _ in self.user_sgprs)
     self.dispatch_offset = (self.kernarg_size + 63) & ~63  # the AQL packet follows the arguments
@@ -127,7 +140,8 @@ class AMDProgram:
     if st is not None and all(a.offset >= st.size for a in self.hidden) and len(img) >= st.size:
       whole = struct.Struct(st.format + f"{len(img) - st.size}s")   # the explicit arguments, then the image's rest
     return _Launch(q, q.words_array(), g, l, bytes(img), len(img), whole, bytes(img[st.size:]) if whole else b"",
-                   q.slot_writer("kernargs") or _no_slot, q.slot_writer("dispatch"), q.slot_writer("timeline"), self.dev.ring(q.engine))
+                   q.slot_writer("kernargs") or _no_slot, q.slot_writer("dispatch"), q.slot_writer("timeline"), self.dev.ring(q.engine),
+                   q.slot_writer("dispatch_id"))
 
   def _write_kernargs(self, ln: "_Launch", view: memoryview, off: int, args: tuple, ticket: int) -> None:
     """The launch's whole kernarg image at view[off:]: one struct over the explicit arguments (buffers as their
@@ -169,11 +183,13 @@ class AMDProgram:
     value = dev.next_timeline(ln.q.engine)
     tl = value - dev.timeline_base
     ln.timeline(tl)
+    if ln.dispatch_id is not None: ln.dispatch_id(value)   # a kernel that reads its dispatch id gets its ticket
     if prof is not None:
       start, end, view, idx = prof.slot()
       prof.record(self.name, "kernel", value, view, idx)
       values = {"kernargs": ka_va, "timeline": tl, "ts_start": start, "ts_end": end}   # profiled launches patch every slot
       if ln.dispatch: values["dispatch"] = ka_va + self.dispatch_offset
+      if ln.dispatch_id: values["dispatch_id"] = value
       ln.q.submit(dev, values)
     else: ln.ring.push(ln.words)
     if not (wait or timing): return None
@@ -198,6 +214,7 @@ class _Launch:
   dispatch: Callable[[int], None] | None
   timeline: Callable[[int], None]
   ring: object            # the device's ring for the template's engine (the same object for the device's life)
+  dispatch_id: Callable[[int], None] | None = None   # where the kernel reads its dispatch id (user SGPRs), if it does
 
 
 def _no_slot(v: int) -> None:

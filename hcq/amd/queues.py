@@ -50,8 +50,9 @@ class AMDComputeQueue(HWQueue):
     if self.be.gfx < 10 and (hdp := getattr(self.be, "hdp_flush", None)): self._add(pm4.hdp_flush, *hdp, gen=self.be.gfx)
     return self._add(pm4.acquire_mem, gen=self.be.gfx)
 
-  def exec(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size) -> "AMDComputeQueue":
-    """Dispatch prg over global_size workgroups; kernargs is the address of its argument block (usually a Var)."""
+  def exec(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size, dispatch_id: int = 0) -> "AMDComputeQueue":
+    """Dispatch prg over global_size workgroups; kernargs is the address of its argument block (usually a Var: then
+    the dispatch packet's address and the dispatch id are the patch slots "dispatch" and "dispatch_id" too)."""
     r, g, (gx, gy, gz), (lx, ly, lz) = self.be.reg, self.be.gfx, global_size, local_size
     initiator = pm4.dispatch_initiator(prg.wave32, g)  # raises for wave32 on gfx9 before anything is queued
     sh = lambda name, *v: self._add(pm4.set_sh_reg, r(name), *v, gen=g)
@@ -63,8 +64,9 @@ class AMDComputeQueue(HWQueue):
     sh("regCOMPUTE_TMPRING_SIZE", tmpring)
     if scratch_va: sh("regCOMPUTE_DISPATCH_SCRATCH_BASE_LO", *_split(scratch_va >> 8))
     if prg.user_sgprs:
-      self._add(lambda ka, dp: pm4.set_sh_reg(r("regCOMPUTE_USER_DATA_0"), *_user_data(prg, ka, dp), gen=g), ka=kernargs,
-                dp=Var("dispatch") if isinstance(kernargs, Var) else kernargs + prg.dispatch_offset)
+      var = isinstance(kernargs, Var)
+      self._add(lambda ka, dp, di: pm4.set_sh_reg(r("regCOMPUTE_USER_DATA_0"), *_user_data(prg, ka, dp, di), gen=g), ka=kernargs,
+                dp=Var("dispatch") if var else kernargs + prg.dispatch_offset, di=Var("dispatch_id") if var else dispatch_id)
     sh("regCOMPUTE_RESOURCE_LIMITS", 0)
     sh("regCOMPUTE_START_X", 0, 0, 0, lx, ly, lz)
     self._add(pm4.dispatch_direct, gx, gy, gz, initiator, gen=g)
@@ -79,13 +81,14 @@ def _reachable(backend, signal: Signal) -> None:
     raise RawGPUError(f"{dev}: {signal.name} lives on {signal.dev} and is not mapped here; call {dev}.map(signal) first")
 
 
-def _user_data(prg: "AMDProgram", kernargs: int, dispatch: int) -> list[int]:
+def _user_data(prg: "AMDProgram", kernargs: int, dispatch: int, dispatch_id: int) -> list[int]:
   """User SGPR values in the order the kernel descriptor enables them."""
   words = [0] * sum(n for _, _, n in prg.user_sgprs)
   for name, at, n in prg.user_sgprs:
     if name == "user_sgpr_kernarg_segment_ptr": words[at:at + 2] = _split(kernargs)
     elif name == "user_sgpr_dispatch_ptr": words[at:at + 2] = _split(dispatch)
-    # queue_ptr, dispatch_id, private segment: not provided by this runtime (zero), the loader refuses kernels needing them
+    elif name == "user_sgpr_dispatch_id": words[at:at + 2] = _split(dispatch_id)
+    # queue_ptr, private segment: not provided by this runtime (zero), the loader refuses kernels needing them
   return words
 
 
