@@ -8,7 +8,6 @@ from rawgpu.drivers.am.block import Block
 from rawgpu.errors import RawGPUError
 
 
-
 @dataclass
 class SDMAQueue:
   engine: int
