@@ -14,18 +14,20 @@ def need(*tools: str) -> None:
   for t in tools:
     if shutil.which(t) is None: pytest.skip(f"{t} not installed (Debian: clang-19 lld-19 llvm-19)")
 
-def compile_cl(src: str, mcpu: str, flags: tuple[str, ...] = ()) -> bytes:
-  """OpenCL C -> linked code object (cached by content in the temp dir)."""
+def compile_cl(src: str, mcpu: str, flags: tuple[str, ...] = (), ir: bool = False) -> bytes:
+  """OpenCL C (or LLVM IR with ir=True, for what OpenCL C cannot say) -> linked code object (cached by content in
+  the temp dir)."""
   need(CLANG, LLD)
-  key = hashlib.sha256((src + mcpu + " ".join(flags)).encode()).hexdigest()[:20]
+  key = hashlib.sha256((src + mcpu + " ".join(flags) + ("ir" if ir else "")).encode()).hexdigest()[:20]
   os.makedirs(CACHE, exist_ok=True)
   out = os.path.join(CACHE, f"{key}.hsaco")
   if not os.path.exists(out):
     d = tempfile.mkdtemp(dir=CACHE)
-    cl, obj = os.path.join(d, "k.cl"), os.path.join(d, "k.o")
-    with open(cl, "w") as f: f.write(src)
-    subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}", "-nogpulib", "-O2", "-ffp-contract=off",
-                    "-cl-std=CL2.0", *flags, "-c", cl, "-o", obj], check=True, capture_output=True)
+    cl, obj = os.path.join(d, "k.ll" if ir else "k.cl"), os.path.join(d, "k.o")
+    with open(cl, "w") as f: f.write(('target triple = "amdgcn-amd-amdhsa"\n' + src) if ir else src)
+    lang = () if ir else ("-ffp-contract=off", "-cl-std=CL2.0")
+    subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}", "-nogpulib", "-O2", *lang, *flags, "-c", cl, "-o", obj],
+                   check=True, capture_output=True)
     subprocess.run([LLD, "-shared", obj, "-o", out + ".tmp"], check=True, capture_output=True)
     os.replace(out + ".tmp", out)
     shutil.rmtree(d, ignore_errors=True)

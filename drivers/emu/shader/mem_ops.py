@@ -109,9 +109,11 @@ def _smem(i: Inst, fam: str):
 
 # ---- LDS ------------------------------------------------------------------------------------------------------------
 def _lds_addr(st: State, a: np.ndarray, idx, size: int) -> tuple[np.ndarray, np.ndarray]:
-  """LDS byte addresses -> (index into st.lds, in range). Out-of-range accesses read 0 and drop writes."""
+  """LDS byte addresses -> (index into st.lds, in range). Out-of-range accesses read 0 and drop writes. The address
+  is the 32-bit sum of the VGPR and the offset: LLVM folds an offset into a DS access whose base may be negative on
+  every target after SI (isDSOffsetLegal), and such code reads the right word only if the sum wraps."""
   w = np.repeat(np.arange(st.W), st.L) if idx is None else idx // st.L
-  a = a.astype(i64)
+  a = a.astype(i64) & 0xffffffff
   ok = a + size <= st.lds_bytes
   return st.lds_base[w] + np.where(ok, a, 0), ok
 
