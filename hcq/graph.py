@@ -50,9 +50,10 @@ class Graph:
 
   def input(self, name: str) -> Input: return Input(name)
 
-  def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1)) -> "Graph":
+  def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), dynamic_lds: int = 0) -> "Graph":
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
     from rawgpu.hcq.amd.program import _dims
+    prg = prg.with_dynamic_lds(dynamic_lds)
     self.nodes.append(("exec", len(self.launches)))
     self.launches.append((prg, args, _dims(global_size), _dims(local_size)))
     return self

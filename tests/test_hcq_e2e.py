@@ -463,17 +463,9 @@ def test_kernels_that_may_use_runtime_services_load_with_a_warning(dev):
 def test_dispatch_id_is_the_launch_ticket_or_the_place_in_a_graph(dev):
   """A kernel that reads its dispatch id (a user SGPR the descriptor enables) gets the launch's timeline ticket, a
   unique, rising number, as ROCm gives the AQL packet's index; in a graph, the launch's place in it."""
-  import subprocess, tempfile
-  from test_emu_rdna_common import CLANG, LLD, need
-  need(CLANG, LLD)
-  ir = ('target triple = "amdgcn-amd-amdhsa"\ndeclare i64 @llvm.amdgcn.dispatch.id()\n'   # OpenCL C has no builtin for it
-        'define amdgpu_kernel void @k(ptr addrspace(1) %p) {\n  %id = call i64 @llvm.amdgcn.dispatch.id()\n'
-        '  store i64 %id, ptr addrspace(1) %p\n  ret void\n}\n')
-  with tempfile.TemporaryDirectory() as d:
-    with open(f"{d}/k.ll", "w") as f: f.write(ir)
-    subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={dev.props.arch}", "-nogpulib", "-O2", "-c", f"{d}/k.ll", "-o", f"{d}/k.o"], check=True)
-    subprocess.run([LLD, "-shared", f"{d}/k.o", "-o", f"{d}/k.hsaco"], check=True)
-    k = dev.program(open(f"{d}/k.hsaco", "rb").read(), "k")
+  k = _build_ir(dev, 'declare i64 @llvm.amdgcn.dispatch.id()\n'   # OpenCL C has no builtin for it
+                'define amdgpu_kernel void @k(ptr addrspace(1) %p) {\n  %id = call i64 @llvm.amdgcn.dispatch.id()\n'
+                '  store i64 %id, ptr addrspace(1) %p\n  ret void\n}\n', "k")
   assert any(n == "user_sgpr_dispatch_id" for n, _, _ in k.user_sgprs)
   out = dev.alloc(8)
   for _ in range(2):
@@ -487,6 +479,46 @@ def test_dispatch_id_is_the_launch_ticket_or_the_place_in_a_graph(dev):
   other = dev.alloc(8)
   dev.wait_timeline(g.replay(out=other))
   assert int(out.numpy(np.uint64)[0]) == 0 and int(other.numpy(np.uint64)[0]) == 1
+
+
+def _build_ir(dev, ir: str, name: str):
+  """A kernel written in LLVM IR (for what OpenCL C cannot say), built for the device."""
+  from test_emu_rdna_common import compile_cl
+  return dev.program(compile_cl(ir, dev.props.arch, ir=True), name)
+
+
+def test_dynamic_lds_is_allocated_per_launch(dev):
+  """A kernel with dynamic LDS (HIP's extern __shared__: an LDS array of size 0 in the code object) gets the bytes a
+  launch asks for after its own, in a direct launch and in a graph; more than a workgroup has is refused."""
+  k = _build_ir(dev, "@dyn = external addrspace(3) global [0 x i32], align 4\ndeclare i32 @llvm.amdgcn.workitem.id.x()\n"
+                "define amdgpu_kernel void @k(ptr addrspace(1) %p) {\n  %t = call i32 @llvm.amdgcn.workitem.id.x()\n"
+                "  %r = sub i32 255, %t\n  %a = getelementptr i32, ptr addrspace(3) @dyn, i32 %t\n  store i32 %t, ptr addrspace(3) %a\n"
+                "  fence syncscope(\"workgroup\") release\n  call void @llvm.amdgcn.s.barrier()\n  fence syncscope(\"workgroup\") acquire\n"
+                "  %b = getelementptr i32, ptr addrspace(3) @dyn, i32 %r\n  %v = load i32, ptr addrspace(3) %b\n"
+                "  %o = getelementptr i32, ptr addrspace(1) %p, i32 %t\n  store i32 %v, ptr addrspace(1) %o\n  ret void\n}\n"
+                "declare void @llvm.amdgcn.s.barrier()\n", "k")
+  assert k.lds == 0
+  out, want = dev.alloc(4 * 256), np.arange(255, -1, -1, dtype=np.uint32)   # each work-item reads its mirror's word
+  k(out, local_size=256, dynamic_lds=4 * 256, wait=True)
+  assert np.array_equal(out.numpy(np.uint32), want)
+  out.copyin(np.zeros(256, np.uint32))
+  g = Graph(dev)
+  g.exec(k, out, local_size=256, dynamic_lds=4 * 256)
+  dev.wait_timeline(g.replay())
+  assert np.array_equal(out.numpy(np.uint32), want)
+  with pytest.raises(RawGPUError, match="dynamic LDS .* do not fit"): k(out, local_size=256, dynamic_lds=dev.props.lds_size + 4)
+
+
+def test_hidden_dynamic_lds_size_says_what_the_launch_added(dev):
+  """The hidden_dynamic_lds_size argument (code object v5) carries the launch's dynamic LDS bytes."""
+  from rawgpu.hcq.amd.elf import KernelArg
+  k = prog(dev, "fill")
+  p = k.with_dynamic_lds(1536)
+  at = k.kernarg_size   # past the kernel's own arguments (fill_u32 declares no such argument: one is added here)
+  view = memoryview(bytearray(at + 8))
+  p.hidden = [*p.hidden, KernelArg("", at, 4, "hidden_dynamic_lds_size")]
+  p._pack_hidden(view, (1, 1, 1), (64, 1, 1))
+  assert int.from_bytes(view[at:at + 4], "little") == 1536 and k.with_dynamic_lds(1536) is p and k.dynamic_lds == 0
 
 
 def test_generic_pointers_reach_lds_and_private_memory(dev):

@@ -1,6 +1,6 @@
 """AMD programs: a code object loaded once into GPU memory, launched with checked arguments."""
 from __future__ import annotations
-import dataclasses, struct, warnings
+import copy, dataclasses, struct, warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 import numpy as np
@@ -83,6 +83,24 @@ class AMDProgram:
     self._ptr_idx = tuple(i for i, p in enumerate(self._ptr) if p)
     self._args_struct = _args_struct(self.args, self._ptr)
     self._templates: dict = {}
+    self.dynamic_lds = 0                 # bytes of LDS a launch adds to the kernel's own (see with_dynamic_lds)
+    self._dynamic: dict[int, AMDProgram] = {}
+
+  def with_dynamic_lds(self, nbytes: int) -> "AMDProgram":
+    """This kernel launched with nbytes of LDS after its own (dynamic shared memory: HIP's extern __shared__ and
+    hipLaunchKernel's sharedMemBytes). The workgroup's LDS allocation (RSRC2.LDS_SIZE, the dispatch packet's group
+    segment size) covers both; the hidden_dynamic_lds_size argument says nbytes."""
+    if nbytes == 0: return self
+    p = self._dynamic.get(nbytes)
+    if p is None:
+      limit = self.limits.lds_per_workgroup
+      if not isinstance(nbytes, int) or nbytes < 0 or self.lds + nbytes > limit:
+        raise RawGPUError(f"kernel {self.name}: {nbytes!r} bytes of dynamic LDS after its own {self.lds} do not fit the {limit} bytes a workgroup has")
+      p = copy.copy(self)
+      p.dynamic_lds, p.lds, p._templates, p._dynamic = nbytes, self.lds + nbytes, {}, {}
+      p.rsrc2 = self.backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(p.lds + 511) // 512)
+      self._dynamic[nbytes] = p
+    return p
 
   def check_arg_count(self, args: tuple) -> None:
     if len(args) != len(self.args):
@@ -91,7 +109,8 @@ class AMDProgram:
   def _pack_hidden(self, view: memoryview, g: tuple, l: tuple) -> None:
     for a in self.hidden:
       fill = _HIDDEN.get(a.value_kind)
-      if fill is not None and a.size in _INT: struct.pack_into("<" + _INT[a.size], view, a.offset, fill(g, l))
+      v = self.dynamic_lds if a.value_kind == "hidden_dynamic_lds_size" else None if fill is None else fill(g, l)
+      if v is not None and a.size in _INT: struct.pack_into("<" + _INT[a.size], view, a.offset, v)
 
   def _label(self, a: KernelArg) -> str:
     """How errors name an argument: its source name, else its position (code objects built without arg names)."""
@@ -162,8 +181,12 @@ class AMDProgram:
     ka[:] = ln.img
     for a, v in zip(self.args, args): self._pack_one(ka, a, v, ticket)
 
-  def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False) -> float | None:
-    """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits)."""
+  def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False,
+               dynamic_lds: int = 0) -> float | None:
+    """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits).
+    dynamic_lds: bytes of LDS each workgroup gets after the kernel's own (see with_dynamic_lds)."""
+    if dynamic_lds:
+      return self.with_dynamic_lds(dynamic_lds)(*args, global_size=global_size, local_size=local_size, wait=wait, timing=timing)
     dev = self.dev
     prof = dev._profiler
     key = (global_size, local_size, "profile" if prof is not None else timing)
