@@ -5,7 +5,7 @@
 """
 from __future__ import annotations
 
-__all__ = ["Device", "devices", "Buffer", "Signal", "HWQueue", "Var", "Graph", "Profiler"]
+__all__ = ["Device", "devices", "Buffer", "Local", "Signal", "HWQueue", "Var", "Graph", "Profiler"]
 
 
 def __getattr__(name: str):
@@ -13,6 +13,7 @@ def __getattr__(name: str):
   if name == "Device": from rawgpu.hcq.device import Device; return Device
   if name == "devices": from rawgpu.hcq.device import devices; return devices
   if name == "Buffer": from rawgpu.hcq.buffer import Buffer; return Buffer
+  if name == "Local": from rawgpu.hcq.buffer import Local; return Local
   if name == "Signal": from rawgpu.hcq.signal import Signal; return Signal
   if name == "HWQueue": from rawgpu.hcq.queue import HWQueue; return HWQueue
   if name == "Var": from rawgpu.hcq.patch import Var; return Var

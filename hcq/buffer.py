@@ -8,6 +8,16 @@ from rawgpu.errors import RawGPUError
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 
+class Local:
+  """The value of a kernel's __local pointer argument: nbytes of LDS for each workgroup, placed after the kernel's own
+  LDS at launch (OpenCL's clSetKernelArg with a size and no value)."""
+  def __init__(self, nbytes: int):
+    if not isinstance(nbytes, int) or nbytes <= 0: raise RawGPUError(f"Local takes a positive number of bytes, not {nbytes!r}")
+    self.nbytes = nbytes
+
+  def __repr__(self) -> str: return f"Local({self.nbytes})"
+
+
 class Buffer:
   def __init__(self, dev: "Device", mem: Mem, offset: int = 0, size: int | None = None, base: "Buffer | None" = None):
     self.dev, self.mem, self.offset = dev, mem, offset

@@ -53,7 +53,7 @@ class Graph:
   def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), dynamic_lds: int = 0) -> "Graph":
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
     from rawgpu.hcq.amd.program import _dims
-    prg = prg.with_dynamic_lds(dynamic_lds)
+    if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
     self.nodes.append(("exec", len(self.launches)))
     self.launches.append((prg, args, _dims(global_size), _dims(local_size)))
     return self

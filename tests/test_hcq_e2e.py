@@ -509,6 +509,44 @@ def test_dynamic_lds_is_allocated_per_launch(dev):
   with pytest.raises(RawGPUError, match="dynamic LDS .* do not fit"): k(out, local_size=256, dynamic_lds=dev.props.lds_size + 4)
 
 
+LOCAL_REDUCE = """
+__kernel void red(__global const float* in, __global float* out, __local float* tmp, __local uint* cnt) {
+  uint l = __builtin_amdgcn_workitem_id_x(), g = __builtin_amdgcn_workgroup_id_x(), n = __builtin_amdgcn_workgroup_size_x();
+  tmp[l] = in[g * n + l];
+  if (l == 0) *cnt = 0;
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+  for (uint s = n / 2; s > 0; s >>= 1) {
+    if (l < s) tmp[l] += tmp[l + s];
+    __atomic_fetch_add(cnt, 1u, __ATOMIC_RELAXED);
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+  }
+  if (l == 0) out[g] = tmp[0] + (float)(*cnt != 8 * n);   /* 8 steps for 256 work-items: off by one if cnt is wrong */
+}
+"""
+
+
+def test_local_pointer_arguments_get_lds_at_launch(dev):
+  """OpenCL __local pointer arguments take a Local(nbytes): each gets that much LDS after the kernel's own, aligned
+  as the metadata says, in a direct launch and in a graph. Anything else, or more LDS than a workgroup has, is refused."""
+  from rawgpu.hcq import Local
+  from test_emu_rdna_common import compile_cl
+  k = dev.program(compile_cl(LOCAL_REDUCE, dev.props.arch), "red")
+  x = np.random.default_rng(4).integers(0, 100, 4 * 256).astype(np.float32)
+  X, out = dev.alloc(x.nbytes), dev.alloc(16)
+  X.copyin(x)
+  want = x.reshape(4, 256).sum(1)
+  k(X, out, Local(4 * 256), Local(4), global_size=4, local_size=256, wait=True)
+  assert np.array_equal(out.numpy(np.float32), want)
+  out.copyin(np.zeros(4, np.float32))
+  g = Graph(dev)
+  g.exec(k, X, out, Local(4 * 256), Local(4), global_size=4, local_size=256)
+  dev.wait_timeline(g.replay())
+  assert np.array_equal(out.numpy(np.float32), want)
+  with pytest.raises(RawGPUError, match=r"argument #2 .* is a __local pointer; pass rawgpu.hcq.Local"): k(X, out, X, Local(4), global_size=4, local_size=256)
+  with pytest.raises(RawGPUError, match="do not fit"): k(X, out, Local(dev.props.lds_size), Local(4), global_size=4, local_size=256)
+  with pytest.raises(RawGPUError, match="positive"): Local(0)
+
+
 def test_hidden_dynamic_lds_size_says_what_the_launch_added(dev):
   """The hidden_dynamic_lds_size argument (code object v5) carries the launch's dynamic LDS bytes."""
   from rawgpu.hcq.amd.elf import KernelArg
@@ -818,19 +856,22 @@ def test_kernel_reads_its_dispatch_packet(dev):
   assert list(outs[1].numpy(np.uint32)[:7]) == [1, 32, 1, 128, 1, 9, 9]
 
 
-def test_kernel_with_a_local_pointer_argument_is_refused_when_loaded(dev):
-  """A __local pointer argument wants LDS sized at launch, which the runtime does not allocate: loading says so
-  (before, a Buffer given for it had its 8-byte address written into the 4-byte slot, over the next argument)."""
+def test_a_local_pointer_argument_takes_a_local_not_a_buffer(dev):
+  """A __local pointer argument is a 4-byte LDS address: it takes a Local, and a Buffer given for it is refused (once,
+  a Buffer's 8-byte address was written into the 4-byte slot, over the next argument)."""
+  from rawgpu.hcq import Local
   from test_emu_rdna_common import compile_cl
-  from rawgpu.errors import CodeObjectError
   src = r"""__kernel void uses_local(__global uint* out, __local uint* tmp, uint n) {
     uint t = __builtin_amdgcn_workitem_id_x();
     tmp[t] = t * n;
-    __builtin_amdgcn_s_barrier();
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
     out[t] = tmp[63 - t];
   }"""
-  with pytest.raises(CodeObjectError, match=r"uses_local: argument #1 is a __local pointer .* fixed-size __local array"):
-    dev.program(compile_cl(src, dev.props.arch), "uses_local")
+  k, out = dev.program(compile_cl(src, dev.props.arch), "uses_local"), dev.alloc(4 * 64)
+  with pytest.raises(RawGPUError, match=r"uses_local: argument #1 .* is a __local pointer; pass rawgpu.hcq.Local\(nbytes\), not Buffer"):
+    k(out, out, 3, local_size=64)
+  k(out, Local(4 * 64), 3, local_size=64, wait=True)
+  assert np.array_equal(out.numpy(np.uint32), (np.arange(63, -1, -1) * 3).astype(np.uint32))
 
 
 SCALARS_SRC = r"""

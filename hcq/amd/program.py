@@ -7,7 +7,7 @@ import numpy as np
 from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
 from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, KERNARG_ADDRESS_AT, fill_dispatch_packet
-from rawgpu.hcq.buffer import Buffer
+from rawgpu.hcq.buffer import Buffer, Local
 
 if TYPE_CHECKING:
   from rawgpu.hcq.amd.backend import AMDBackend
@@ -23,7 +23,6 @@ _INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _U64 = struct.Struct("<Q")
 # argument kinds (code object metadata .value_kind) a launch cannot fill: the program is refused when loaded
 _UNSUPPORTED_KINDS = {
-  "dynamic_shared_pointer": "a __local pointer (LDS sized at launch; give the kernel a fixed-size __local array instead)",
   "image": "an image", "sampler": "a sampler", "pipe": "a pipe", "queue": "a device-side enqueue queue",
 }
 
@@ -85,6 +84,7 @@ class AMDProgram:
     self._templates: dict = {}
     self.dynamic_lds = 0                 # bytes of LDS a launch adds to the kernel's own (see with_dynamic_lds)
     self._dynamic: dict[int, AMDProgram] = {}
+    self._locals = tuple(i for i, a in enumerate(self.args) if a.value_kind == "dynamic_shared_pointer")   # take a Local
 
   def with_dynamic_lds(self, nbytes: int) -> "AMDProgram":
     """This kernel launched with nbytes of LDS after its own (dynamic shared memory: HIP's extern __shared__ and
@@ -97,10 +97,23 @@ class AMDProgram:
       if not isinstance(nbytes, int) or nbytes < 0 or self.lds + nbytes > limit:
         raise RawGPUError(f"kernel {self.name}: {nbytes!r} bytes of dynamic LDS after its own {self.lds} do not fit the {limit} bytes a workgroup has")
       p = copy.copy(self)
-      p.dynamic_lds, p.lds, p._templates, p._dynamic = nbytes, self.lds + nbytes, {}, {}
+      p.dynamic_lds, p.lds, p._templates, p._dynamic, p._locals = nbytes, self.lds + nbytes, {}, {}, ()
       p.rsrc2 = self.backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(p.lds + 511) // 512)
       self._dynamic[nbytes] = p
     return p
+
+  def with_lds_args(self, args: tuple, dynamic_lds: int = 0) -> tuple["AMDProgram", tuple]:
+    """The program with the LDS its launch adds (its __local pointer arguments' Locals, in order, each aligned as the
+    metadata's pointee_align says, then dynamic_lds bytes), and args with each Local replaced by its LDS address."""
+    self.check_arg_count(args)
+    at, out = self.lds, list(args)
+    for i in self._locals:
+      a, v = self.args[i], args[i]
+      if not isinstance(v, Local): raise RawGPUError(f"kernel {self.name}: argument {self._label(a)} is a __local pointer; pass rawgpu.hcq.Local(nbytes), not {type(v).__name__}")
+      align = max(4, a.raw.get(".pointee_align", 4))
+      at = (at + align - 1) // align * align
+      out[i], at = at, at + v.nbytes
+    return self.with_dynamic_lds(at - self.lds + dynamic_lds), tuple(out)
 
   def check_arg_count(self, args: tuple) -> None:
     if len(args) != len(self.args):
@@ -184,9 +197,11 @@ class AMDProgram:
   def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False,
                dynamic_lds: int = 0) -> float | None:
     """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits).
-    dynamic_lds: bytes of LDS each workgroup gets after the kernel's own (see with_dynamic_lds)."""
-    if dynamic_lds:
-      return self.with_dynamic_lds(dynamic_lds)(*args, global_size=global_size, local_size=local_size, wait=wait, timing=timing)
+    __local pointer arguments take a Local(nbytes); dynamic_lds: bytes of LDS each workgroup gets after the kernel's
+    own and those (see with_lds_args)."""
+    if dynamic_lds or self._locals:
+      prg, args = self.with_lds_args(args, dynamic_lds)
+      return prg(*args, global_size=global_size, local_size=local_size, wait=wait, timing=timing)
     dev = self.dev
     prof = dev._profiler
     key = (global_size, local_size, "profile" if prof is not None else timing)
