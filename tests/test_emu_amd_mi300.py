@@ -316,6 +316,26 @@ def test_sdma_copies_on_the_board(mi300_device):
   assert any(q.rptr for e in board.sdma.engines[:4] for q in e.queues) and not board.errors
 
 
+def test_sdma_4_counts_copies_in_22_bits(mi300_device):
+  """SDMA 4's COPY_LINEAR count is 22 bits (sdma_v4_4_2_pkt_open.h; 30 from SDMA 5.2 on): a count with bit 22 set
+  copies what its low 22 bits say, as hcq's 4 MiB chunking (copy_max_bytes) expects."""
+  import numpy as np
+  from rawgpu.hcq.amd import sdma
+  dev, board = mi300_device
+  src, dst = dev.alloc(4096), dev.alloc(4096)
+  src.copyin(np.arange(1024, dtype=np.uint32) + 1)
+  dst.copyin(np.zeros(1024, np.uint32))
+  words = sdma.copy_linear(dst.va, src.va, 16, version=(4, 4))
+  words[1] |= 1 << 22                                   # the count dword: a reserved bit above the 22-bit field
+  v = dev.next_timeline("sdma")
+  q = dev.copy_queue()
+  q._add(lambda: words)
+  q.signal(dev.timeline, dev.timeline_gpu(v)).submit(dev)
+  dev.wait_timeline(v)
+  out = dst.numpy(np.uint32)
+  assert list(out[:4]) == [1, 2, 3, 4] and not out[4:].any() and not board.errors
+
+
 # ---- in-place recovery: the SMU resets an SDMA engine (ResetSDMA, newer than 6.12's headers: drivers/am/facts.py)
 
 def _fault_the_copy_engine(dev):

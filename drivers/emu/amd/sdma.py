@@ -14,7 +14,7 @@ from rawgpu.drivers.emu.amd.asic import SDMA0_HWID, ih_node_aid
 from rawgpu.drivers.emu.amd.regfile import instance_key
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
-from rawgpu.autogen.amd import sdma_v6 as S
+from rawgpu.autogen.amd import sdma_v6 as S, sdma_v4 as S4
 
 OP_NOP, OP_COPY, OP_WRITE, OP_INDIRECT, OP_FENCE, OP_TRAP = S.SDMA_OP_NOP, S.SDMA_OP_COPY, S.SDMA_OP_WRITE, S.SDMA_OP_INDIRECT, S.SDMA_OP_FENCE, S.SDMA_OP_TRAP
 OP_POLL_REGMEM, OP_CONST_FILL, OP_TIMESTAMP, OP_SRBM_WRITE, OP_GCR_REQ = S.SDMA_OP_POLL_REGMEM, S.SDMA_OP_CONST_FILL, S.SDMA_OP_TIMESTAMP, S.SDMA_OP_SRBM_WRITE, S.SDMA_OP_GCR_REQ
@@ -187,7 +187,7 @@ class SDMAQueue:
     hub, vm = self.hub(), self.vmid if not self.ib else self.ib[-1][2]
     if op == OP_NOP: return True
     if op == OP_COPY:
-      n = (p[1] & 0x3fffffff) + 1
+      n = (p[1] & self.e.copy_count) + 1
       self.e.copy(vm, (p[4] << 32) | p[3], (p[6] << 32) | p[5], n)
       return True
     if op == OP_WRITE:
@@ -222,7 +222,7 @@ class SDMAQueue:
       return ok
     if op == OP_CONST_FILL:
       fill = (p[0] >> 30) & 3
-      n = (p[4] & 0x3fffffff) + 1
+      n = (p[4] & self.e.fill_count) + 1
       pat = p[3].to_bytes(4, "little")[:1 << fill] if fill < 2 else p[3].to_bytes(4, "little")
       self.e.fill(vm, (p[2] << 32) | p[1], pat, n)
       return True
@@ -244,6 +244,10 @@ class SDMAEngine:
     self.b, self.i = board, i
     r = board.regs
     self.v4 = board.asic.version(SDMA0_HWID)[0] == 4   # SDMA 4.4.2 (MI300): registers in the engine's own IP instance
+    # the COPY_LINEAR and CONSTANT_FILL count fields (bytes - 1): 22 bits on SDMA 4, 30 from 5.2 on; the bits above
+    # are reserved, and the engine reads none of them
+    v = S4 if self.v4 else S
+    self.copy_count, self.fill_count = v.SDMA_PKT_COPY_LINEAR_COUNT_count_mask, v.SDMA_PKT_CONSTANT_FILL_COUNT_count_mask
     self.ip = instance_key("sdma", i) if self.v4 else "gc"
     pfx = "regSDMA_" if self.v4 else f"regSDMA{i}_"
     self.halt_name = "F32_CNTL" if r.has(self.ip, f"{pfx}F32_CNTL") else "MCU_CNTL"
