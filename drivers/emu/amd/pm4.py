@@ -171,7 +171,7 @@ def release_mem(q: "ComputeQueue", body: list[int]) -> bool:
 def dma_data(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 6, "DMA_DATA")
   ctl, s_lo, s_hi, d_lo, d_hi, cmd = body[:6]
-  src_sel, count = (ctl >> 29) & 3, cmd & 0x3ffffff
+  src_sel, count = (ctl >> 29) & 3, cmd & (0x1fffff if q.gfx.gfx9 else 0x3ffffff)   # BYTE_COUNT: [20:0] in soc15d.h, [25:0] in nvd.h
   if cmd & (3 << 26): raise BadPacket("DMA_DATA register source/destination")
   dst = (d_hi << 32) | d_lo
   if src_sel == 2: q.mem_write(dst, s_lo.to_bytes(4, "little") * (count // 4))
