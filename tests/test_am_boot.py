@@ -164,15 +164,18 @@ def test_sdma_ring_runs_nops(fw, arch):
 
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_every_sdma_engine_runs_after_boot(fw, arch):
-  """AM starts every copy engine, as sdma_v6_0/v7_0_gfx_resume does, though it rings only engine 0 itself (MOCKKFD's
-  user queues take the others). Engine 1's F32 (MCU) control sits 0x20 dwords after engine 0's, not 0x600 as the
-  rest of its registers: AM once unhalted a register that was not there, and engine 1 never ran."""
+  """AM starts and sets up every copy engine, as sdma_v6_0/v7_0_gfx_resume does, though it rings only engine 0 itself
+  (MOCKKFD's user queues take the others). Engine 1's F32 (MCU) control sits 0x20 dwords after engine 0's, not 0x600
+  as the rest of its registers: AM once unhalted a register that was not there, and engine 1 never ran."""
   vb, bus, b, fake = make_board(arch)
   it = AMIface(bus, vb.system, **FAST)
   try:
     assert [e.running() for e in b.sdma.engines] == [True, True]
     halt = "F32_CNTL" if it.dev.regs.has("gc", "regSDMA0_F32_CNTL") else "MCU_CNTL"
     for e in (0, 1): assert it.dev.sdma.r(e, f"regSDMA0_{halt}").addr == it.dev.regs.reg("gc", f"regSDMA{e}_{halt}").addr
+    for e in (0, 1):   # each engine's L2 policies, as gfx_resume leaves them (reads no-allocate, writes bypass)
+      page = it.dev.sdma.r(e, "regSDMA0_UTCL1_PAGE").fields()
+      assert (page["RD_L2_POLICY"], page["WR_L2_POLICY"], page.get("LLC_NOALLOC", 1)) == (2, 3, 1), e
   finally:
     it.close(); b.close()
 

@@ -104,6 +104,8 @@ GOLDEN_GB_ADDR_CONFIG_GC_9_4_3 = 0x2a114042            # gfx_v9_4_3.c GOLDEN_GB_
 GFX9_MEC_HPD_SIZE = 4096                              # gfx_v9_4_3.c: EOP buffer per compute queue
 SDMA_DOORBELL_RANGE = 20
 SDMA_V4_QUEUES = ("GFX", "PAGE") + tuple(f"RLC{k}" for k in range(8))   # SDMA 4.4.2's ring queues (sdma_4_4_2_offset.h)
+# sdma_common.h: the L2 policies sdma_v6_0/v7_0 gfx_resume give an engine's UTCL1 (reads no-allocate, writes bypass)
+CACHE_READ_POLICY_L2__DEFAULT, CACHE_WRITE_POLICY_L2__DEFAULT = 2, 3
 KFD_QUEUE_DOORBELL_MIRROR_OFFSET = 512                 # kfd_priv.h: SDMA queues 2i and 2i+1 of an engine, this many doorbells apart
 GFX11_MEC_HPD_SIZE = 2048
 SH_MEM_ADDRESS_MODE_64, SH_MEM_ALIGNMENT_MODE_UNALIGNED = 0, 3

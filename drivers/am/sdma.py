@@ -47,8 +47,20 @@ class SDMA(Block):
     return self.dev.regs.reg("gc", name.replace("regSDMA0_", f"regSDMA{engine}_"))
 
   def init_hw(self) -> None:
-    for e in self.all_engines(): self.halt(e, False)
+    for e in self.all_engines():
+      self.utcl1_setup(e)
+      self.halt(e, False)
     for q in list(self.queues.values()): self.program(q)
+
+  def utcl1_setup(self, e: int) -> None:
+    """Engine e's address translation settings, as sdma_v6_0/v7_0 gfx_resume leaves every engine: responses for
+    non-copy addresses, and the L2 policies of its reads and writes (bits 15:12 and 31:24 cleared first; SDMA 6 also
+    keeps its writes out of the last-level cache). SDMA 4.4.2 sets none of these."""
+    if self.v4: return
+    self.r(e, "regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
+    page = self.r(e, "regSDMA0_UTCL1_PAGE")
+    nalloc = {"LLC_NOALLOC": 1} if "LLC_NOALLOC" in page.reg.fields else {}
+    page.write(page.read() & 0xff0fff | page.reg.encode(RD_L2_POLICY=F.CACHE_READ_POLICY_L2__DEFAULT, WR_L2_POLICY=F.CACHE_WRITE_POLICY_L2__DEFAULT, **nalloc))
 
   def halt(self, e: int, on: bool, reset: bool = False) -> None:
     if self.v4: self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), **({"RESET": 1} if on and reset else {"RESET": 0}))
@@ -100,7 +112,7 @@ class SDMA(Block):
     # MI300's per-AID S2A routing (nbio_v7_9_sdma_doorbell_range) is not written yet: the emulated board does not route
     if e == 0 and not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=self.doorbell(0), size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(0)
-    if not self.v4: r("regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
+    self.utcl1_setup(e)
     self.halt(e, False)
     cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)
