@@ -176,6 +176,7 @@ def test_every_sdma_engine_runs_after_boot(fw, arch):
     for e in (0, 1):   # each engine's L2 policies, as gfx_resume leaves them (reads no-allocate, writes bypass)
       page = it.dev.sdma.r(e, "regSDMA0_UTCL1_PAGE").fields()
       assert (page["RD_L2_POLICY"], page["WR_L2_POLICY"], page.get("LLC_NOALLOC", 1)) == (2, 3, 1), e
+      assert it.dev.sdma.r(e, "regSDMA0_WATCHDOG_CNTL").fields()["QUEUE_HANG_COUNT"] == 1   # 100 ms
   finally:
     it.close(); b.close()
 

@@ -100,6 +100,7 @@ def test_doorbells_and_queues(src):
   for f in ("soc21.c", "soc24.c"): assert src(f"{AMD}/amdgpu/{f}", "adev->doorbell_index.sdma_doorbell_range") == F.SDMA_DOORBELL_RANGE
   assert src(f"{AMD}/amdgpu/gfx_v11_0.c", "GFX11_MEC_HPD_SIZE") == F.GFX11_MEC_HPD_SIZE
   assert src(f"{AMD}/amdkfd/kfd_priv.h", "KFD_QUEUE_DOORBELL_MIRROR_OFFSET") == F.KFD_QUEUE_DOORBELL_MIRROR_OFFSET
+  assert src(f"{AMD}/amdgpu/amdgpu.h", "AMDGPU_MAX_USEC_TIMEOUT") == F.AMDGPU_MAX_USEC_TIMEOUT
   h = f"{AMD}/amdgpu/sdma_common.h"
   for kind in ("READ", "WRITE"):   # the DEFAULT enumerators name another one of their enum
     alias = re.search(rf"CACHE_{kind}_POLICY_L2__DEFAULT\s*=\s*(\w+)", _read(os.path.join(linux_root(), h))).group(1)

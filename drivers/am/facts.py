@@ -106,6 +106,7 @@ SDMA_DOORBELL_RANGE = 20
 SDMA_V4_QUEUES = ("GFX", "PAGE") + tuple(f"RLC{k}" for k in range(8))   # SDMA 4.4.2's ring queues (sdma_4_4_2_offset.h)
 # sdma_common.h: the L2 policies sdma_v6_0/v7_0 gfx_resume give an engine's UTCL1 (reads no-allocate, writes bypass)
 CACHE_READ_POLICY_L2__DEFAULT, CACHE_WRITE_POLICY_L2__DEFAULT = 2, 3
+AMDGPU_MAX_USEC_TIMEOUT = 100000                       # amdgpu.h: adev->usec_timeout; SDMA's hang watchdog counts it in 100 ms units
 KFD_QUEUE_DOORBELL_MIRROR_OFFSET = 512                 # kfd_priv.h: SDMA queues 2i and 2i+1 of an engine, this many doorbells apart
 GFX11_MEC_HPD_SIZE = 2048
 SH_MEM_ADDRESS_MODE_64, SH_MEM_ALIGNMENT_MODE_UNALIGNED = 0, 3

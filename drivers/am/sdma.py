@@ -48,15 +48,17 @@ class SDMA(Block):
 
   def init_hw(self) -> None:
     for e in self.all_engines():
-      self.utcl1_setup(e)
+      self.engine_setup(e)
       self.halt(e, False)
     for q in list(self.queues.values()): self.program(q)
 
-  def utcl1_setup(self, e: int) -> None:
-    """Engine e's address translation settings, as sdma_v6_0/v7_0 gfx_resume leaves every engine: responses for
-    non-copy addresses, and the L2 policies of its reads and writes (bits 15:12 and 31:24 cleared first; SDMA 6 also
-    keeps its writes out of the last-level cache). SDMA 4.4.2 sets none of these."""
+  def engine_setup(self, e: int) -> None:
+    """Engine e's settings as sdma_v6_0/v7_0 gfx_resume leaves every engine: the queue-hang watchdog at
+    usec_timeout in 100 ms units, responses for non-copy addresses, and the L2 policies of its reads and writes
+    (bits 15:12 and 31:24 cleared first; SDMA 6 also keeps its writes out of the last-level cache). SDMA 4.4.2 sets
+    none of these."""
     if self.v4: return
+    self.r(e, "regSDMA0_WATCHDOG_CNTL").update(QUEUE_HANG_COUNT=max(F.AMDGPU_MAX_USEC_TIMEOUT // 100000, 1))
     self.r(e, "regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
     page = self.r(e, "regSDMA0_UTCL1_PAGE")
     nalloc = {"LLC_NOALLOC": 1} if "LLC_NOALLOC" in page.reg.fields else {}
@@ -112,7 +114,7 @@ class SDMA(Block):
     # MI300's per-AID S2A routing (nbio_v7_9_sdma_doorbell_range) is not written yet: the emulated board does not route
     if e == 0 and not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=self.doorbell(0), size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(0)
-    self.utcl1_setup(e)
+    self.engine_setup(e)
     self.halt(e, False)
     cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)
