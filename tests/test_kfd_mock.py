@@ -1,6 +1,6 @@
 """MOCKKFD end to end: the emulated amdkfd (boards booted by the AM driver) under KFDIface and hcq, and its argument
 checks, each expecting the errno amdkfd's kfd_chardev.c / kfd_queue.c return for the same mistake (Linux 6.12)."""
-import ctypes, errno, os
+import ctypes, errno, os, time
 import numpy as np
 import pytest
 from rawgpu import kernels
@@ -260,7 +260,6 @@ def test_sdma_queues_per_engine_as_amdkfd_gives_them(arch):
       r.write_ptr[0] = 4 * len(words) // r.wptr_unit
     for r in rings: r.doorbell[0] = r.write_ptr[0]
     view = out.cpu.cast("I")
-    import time
     deadline = time.monotonic() + 10
     while list(view[:len(rings)]) != [0x1000 + i for i in range(len(rings))] and time.monotonic() < deadline: time.sleep(0.01)
     assert list(view[:len(rings)]) == [0x1000 + i for i in range(len(rings))]

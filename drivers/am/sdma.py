@@ -114,7 +114,6 @@ class SDMA(Block):
     # MI300's per-AID S2A routing (nbio_v7_9_sdma_doorbell_range) is not written yet: the emulated board does not route
     if e == 0 and not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=self.doorbell(0), size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(0)
-    self.engine_setup(e)
     self.halt(e, False)
     cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
     r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=1)
@@ -158,6 +157,7 @@ class SDMA(Block):
       grbm.read()
     self.dev.vram(q.ring, q.size)[:] = bytes(q.size)
     self.dev.vram(q.ptrs, 0x1000)[:] = bytes(0x1000)
+    self.engine_setup(e)   # the reset returned the engine's registers to their power-on values
     self.program(q)
 
   def free_queue(self, q: SDMAQueue) -> None:

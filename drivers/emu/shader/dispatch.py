@@ -84,13 +84,10 @@ def _decode_regs(arch: str, rsrc1: int, rsrc2: int, rsrc3: int, initiator: int, 
     scratch_waves=tmp["WAVES"],
     accum_offset=(gc["COMPUTE_PGM_RSRC3"].decode(rsrc3)["ACCUM_OFFSET"] + 1) * 4 if gfx9 else 0)
 
-def apertures(r: DispatchRegs) -> tuple[int, int]:
+@functools.lru_cache(maxsize=64)
+def apertures(arch: str, sh_mem_bases: int) -> tuple[int, int]:
   """The high dwords of the shared (LDS) and private apertures of the flat address space: SH_MEM_BASES's
   SHARED_BASE and PRIVATE_BASE are address bits 63:48 (amdkfd's MAKE_LDS_APP_BASE_V9 shifts by 48), each aperture 4 GiB."""
-  return _apertures(r.arch, r.sh_mem_bases)
-
-@functools.lru_cache(maxsize=64)
-def _apertures(arch: str, sh_mem_bases: int) -> tuple[int, int]:
   f = _gc(arch)["SH_MEM_BASES"].decode(sh_mem_bases)
   return f["SHARED_BASE"] << 16, f["PRIVATE_BASE"] << 16
 
@@ -397,7 +394,7 @@ def dispatch_slices(mem: GPUMemory, regs: DispatchRegs, *, max_instructions: int
     prog = program_for(mem, regs.arch, regs.pgm_addr, st.L, fl.accum_offset)
     st.pc_base = regs.pgm_addr
     st.scratch_base = regs.scratch_base
-    st.apertures = apertures(regs)
+    st.apertures = apertures(regs.arch, regs.sh_mem_bases)
     yield from _run_batches(st, fl, regs, prog, max_instructions, slice_s)
     return DispatchResult(True, None, None, st.count)
   except EmuFault as e:
