@@ -194,6 +194,7 @@ class Graph:
     checks = self.checks
     for name, v in inputs.items():  # checked before a ticket is taken: a refused replay leaves no hole in the timeline
       for check in checks[name]: check(v)
+    self._check_alive(inputs)
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
       for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signal
@@ -230,6 +231,16 @@ class Graph:
       ring.push(words)
     self.last = value
     return value
+
+  def _check_alive(self, inputs: dict) -> None:
+    """Every buffer the replay would touch is still allocated: those recorded in the graph, the inputs given, and
+    those kept from the last replay (the GPU would otherwise write memory that may belong to someone else by now)."""
+    for b in self.static_buffers:
+      if b._root().freed: raise RawGPUError(f"{self.dev}: graph replay: {b}, recorded in the graph, was freed; free a graph's buffers after its last replay")
+    for name, v in (self.cur | inputs).items():
+      if isinstance(v, Buffer) and v._root().freed:
+        kept = "" if name in inputs else ", kept from the last replay,"
+        raise RawGPUError(f"{self.dev}: graph replay: input {name!r}{kept} is {v}, which was freed; give a live buffer")
 
   def _input_checks(self, name: str) -> list:
     """What a value of input `name` must pass before anything is written (kernel arguments check in their writer)."""

@@ -56,3 +56,48 @@ def firmware_dir():
   d = find_firmware()
   if d is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
   return d
+
+
+# Every device hcq's end-to-end suites run on: both interfaces, both RDNA boards, and MI300X (gfx942), whose AM support
+# is in progress (drivers/emu/amd/MI300.md) and opens with RAWGPU_AM_IN_PROGRESS=1; an MI300 device is an XCC of the
+# board (a CPX partition), so XCC 5 too.
+HCQ_TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ("gfx1100", "gfx1201", "gfx942")]
+HCQ_TARGETS += ["MOCKPCI:5+AMD::gfx942", "MOCKKFD:5+AMD::gfx942"]
+
+
+def need_firmware() -> None:
+  """Skips where the firmware is absent; else points RAWGPU_FIRMWARE_DIR at it for the boards tests open."""
+  fw = find_firmware()
+  if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
+  os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
+
+
+def open_hcq_target(spec: str):
+  """Open `spec` for a module of tests (skips where the firmware is absent); yields the Device, closes it after."""
+  need_firmware()
+  from rawgpu.hcq.device import Device
+  mp = pytest.MonkeyPatch()
+  if spec.endswith("gfx942"): mp.setenv("RAWGPU_AM_IN_PROGRESS", "1")
+  d = Device(spec)
+  yield d
+  d.close()
+  mp.undo()
+
+
+# Pairs of devices for peer-to-peer: MOCKKFD boards of one arch share a machine (one /dev/kfd); a mixed pair needs the
+# PCI bus that MOCKPCI has; the last pair is XCCs 0 and 1 of one MI300X
+HCQ_PAIRS = [("MOCKPCI", "gfx1100", "gfx1100"), ("MOCKPCI", "gfx1201", "gfx1201"), ("MOCKPCI", "gfx1100", "gfx1201"),
+             ("MOCKKFD", "gfx1100", "gfx1100"), ("MOCKKFD", "gfx1201", "gfx1201"), ("MOCKPCI", "gfx942", "gfx942")]
+
+
+def open_hcq_pair(iface: str, a_arch: str, b_arch: str):
+  """Two distinct devices: boards 0 and 1 of one arch, or board 0 of each arch (MI300: XCCs 0 and 1); yields (a, b)."""
+  need_firmware()
+  from rawgpu.hcq.device import Device
+  mp = pytest.MonkeyPatch()
+  if a_arch == "gfx942": mp.setenv("RAWGPU_AM_IN_PROGRESS", "1")
+  b = Device(f"{iface}:{1 if a_arch == b_arch else 0}+AMD::{b_arch}")   # the higher index first: MOCKKFD sizes its machine by it
+  a = Device(f"{iface}:0+AMD::{a_arch}")
+  yield a, b
+  b.close(); a.close()
+  mp.undo()

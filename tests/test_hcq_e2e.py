@@ -1,5 +1,4 @@
 """The hcq suite end to end on the emulated boards: the real AM driver boots MOCKPCI with the real firmware."""
-import os
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -8,25 +7,11 @@ from rawgpu.errors import RawGPUError
 from rawgpu.hcq.graph import Graph
 from rawgpu.hcq.patch import Var
 
-ARCHS = ["gfx1100", "gfx1201"]
-# MI300X (gfx942): AM's support is in progress (drivers/emu/amd/MI300.md), opened with RAWGPU_AM_IN_PROGRESS=1
-TARGETS = [f"{iface}+AMD::{arch}" for iface in ("MOCKPCI", "MOCKKFD") for arch in ARCHS + ["gfx942"]]
-TARGETS += ["MOCKPCI:5+AMD::gfx942", "MOCKKFD:5+AMD::gfx942"]   # an MI300 device is an XCC of the board (a CPX partition): XCC 5
+from conftest import HCQ_TARGETS, open_hcq_target
 
 
-@pytest.fixture(scope="module", params=TARGETS)
-def dev(request):
-  from conftest import find_firmware
-  fw = find_firmware()
-  if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
-  os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
-  from rawgpu.hcq.device import Device
-  mp = pytest.MonkeyPatch()
-  if request.param.endswith("gfx942"): mp.setenv("RAWGPU_AM_IN_PROGRESS", "1")
-  d = Device(request.param)
-  yield d
-  d.close()
-  mp.undo()
+@pytest.fixture(scope="module", params=HCQ_TARGETS)
+def dev(request): yield from open_hcq_target(request.param)
 
 
 def prog(dev, name, kernel=None):
@@ -174,6 +159,27 @@ def test_graph_replay_with_new_inputs(dev):
   with pytest.raises(RawGPUError, match="was freed"): g.replay(a=gone)
   dev.synchronize()  # the refused replays took no timeline ticket
 
+
+def test_graph_replay_refuses_buffers_freed_since_it_was_recorded(dev):
+  """A buffer recorded in the graph, or an input kept from the last replay (or given again), that was freed since is
+  a clear error before anything is queued: the GPU would write memory that may be someone else's by then."""
+  fill, copy = prog(dev, "fill"), prog(dev, "copy", "copy_u32")
+  a, b, c = dev.alloc(64), dev.alloc(64), dev.alloc(64)
+  g = Graph(dev)
+  x = g.input("x")
+  g.exec(fill, x, 5, 16, local_size=16)
+  g.exec(copy, x, b, 16, local_size=16)   # b: recorded in the graph
+  dev.wait_timeline(g.replay(x=a))
+  assert list(b.numpy(np.uint32)) == [5] * 16
+  before = dev.timeline_value
+  a.free()
+  with pytest.raises(RawGPUError, match=r"input 'x', kept from the last replay, is <Buffer .*which was freed"): g.replay()
+  with pytest.raises(RawGPUError, match=r"input 'x' is <Buffer .*which was freed"): g.replay(x=a)
+  dev.wait_timeline(g.replay(x=c))   # a live buffer: it runs
+  b.free()
+  with pytest.raises(RawGPUError, match=r"<Buffer .*recorded in the graph, was freed"): g.replay(x=c)
+  assert dev.timeline_value == before + 1   # only the replay that ran took a ticket
+  assert list(c.numpy(np.uint32)) == [5] * 16
 
 def test_graph_scalar_inputs_are_packed_as_each_site_takes_them(dev):
   """A scalar input fills every argument that takes it, each as a launch would pack it: the same uint in two fills

@@ -2,37 +2,16 @@
 BAR0 bus address) and host memory into a board's page tables, the bus routes the DMA, hcq copies and waits across.
 The same between two XCCs of one MI300X (each a device, a CPX partition): they share the board's page tables, so a
 peer's memory is local there; hcq's rules (map before use, free waits for the peer) are the same."""
-import os
 import numpy as np
 import pytest
 from rawgpu import kernels
 from rawgpu.errors import RawGPUError
 
-# MOCKKFD boards of one arch share a machine (one /dev/kfd); a mixed pair needs the PCI bus that MOCKPCI has
-PAIRS = [("MOCKPCI", "gfx1100", "gfx1100"), ("MOCKPCI", "gfx1201", "gfx1201"), ("MOCKPCI", "gfx1100", "gfx1201"),
-         ("MOCKKFD", "gfx1100", "gfx1100"), ("MOCKKFD", "gfx1201", "gfx1201"), ("MOCKPCI", "gfx942", "gfx942")]   # the last: XCCs 0 and 1
+from conftest import HCQ_PAIRS, need_firmware, open_hcq_pair
 
 
-def _firmware():
-  from conftest import find_firmware
-  fw = find_firmware()
-  if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
-  os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
-
-
-@pytest.fixture(scope="module", params=PAIRS, ids=lambda p: "-".join(p))
-def pair(request):
-  _firmware()
-  from rawgpu.hcq.device import Device
-  iface, a_arch, b_arch = request.param
-  mp = pytest.MonkeyPatch()
-  if a_arch == "gfx942": mp.setenv("RAWGPU_AM_IN_PROGRESS", "1")
-  # two distinct boards: indices 0 and 1 of one arch, or board 0 of each arch for the mixed pair (MI300: XCCs 0 and 1)
-  b = Device(f"{iface}:{1 if a_arch == b_arch else 0}+AMD::{b_arch}")   # the higher index first: MOCKKFD sizes its machine by it
-  a = Device(f"{iface}:0+AMD::{a_arch}")
-  yield a, b
-  b.close(); a.close()
-  mp.undo()
+@pytest.fixture(scope="module", params=HCQ_PAIRS, ids=lambda p: "-".join(p))
+def pair(request): yield from open_hcq_pair(*request.param)
 
 
 def one_board(a, b) -> bool:
@@ -167,7 +146,7 @@ def test_unmapped_peer_buffer_is_refused(pair):
 
 
 # MOCKKFD boards are large-BAR; two XCCs of one board reach each other's VRAM without the bus
-@pytest.mark.parametrize("pair", [p for p in PAIRS if p[0] == "MOCKPCI" and p[1] != "gfx942"], indirect=True, ids=lambda p: "-".join(p))
+@pytest.mark.parametrize("pair", [p for p in HCQ_PAIRS if p[0] == "MOCKPCI" and p[1] != "gfx942"], indirect=True, ids=lambda p: "-".join(p))
 def test_peer_vram_beyond_bar_is_refused(pair):
   from rawgpu.drivers.iface import Mem
   a, b = pair
@@ -227,7 +206,7 @@ def test_bus_routes_only_memory_bar_ranges():
 
 def test_unmapped_peer_access_faults_on_the_gpu():
   """A copy engine given a peer's VA without the mapping takes a GPU page fault at that VA (raised, device reopenable)."""
-  _firmware()
+  need_firmware()
   from rawgpu.errors import DeviceFault
   from rawgpu.hcq.device import Device
   a, b = Device("MOCKPCI:2+AMD::gfx1100"), Device("MOCKPCI:3+AMD::gfx1100")
@@ -240,7 +219,7 @@ def test_unmapped_peer_access_faults_on_the_gpu():
 
 
 def test_closing_the_owner_unmaps_from_peers():
-  _firmware()
+  need_firmware()
   from rawgpu.hcq.device import Device
   a, b = Device("MOCKPCI:2+AMD::gfx1100"), Device("MOCKPCI:3+AMD::gfx1100")
   try:
@@ -253,7 +232,7 @@ def test_closing_the_owner_unmaps_from_peers():
 
 
 def test_kernel_reads_peer_vram():
-  _firmware()
+  need_firmware()
   from rawgpu.hcq.device import Device
   a, b = Device("MOCKPCI:2+AMD::gfx1100"), Device("MOCKPCI:3+AMD::gfx1100")
   try:
@@ -270,7 +249,7 @@ def test_kernel_reads_peer_vram():
 def test_copy_benchmark_p2p_case(monkeypatch):
   """The copy benchmark's p2p case measures a checked peer copy with two boards, and skips saying why with one.
   Boards 2 and 3: the module's pairs may still hold boards 0 and 1."""
-  _firmware()
+  need_firmware()
   from rawgpu.tools.bench import core
   from rawgpu.tools.bench.core import run
   figs = {f.case.split()[0]: f for f in run(["copy"], "MOCKPCI:2+AMD::gfx1100", True)}
