@@ -50,12 +50,16 @@ def find_firmware(version: str | None = None) -> str | None:
   return "/lib/firmware/amdgpu" if version is None and os.path.isdir("/lib/firmware/amdgpu") else None
 
 
-@pytest.fixture
-def firmware_dir():
-  """Skips (with the reason) where the real firmware is not fetched; CI fetches it with .ci/fetch-firmware."""
+def firmware_or_skip() -> str:
+  """The firmware directory; skips (with the reason) where the real firmware is not fetched (CI fetches it with
+  .ci/fetch-firmware)."""
   d = find_firmware()
   if d is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
   return d
+
+
+@pytest.fixture
+def firmware_dir(): return firmware_or_skip()
 
 
 # Every device hcq's end-to-end suites run on: both interfaces, both RDNA boards, and MI300X (gfx942), whose AM support
@@ -67,9 +71,7 @@ HCQ_TARGETS += ["MOCKPCI:5+AMD::gfx942", "MOCKKFD:5+AMD::gfx942"]
 
 def need_firmware() -> None:
   """Skips where the firmware is absent; else points RAWGPU_FIRMWARE_DIR at it for the boards tests open."""
-  fw = find_firmware()
-  if fw is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
-  os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
+  os.environ.setdefault("RAWGPU_FIRMWARE_DIR", firmware_or_skip())
 
 
 def open_hcq_target(spec: str):

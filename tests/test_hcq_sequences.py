@@ -67,6 +67,7 @@ def machine(*devs):
       if o is d: return
       if on_gpu: d.compute_queue().wait(o.timeline, o.timeline_gpu(o.timeline_value - 1)).submit(d)
       else: o.synchronize()
+
     def _span(self, data, t: Tracked, align: int = 1, most: int | None = None) -> tuple[int, int]:
       """An (offset, size) inside t in bytes: multiples of align, size > 0 and at most `most` units of align."""
       n = len(t.want) // align
@@ -178,23 +179,17 @@ def machine(*devs):
       if not self._has(4 * n, 3): return
       x, y = self._two(data, 4 * n)
       z = data.draw(st.sampled_from([t for t in self.live if len(t.want) >= 4 * n and t is not x and t is not y]))
-      views = {}
-      for name, t in (("x", x), ("y", y), ("z", z)):
-        off = 4 * data.draw(st.integers(0, len(t.want) // 4 - n))
-        views[name] = (t, off)
-      bufs = {k: t.buf.view(off, 4 * n) for k, (t, off) in views.items()}
+      at = {name: (t, 4 * data.draw(st.integers(0, len(t.want) // 4 - n))) for name, t in (("x", x), ("y", y), ("z", z))}
       self._after_others(d, x, y, z)
       values = [(value - i) & 0xffffffff for i in range(times)]
+      bufs = {name: t.buf.view(off, 4 * n) for name, (t, off) in at.items()}   # the same views each time: unchanged inputs
       for v in values: g.replay(v=v, **bufs)
-      (tx, ox), (ty, oy), (tz, oz) = views["x"], views["y"], views["z"]
-      filled = np.full(n, values[-1], np.uint32).tobytes()   # the last replay's
-      if shape.startswith("fill"):
-        tx.want[ox:ox + 4 * n] = filled
-        ty.want[oy:oy + 4 * n] = filled
-        tz.want[oz:oz + 4 * n] = filled
-      else:
-        ty.want[oy:oy + 4 * n] = tx.want[ox:ox + 4 * n]
-        tz.want[oz:oz + 4 * n] = filled
+      last = np.full(n, values[-1], np.uint32).tobytes()   # what the last replay filled
+      tx, ox = at["x"]
+      wrote = dict(x=last, y=last, z=last) if shape.startswith("fill") else dict(y=bytes(tx.want[ox:ox + 4 * n]), z=last)
+      for name, b in wrote.items():
+        t, off = at[name]
+        t.want[off:off + 4 * n] = b
 
     @precondition(lambda self: self.live)
     @rule(data=st.data(), again=st.booleans(), seed=st.integers(0, 2**32 - 1))
