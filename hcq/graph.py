@@ -52,10 +52,10 @@ class Graph:
 
   def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), dynamic_lds: int = 0) -> "Graph":
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
-    from rawgpu.hcq.amd.program import _dims
+    from rawgpu.hcq.amd.program import launch_dims
     if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
     self.nodes.append(("exec", len(self.launches)))
-    self.launches.append((prg, args, _dims(global_size), _dims(local_size)))
+    self.launches.append((prg, args, *launch_dims(global_size, local_size)))
     return self
 
   def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None, *, on: "Device | None" = None) -> "Graph":

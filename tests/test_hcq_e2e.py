@@ -275,6 +275,11 @@ def test_wrong_arguments_are_clear_errors(dev):
   with pytest.raises(RawGPUError, match="argument #3 \\(uint\\) is an integer .*got the float 3.0"): vadd(buf, buf, buf, 3.0)
   with pytest.raises(RawGPUError, match="does not fit argument #0 \\(float\\)"): prog(dev, "saxpy")(1e300, buf, buf, 1)
   with pytest.raises(RawGPUError, match="launch dimensions"): vadd(buf, buf, buf, 1, global_size=0)
+  with pytest.raises(RawGPUError, match="4294967296 work-items along x"): vadd(buf, buf, buf, 1, global_size=1 << 24, local_size=256)
+  with pytest.raises(RawGPUError, match="work-items along y"): vadd(buf, buf, buf, 1, global_size=(1, 1 << 32))
+  from rawgpu.hcq.graph import Graph
+  with pytest.raises(RawGPUError, match="work-items along z"): Graph(dev).exec(vadd, buf, buf, buf, 1, global_size=(1, 1, 1 << 31), local_size=(1, 1, 2))
+  Graph(dev).exec(vadd, buf, buf, buf, 1, global_size=(1 << 31) - 1, local_size=2)   # 2^32 - 2 work-items: recorded (not run)
   with pytest.raises(RawGPUError, match=r"argument #3 \(uint\) \(by_value, 4 bytes\) cannot take str"): vadd(buf, buf, buf, "3")
   gone = dev.alloc(64)
   gone.free()

@@ -162,7 +162,7 @@ class AMDProgram:
 
   def _launch_setup(self, global_size, local_size, timing: bool | str) -> "_Launch":
     """Once per launch shape: the queue template, its patch slots and the kernarg image with the hidden arguments."""
-    g, l = _dims(global_size), _dims(local_size)
+    g, l = launch_dims(global_size, local_size)
     check_launch(self.kernel, l, self.limits)
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
     self._pack_hidden(memoryview(img), g, l)
@@ -279,3 +279,18 @@ def _dims(d) -> tuple[int, int, int]:
   t = (d,) if isinstance(d, int) else tuple(d)
   if not 1 <= len(t) <= 3 or any(not isinstance(x, int) or x < 1 for x in t): raise RawGPUError(f"launch dimensions must be 1 to 3 positive ints, got {d!r}")
   return (t + (1, 1))[:3]  # type: ignore[return-value]
+
+
+GRID_MAX = (1 << 32) - 1   # work-items per dimension: the AQL dispatch packet's grid_size_x/y/z are 32-bit
+
+
+def launch_dims(global_size, local_size) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+  """(workgroups, work-items per workgroup) per dimension, refused where the grid would not fit the dispatch: the
+  dispatch packet and the kernel's own global-id arithmetic count work-items in 32 bits (as HIP refuses such a
+  launch), and DISPATCH_DIRECT counts workgroups in 32 bits."""
+  g, l = _dims(global_size), _dims(local_size)
+  for axis, gn, ln in zip("xyz", g, l):
+    if gn * ln > GRID_MAX:
+      raise RawGPUError(f"launch of {g} workgroups of {l}: {gn} x {ln} = {gn * ln} work-items along {axis}, more than the "
+                        f"{GRID_MAX} a dispatch can count; split the launch or use another dimension")
+  return g, l
