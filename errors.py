@@ -38,6 +38,11 @@ class CodeObjectError(RawGPUError):
   """A malformed, truncated or wrong-target kernel binary."""
 
 
+class OutOfMemory(RawGPUError, MemoryError):
+  """No room for an allocation (VRAM, host memory or GPU virtual address space); a MemoryError too, so a caching
+  allocator that frees and retries on MemoryError works unchanged."""
+
+
 class DeviceTimeout(RawGPUError, TimeoutError):
   """The device made no progress within the timeout."""
 

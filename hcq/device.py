@@ -1,8 +1,9 @@
 """Device: an opened GPU with its memory, rings, timeline, and the vendor's queues and programs."""
 from __future__ import annotations
+import errno
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
-from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, RawGPUError
+from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, OutOfMemory, RawGPUError
 from rawgpu.hcq.buffer import Buffer
 from rawgpu.hcq.ring import Ring
 from rawgpu.hcq.signal import SIGNAL_SIZE, Signal
@@ -66,7 +67,11 @@ class Device:
   # ---- memory
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
     if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
-    return Buffer(self, self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access or host), 0, size)
+    try: mem = self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access or host)
+    except (MemoryError, OSError) as e:   # every interface's "no room" (AM's allocators, KFD's ENOMEM) is one error
+      if isinstance(e, OSError) and e.errno != errno.ENOMEM: raise
+      raise OutOfMemory(f"{self}: cannot allocate {size} bytes of {'host memory' if host else 'VRAM'}: {e}; free buffers or ask for less") from e
+    return Buffer(self, mem, 0, size)
 
   def new_signal(self, name: str = "signal") -> Signal:
     if not self._free_signals:

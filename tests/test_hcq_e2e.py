@@ -1,4 +1,5 @@
 """The hcq suite end to end on the emulated boards: the real AM driver boots MOCKPCI with the real firmware."""
+import re
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -277,7 +278,6 @@ def test_wrong_arguments_are_clear_errors(dev):
   with pytest.raises(RawGPUError, match="launch dimensions"): vadd(buf, buf, buf, 1, global_size=0)
   with pytest.raises(RawGPUError, match="4294967296 work-items along x"): vadd(buf, buf, buf, 1, global_size=1 << 24, local_size=256)
   with pytest.raises(RawGPUError, match="work-items along y"): vadd(buf, buf, buf, 1, global_size=(1, 1 << 32))
-  from rawgpu.hcq.graph import Graph
   with pytest.raises(RawGPUError, match="work-items along z"): Graph(dev).exec(vadd, buf, buf, buf, 1, global_size=(1, 1, 1 << 31), local_size=(1, 1, 2))
   Graph(dev).exec(vadd, buf, buf, buf, 1, global_size=(1 << 31) - 1, local_size=2)   # 2^32 - 2 work-items: recorded (not run)
   with pytest.raises(RawGPUError, match=r"argument #3 \(uint\) \(by_value, 4 bytes\) cannot take str"): vadd(buf, buf, buf, "3")
@@ -285,6 +285,19 @@ def test_wrong_arguments_are_clear_errors(dev):
   gone.free()
   with pytest.raises(RawGPUError, match="was freed"): vadd(buf, gone, buf, 1)
   dev.synchronize()  # nothing was submitted by the failed launches: the timeline has no holes
+
+
+def test_out_of_memory_is_one_clear_error_and_loses_nothing(dev):
+  from rawgpu.errors import OutOfMemory
+  keep = dev.alloc(4096).copyin(np.arange(1024, dtype=np.uint32))
+  for what, size, kw in (("VRAM", 2 * dev.props.vram_size, {}), ("host memory", 1 << 46, {"host": True}), ("VRAM", 1 << 50, {})):
+    with pytest.raises(OutOfMemory, match=f"{re.escape(str(dev))}: cannot allocate {size} bytes of {what}: .*; free buffers or ask for less") as e:
+      dev.alloc(size, **kw)
+    assert isinstance(e.value, MemoryError)   # what a caching allocator catches to free and retry
+  again = dev.alloc(1 << 20)   # the failed attempts gave back what they had taken
+  again.copyin(np.full(1 << 18, 3, np.uint32))
+  assert np.array_equal(keep.numpy(np.uint32), np.arange(1024, dtype=np.uint32)) and again.numpy(np.uint32)[-1] == 3
+  again.free()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
 from rawgpu.drivers.kfd import topology
 from rawgpu.drivers.kfd.sizes import PAGE, QueueSizes, align, queue_sizes
 from rawgpu.drivers.system import SYSTEM, System
-from rawgpu.errors import DeviceFault, DeviceNotFound, IoctlError, PermissionProblem, RawGPUError
+from rawgpu.errors import DeviceFault, DeviceNotFound, IoctlError, OutOfMemory, PermissionProblem, RawGPUError
 
 KFD_PATH = "/dev/kfd"
 SUPPORTED_GFX = (11, 12)             # hcq's PM4/SDMA encoders cover RDNA3 and RDNA4
@@ -37,7 +37,7 @@ class VARange:
       if a + size <= s + z:
         self.free[i:i + 1] = [p for p in ((s, a - s), (a + size, s + z - a - size)) if p[1]]
         return a
-    raise RawGPUError(f"GPU virtual address space exhausted ({size:#x} bytes asked)")
+    raise OutOfMemory(f"GPU virtual address space exhausted ({size:#x} bytes asked)")
 
   def release(self, va: int, size: int) -> None:
     self.free.append((va, size)); self.free.sort()
@@ -209,7 +209,7 @@ class KFDIface(PeerMaps):
       if va is None: self.va.release(gva, size)
       if e.errno_ == errno.ENOMEM:
         what = "system memory (GTT)" if host else "VRAM"
-        raise IoctlError(e.name, e.errno_, f"out of {what} on {self.node.pci_bus}: {size:#x} bytes asked; free buffers or use smaller ones") from e
+        raise IoctlError(e.name, e.errno_, f"out of {what} on {self.node.pci_bus}: {size:#x} bytes asked") from e
       raise
     handle = a.handle
     cpu_view = None
