@@ -112,3 +112,9 @@ def _bytes_of(obj, what: str, writable: bool = False) -> memoryview:
     mv = memoryview(mv.tobytes())
   if writable and mv.readonly: raise RawGPUError(f"{what}: {type(obj).__name__} is read-only; pass a bytearray, a writable memoryview or a numpy array")
   return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+def check_copy_size(size) -> int:
+  """A copy's byte count as given by a caller: an int of 0 or more."""
+  if not isinstance(size, int) or size < 0: raise RawGPUError(f"a copy takes a size of 0 or more bytes, not {size!r}")
+  return size

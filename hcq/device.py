@@ -4,7 +4,7 @@ import errno
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
 from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, OutOfMemory, RawGPUError
-from rawgpu.hcq.buffer import Buffer
+from rawgpu.hcq.buffer import Buffer, check_copy_size
 from rawgpu.hcq.ring import Ring
 from rawgpu.hcq.signal import SIGNAL_SIZE, Signal
 
@@ -179,7 +179,10 @@ class Device:
   # ---- copies (vendor engines do the work)
   def copyin(self, dst: Buffer, src: memoryview) -> None: self.backend.copyin(dst, src)
   def copyout(self, dst: memoryview, src: Buffer) -> None: self.backend.copyout(dst, src)
-  def transfer(self, dst: Buffer, src: Buffer, size: int | None = None) -> None: self.backend.transfer(dst, src, src.size if size is None else size)
+  def transfer(self, dst: Buffer, src: Buffer, size: int | None = None) -> None:
+    """Copy size bytes (default: all of src) from src to dst on this device's copy engine; 0 bytes is nothing to do."""
+    n = src.size if size is None else check_copy_size(size)
+    if n: self.backend.transfer(dst, src, n)
 
   # ---- programs and queues
   def program(self, code: bytes, name: str | None = None): return self.backend.program(code, name)

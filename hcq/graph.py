@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
-from rawgpu.hcq.buffer import Buffer
+from rawgpu.hcq.buffer import Buffer, check_copy_size
 from rawgpu.hcq.patch import Var
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
@@ -65,9 +65,9 @@ class Graph:
     if not all(isinstance(b, (Buffer, Input)) for b in (dst, src)): raise RawGPUError("graph copies take Buffers or graph inputs")
     sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]
     if size is None and len(sizes) < 2: raise RawGPUError("a graph copy with an input needs its size")
-    n = min(sizes) if size is None else size
+    n = min(sizes) if size is None else check_copy_size(size)
     if sizes and n > min(sizes): raise RawGPUError(f"graph copy of {n} bytes does not fit a {min(sizes)}-byte buffer")
-    self.nodes.append(("copy", (dst, src, n, on or self.dev)))
+    if n: self.nodes.append(("copy", (dst, src, n, on or self.dev)))   # 0 bytes: nothing to copy or order
     return self
 
   def wait(self, signal, value: int | Input, *, on: "Device | None" = None) -> "Graph":

@@ -67,6 +67,7 @@ class HWQueue:
       if cur.get(name) == v: continue
       sl = slots.get(name)
       if sl is None: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
+      if not isinstance(v, int) or not 0 <= v < 1 << 64: raise RawGPUError(f"patch slot {name!r} takes an int in 0..2^64-1, not {v!r}")
       for idx, shift in sl: words[idx] = (v >> shift) & 0xffffffff
       cur[name] = v
 

@@ -300,6 +300,27 @@ def test_out_of_memory_is_one_clear_error_and_loses_nothing(dev):
   again.free()
 
 
+def test_copy_sizes_and_signal_values_are_checked_not_cut(dev):
+  a, b = dev.alloc(64).copyin(np.arange(16, dtype=np.uint32)), dev.alloc(64)
+  ticket = dev.timeline_value
+  with pytest.raises(RawGPUError, match="size of 0 or more bytes, not -4"): dev.transfer(b, a, -4)
+  with pytest.raises(RawGPUError, match="size of 0 or more bytes, not -1"): Graph(dev).copy(b, a, -1)
+  dev.transfer(b, a, 0)                        # nothing to copy: nothing queued
+  assert Graph(dev).copy(b, a, 0).nodes == []
+  assert dev.timeline_value == ticket
+  sig = dev.new_signal("checked")
+  with pytest.raises(RawGPUError, match=r"compute queue wait takes an int in 0..2\^64-1, not -1"): dev.compute_queue().wait(sig, -1)
+  with pytest.raises(RawGPUError, match="compute queue signal takes"): dev.compute_queue().signal(sig, 1 << 64)
+  with pytest.raises(RawGPUError, match="FENCE writes 32 bits"): dev.copy_queue().signal(sig, 1 << 32)
+  with pytest.raises(RawGPUError, match="patch slot 'v' takes an int"): dev.compute_queue().signal(sig, Var("v")).submit(dev, {"v": -1})
+  dev.copy_queue().signal(sig, (1 << 32) - 1).submit(dev)   # the largest the copy engine writes, written whole
+  sig.wait((1 << 32) - 1, 5000)
+  dev.compute_queue().signal(sig, Var("v")).submit(dev, {"v": 1 << 40})
+  sig.wait(1 << 40, 5000)
+  assert sig.value == 1 << 40
+  dev.synchronize()
+
+
 @pytest.fixture
 def spare_dev(dev):
   """A second board of the same kind, for tests that break their device on purpose."""

@@ -24,6 +24,14 @@ KERNARG_ADDRESS_AT = hsa.hsa_kernel_dispatch_packet_t.kernarg_address.offset   #
 def _split(v: int) -> tuple[int, int]: return v & 0xffffffff, v >> 32
 
 
+def _value(v: int | Var, bits: int, what: str) -> int | Var:
+  """A signal value or wait reference given now (a patch slot's is checked when patched): an int the engine's field
+  holds, refused rather than cut to its low bits."""
+  if isinstance(v, Var): return v
+  if not isinstance(v, int) or not 0 <= v < 1 << bits: raise RawGPUError(f"{what} takes an int in 0..2^{bits}-1, not {v!r}")
+  return v
+
+
 class AMDComputeQueue(HWQueue):
   engine = "compute"
 
@@ -34,12 +42,12 @@ class AMDComputeQueue(HWQueue):
   def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Stall the queue until signal >= value (the engine compares the low 32 bits)."""
     _reachable(self.be, signal)
-    return self._add(pm4.wait_reg_mem, signal.va, ref=value, function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
+    return self._add(pm4.wait_reg_mem, signal.va, ref=_value(value, 64, 'a compute queue wait'), function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
     _reachable(self.be, signal)
-    return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
+    return self._add(pm4.release_mem, signal.va, value=_value(value, 64, 'a compute queue signal'), data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDComputeQueue":
     """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address)."""
@@ -116,12 +124,13 @@ class AMDCopyQueue(HWQueue):
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
     v = self.be.sdma_version
-    self._add(sdma.fence, signal.va, value=value & 0xffffffff if isinstance(value, int) else value, version=v)
+    value = _value(value, 32, "a copy queue signal (the engine's FENCE writes 32 bits; signal larger values from the compute queue)")
+    self._add(sdma.fence, signal.va, value=value, version=v)
     return self._add(sdma.trap, version=v)
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.poll_regmem, signal.va, ref=value, function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
+    return self._add(sdma.poll_regmem, signal.va, ref=_value(value, 64, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
     """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address)."""
