@@ -166,6 +166,11 @@ def test_decode_pm4_text_and_binary(tmp_path, capsys):
   assert "TRUNCATED" in capsys.readouterr().out
   assert cli.main(["decode", "pm4", str(tmp_path / "missing")]) == 1
   assert "cannot read" in capsys.readouterr().err
+  (tmp_path / "empty.bin").write_bytes(b"")
+  (tmp_path / "blank.txt").write_text("\n  \n")
+  for stream, f in (("pm4", "empty.bin"), ("sdma", "blank.txt"), ("isa", "empty.bin")):   # said nothing and exited 0
+    assert cli.main(["decode", stream, str(tmp_path / f), "--arch", "gfx1100"]) == 1
+    assert f"{f} is empty: nothing to decode" in capsys.readouterr().err
 
 
 def test_decode_sdma(tmp_path, capsys):
