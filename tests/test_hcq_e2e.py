@@ -311,13 +311,15 @@ def test_copy_sizes_and_signal_values_are_checked_not_cut(dev):
   sig = dev.new_signal("checked")
   with pytest.raises(RawGPUError, match=r"compute queue wait takes an int in 0..2\^64-1, not -1"): dev.compute_queue().wait(sig, -1)
   with pytest.raises(RawGPUError, match="compute queue signal takes"): dev.compute_queue().signal(sig, 1 << 64)
-  with pytest.raises(RawGPUError, match="FENCE writes 32 bits"): dev.copy_queue().signal(sig, 1 << 32)
+  with pytest.raises(RawGPUError, match="copy queue signal takes"): dev.copy_queue().signal(sig, 1 << 64)
   with pytest.raises(RawGPUError, match="patch slot 'v' takes an int"): dev.compute_queue().signal(sig, Var("v")).submit(dev, {"v": -1})
-  dev.copy_queue().signal(sig, (1 << 32) - 1).submit(dev)   # the largest the copy engine writes, written whole
-  sig.wait((1 << 32) - 1, 5000)
-  dev.compute_queue().signal(sig, Var("v")).submit(dev, {"v": 1 << 40})
-  sig.wait(1 << 40, 5000)
-  assert sig.value == 1 << 40
+  steps = ((dev.copy_queue, (1 << 32) - 1, True), (dev.copy_queue, 3 << 32, False), (dev.copy_queue, 5 << 32 | 7, True),
+           (dev.compute_queue, 1 << 40, True), (dev.copy_queue, (1 << 64) - 1, True))
+  for queue, v, patched in steps:   # rising values, each whole (the copy engine's in two FENCEs when they need it)
+    if patched: queue().signal(sig, Var("v")).submit(dev, {"v": v})
+    else: queue().signal(sig, v).submit(dev)
+    sig.wait(v, 5000)
+    assert sig.value == v
   dev.synchronize()
 
 

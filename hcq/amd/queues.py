@@ -122,10 +122,17 @@ class AMDCopyQueue(HWQueue):
     return self._add(sdma.copy_linear, dst=dst, src=src, nbytes=size, version=self.be.sdma_version)  # addresses may be Vars
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
+    """Once the copies before have finished, set signal = value and interrupt the host. FENCE writes 32 bits: a
+    value of 2^32 or more (or a 64-bit patch slot) gets a second FENCE with the high dword after the low one, as
+    amdgpu writes its 64-bit SDMA fences. Both land after the work is done; a reader between them sees the new
+    low dword under the old high one, never more than the new value."""
     from rawgpu.hcq.amd import sdma
     v = self.be.sdma_version
-    value = _value(value, 32, "a copy queue signal (the engine's FENCE writes 32 bits; signal larger values from the compute queue)")
+    value = _value(value, 64, "a copy queue signal")
     self._add(sdma.fence, signal.va, value=value, version=v)
+    wide = value.width == 64 if isinstance(value, Var) else value >> 32 != 0
+    if wide:
+      self._add(lambda value: sdma.fence(signal.va + 4, value >> 32, version=v), value=value)
     return self._add(sdma.trap, version=v)
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
