@@ -29,6 +29,12 @@ if TYPE_CHECKING: from rawgpu.hcq.device import Device
 SYNC_LIMIT = 1 << 31   # graph-private signal values stay below this (the engines compare 32 bits)
 
 
+def _counter(name: str) -> Var:
+  """A timeline or graph-sync value's patch slot: such values stay below 2^32 (TIMELINE_LIMIT, SYNC_LIMIT), so one
+  dword, and one FENCE where the copy engine signals it."""
+  return Var(name, 32)
+
+
 @dataclass(frozen=True)
 class Input:
   name: str
@@ -120,14 +126,14 @@ class Graph:
       self._emit(kind, what, q, view, sizes, offs)
       if timed: q.timestamp(Var(f"ts{i}:end"))
     cur = self._switch(cur, cur if cur.be.dev is self.dev else self.cq)
-    cur.timestamp(Var("ts_end")).signal(self.dev.timeline, Var("timeline"))
+    cur.timestamp(Var("ts_end")).signal(self.dev.timeline, _counter("timeline"))
     self.tickets = {self.dev: (self.first_engine, cur.engine)}   # device -> (engine its share starts on, engine that signals its ticket)
     if len(self.devices) > 1:   # every other device signals its ticket once the graph's device says the chain is done
       self.nsync += 1
-      cur.signal(self.sync, Var(f"sync{self.nsync}"))
+      cur.signal(self.sync, _counter(f"sync{self.nsync}"))
       for d in self.devices[1:]:
         q = last_q[d]
-        q.wait(self.sync, Var(f"sync{self.nsync}")).signal(d.timeline, Var(f"timeline@{id(d)}"))
+        q.wait(self.sync, _counter(f"sync{self.nsync}")).signal(d.timeline, _counter(f"timeline@{id(d)}"))
         self.tickets[d] = (next(x for x in queues if x.be.dev is d).engine, q.engine)
     for q in self.queues.values():
       if q.engine == "compute" and q._build: q.bind(q.be.dev)   # the copy engine has no indirect buffers here: its words go to its ring
@@ -174,8 +180,8 @@ class Graph:
     """Where the chain moves from queue cur to q: q waits for the value cur writes to the graph's signal."""
     if q is not cur:
       self.nsync += 1
-      cur.signal(self.sync, Var(f"sync{self.nsync}"))
-      q.wait(self.sync, Var(f"sync{self.nsync}"))
+      cur.signal(self.sync, _counter(f"sync{self.nsync}"))
+      q.wait(self.sync, _counter(f"sync{self.nsync}"))
     return q
 
   def _copy_var(self, b, off: int, n: int, dev: "Device"):

@@ -643,6 +643,10 @@ def test_graph_orders_kernels_and_copies_across_queues(dev):
   for f in (1.0, 2.5, -3.0):
     dev.wait_timeline(g.replay(v=int(np.float32(f).view(np.uint32))))
     assert np.all(c.numpy(np.float32) == np.float32(2 * f)) and np.all(b.numpy(np.float32) == np.float32(f))
+  from rawgpu.hcq.amd.sdma import decode_sdma
+  copy_q = next(q for (_d, engine), q in g.queues.items() if engine == "sdma")
+  names = [p.name for p in decode_sdma(list(copy_q.words()), dev.backend.sdma_version)]
+  assert names.count("FENCE") == names.count("TRAP") == 1   # its sync value fits a dword: one FENCE, not two
 
 
 def test_shader_trap_is_a_device_fault_naming_the_pc(spare_dev, tmp_path):
