@@ -85,6 +85,32 @@ def test_gpu_sees_cpu_writes(board):
   finally: it.close()
 
 
+def test_an_alloc_that_cannot_map_gives_back_its_memory(board):
+  """No VRAM page for a page table in the middle of an allocation: the VRAM or host pages it took and its VA are
+  given back (a caching allocator frees and retries on MemoryError; a leak here would shrink the board each time)."""
+  from rawgpu.drivers.am import mm
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    d = it.dev
+    def state(): return list(d.visible.free_list), list(mm.VA.free_list), vb.host.size - vb.host.next + sum(n for _, n in vb.host.free_list)
+    take, failed = d.pt._alloc, 0
+    def no_page() -> int: raise MemoryError("no VRAM page for a page table")
+    for host in (False, True):
+      for _ in range(600):   # 4 KiB allocations until one needs a new table (a new 2 MiB range of VA)
+        before = state()
+        d.pt._alloc = no_page
+        try: it.alloc(mm.PAGE, host=host)
+        except MemoryError:
+          failed += 1
+          assert state() == before
+          break
+        finally: d.pt._alloc = take
+      else: pytest.fail("600 allocations never needed a new page table")
+    assert failed == 2 and it.alloc(mm.PAGE).va   # and the board allocates again
+  finally: it.close()
+
+
 def test_fault_on_an_unmapped_address(board):
   vb, bus, b = board
   it = AMIface(bus, vb.system, **FAST)

@@ -100,3 +100,18 @@ def test_huge_page_after_small_pages_at_the_same_va():
   assert hub.page(0, va + 0x5000, False) == (0, (3 << 21) + 0x5000)
   with pytest.raises(RawGPUError): pt.map(va + 0x1000, [(0, mm.PAGE)])  # covered by the huge page now
   b.close()
+
+
+def test_a_mapping_that_runs_out_of_table_pages_leaves_no_entry():
+  """Page-table pages come from VRAM: when one cannot be had half way through a mapping, the entries written so far
+  are cleared (they would otherwise point at memory the failed allocation gives back)."""
+  vram = bytearray(1 << 20)
+  pages = iter(range(0, 4 * mm.PAGE, mm.PAGE))         # the root and the three tables down to va's 4 KiB pages
+  def take() -> int:
+    try: return next(pages)
+    except StopIteration: raise MemoryError("no page for a page table") from None
+  pt = mm.PageTables(lambda p, s: memoryview(vram)[p:p + s], take, lambda p: None, mm.PTEFlags())
+  va = mm.VA_BASE + (1 << 30) - 0x3000                # three 4 KiB pages below a 1 GiB boundary, then more above
+  with pytest.raises(MemoryError): pt.map(va, [(64 << 20, 0x3000 + (1 << 30))])   # above the boundary: a new table
+  assert all(pt.translate(va + k * mm.PAGE) is None for k in range(3))
+  assert pt.translate(va + 0x3000) is None

@@ -60,6 +60,7 @@ class AMIface(PeerMaps):
     if size <= 0: raise RawGPUError(f"alloc of {size} bytes: the size must be positive")
     size = mm.round_up(size, HUGE if size >= HUGE else mm.PAGE)
     va = mm.VA.alloc(size, HUGE if size >= HUGE else mm.PAGE)
+    hm = paddr = None
     try:
       if host:
         hm = d.pci.alloc_host(size)
@@ -70,7 +71,9 @@ class AMIface(PeerMaps):
         m = d.pt.map(va, [(paddr + d.gmc.vram_base_offset, size)], uncached=uncached)
         cpu = d.vram_bar.view(paddr, size) if paddr + size <= d.bar_size else None
         meta = ("vram", paddr, m)
-    except BaseException:
+    except BaseException:   # e.g. no VRAM left for a page table: give back what was taken (map undid its entries)
+      if hm is not None: d.system.free_host(hm.view)
+      if paddr is not None: d.pfree(paddr)
       mm.VA.free(va)
       raise
     d.gmc.flush_tlb()

@@ -137,6 +137,13 @@ class PageTables:
 
   def map(self, va: int, chunks: list[tuple[int, int]], *, system: bool = False, snooped: bool = False, uncached: bool = False) -> Mapping:
     m = Mapping(va, sum(s for _, s in chunks), chunks, system)
+    try: self._map_chunks(m, va, chunks, system, snooped, uncached)
+    except BaseException:   # no page left for a table, or a clash: no entry of the failed mapping stays
+      self.unmap(m)
+      raise
+    return m
+
+  def _map_chunks(self, m: Mapping, va: int, chunks: list[tuple[int, int]], system: bool, snooped: bool, uncached: bool) -> None:
     cur = va
     for addr, size in chunks:
       off = 0
@@ -161,7 +168,6 @@ class PageTables:
         m.ptes += [(table, idx + k) for k in range(n)]
         m.huge |= lvl != LEVELS - 1
         cur, off = cur + n * step, off + n * step
-    return m
 
   def unmap(self, m: Mapping) -> None:
     ents, cur = None, None
