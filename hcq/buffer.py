@@ -75,6 +75,7 @@ class Buffer:
     """Direct CPU access to host (or CPU-visible) memory, NOT ordered with queued GPU work: for flags and mailboxes
     the GPU polls while it runs. Use copyin/copyout for ordered copies."""
     self._check_alive()
+    self.dev.check_open()
     if self.mem.cpu is None: raise RawGPUError(f"{self.dev}: buffer at {self.va:#x} is not CPU-visible")
     return self.mem.cpu.view(self.offset, self.size).cast("B")
 

@@ -65,7 +65,12 @@ class Device:
     return f"{p.iface}+{p.vendor}:{p.arch}@{p.pci_bus}" + (f"/xcc{p.xcc}" if p.xcc is not None else "")
 
   # ---- memory
+  def check_open(self) -> None:
+    """Refuse work for a closed device: its rings, memory and mappings are gone (the board may be someone else's)."""
+    if self.closed: raise RawGPUError(f"{self}: the device is closed; open it again")
+
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
+    self.check_open()
     if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
     try: mem = self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access or host)
     except (MemoryError, OSError) as e:   # every interface's "no room" (AM's allocators, KFD's ENOMEM) is one error
@@ -74,6 +79,7 @@ class Device:
     return Buffer(self, mem, 0, size)
 
   def new_signal(self, name: str = "signal") -> Signal:
+    self.check_open()
     if not self._free_signals:
       mem = self.iface.alloc(4096, host=True, uncached=True)
       self._signal_pages.append(mem)
@@ -94,6 +100,7 @@ class Device:
   def map(self, obj: Buffer | Signal) -> None:
     """Make a buffer or signal of another device reachable by this device's engines and kernels at its own VA
     (peer VRAM over the PCI bus, host memory at its bus addresses). Idempotent; freeing the buffer unmaps it."""
+    self.check_open()
     if obj.dev is self: return
     if not hasattr(self.iface, "map_peer") or type(obj.dev.iface) is not type(self.iface):
       raise RawGPUError(f"{self}: cannot map memory of {obj.dev}: peer mappings need both devices on the same interface (PCI or KFD, or their MOCK twins)")
@@ -107,6 +114,7 @@ class Device:
 
   # ---- engines
   def ring(self, engine: str) -> Ring:
+    self.check_open()
     if (r := self._rings.get(engine)) is None:
       hw = self.iface.create_ring(engine, RING_SIZE[engine])
       r = self._rings[engine] = Ring(hw, self.iface.sleep, self.iface.check_faults, f"{self} {engine} ring")
@@ -120,6 +128,7 @@ class Device:
     engines and the timeline only moves forward. engine=None: the caller orders its work itself (any engine after it
     then waits for it).
     Before the GPU value would reach the engines' 32-bit limit, everything is drained and the GPU value restarts."""
+    self.check_open()
     if self.timeline_value - self.timeline_base >= TIMELINE_LIMIT - 1:
       self.synchronize()
       self.timeline.value, self.timeline_base = 0, self.timeline_value - 1
@@ -146,6 +155,10 @@ class Device:
     if ticket <= self.timeline_base: return
     ticket = min(ticket, self.timeline_value - 1)   # a ticket of another device's timeline (a peer's use) never exceeds ours
     if self.timeline.value >= ticket - self.timeline_base: return   # done (before any fault): nothing to wait for
+    self.check_open()
+    self._wait_ticket(ticket, timeout_ms)
+
+  def _wait_ticket(self, ticket: int, timeout_ms: float) -> None:
     if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
     try: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
     except (DeviceFault, DeviceNotFound) as e:
@@ -177,21 +190,23 @@ class Device:
     return out
 
   # ---- copies (vendor engines do the work)
-  def copyin(self, dst: Buffer, src: memoryview) -> None: self.backend.copyin(dst, src)
-  def copyout(self, dst: memoryview, src: Buffer) -> None: self.backend.copyout(dst, src)
+  def copyin(self, dst: Buffer, src: memoryview) -> None: self.check_open(); self.backend.copyin(dst, src)
+  def copyout(self, dst: memoryview, src: Buffer) -> None: self.check_open(); self.backend.copyout(dst, src)
   def transfer(self, dst: Buffer, src: Buffer, size: int | None = None) -> None:
     """Copy size bytes (default: all of src) from src to dst on this device's copy engine; 0 bytes is nothing to do."""
+    self.check_open()
     n = src.size if size is None else check_copy_size(size)
     if n: self.backend.transfer(dst, src, n)
 
   # ---- programs and queues
-  def program(self, code: bytes, name: str | None = None): return self.backend.program(code, name)
-  def compute_queue(self): return self.backend.compute_queue()
-  def copy_queue(self): return self.backend.copy_queue()
+  def program(self, code: bytes, name: str | None = None): self.check_open(); return self.backend.program(code, name)
+  def compute_queue(self): self.check_open(); return self.backend.compute_queue()
+  def copy_queue(self): self.check_open(); return self.backend.copy_queue()
 
   def recover(self) -> None:
     """After a fault: restart the queues in place (the work queued on them is dropped) and fast-forward the
     timeline, so the process can go on without reopening the device."""
+    self.check_open()
     if not self.faulted: return
     reset = getattr(self.iface, "reset_ring", None)
     if reset is None: raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")
@@ -207,7 +222,8 @@ class Device:
     if self.closed: return
     self.closed = True
     try:
-      if not self.faulted: self.synchronize(timeout_ms=500 if self.stalled else 10_000)
+      if not self.faulted and self.timeline.value < (last := self.timeline_value - 1) - self.timeline_base:
+        self._wait_ticket(last, 500 if self.stalled else 10_000)   # drain (the public waits refuse a closed device)
     except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
     finally: self.iface.close()
 

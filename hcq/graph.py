@@ -191,6 +191,7 @@ class Graph:
 
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
+    self.dev.check_open()
     if self.ka is None: self._build()
     names, dev = self.names, self.dev
     if len(self.cur) < len(names) and (missing := names - inputs.keys() - self.cur.keys()):

@@ -1,5 +1,6 @@
 """The hcq suite end to end on the emulated boards: the real AM driver boots MOCKPCI with the real firmware."""
 import re
+import time
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -330,6 +331,26 @@ def spare_dev(dev):
   d = Device(f"{dev.props.iface}:1+AMD::{dev.props.arch}")
   yield d
   d.close()
+
+
+def test_a_closed_device_refuses_work_at_once(spare_dev):
+  """After close its rings and memory are gone: each use says so at once (they used to hang for the 10 s timeout,
+  or map into page tables that were no longer the device's)."""
+  d = spare_dev
+  fill = prog(d, "fill")
+  a = d.alloc(4096)
+  g = Graph(d)
+  g.exec(fill, a, 1, 1)
+  fill(a, 7, 1, wait=True)
+  d.close()
+  d.close()   # a second close does nothing
+  t0 = time.monotonic()
+  for use in (lambda: d.alloc(64), lambda: fill(a, 1, 1), lambda: a.numpy(), lambda: a.copyin(b"1234"), g.replay,
+              lambda: d.transfer(a, a), d.new_signal, d.compute_queue, d.copy_queue, lambda: d.program(b"")):
+    with pytest.raises(RawGPUError, match=f"{re.escape(str(d))}: the device is closed; open it again"): use()
+  assert time.monotonic() - t0 < 2
+  d.synchronize()   # nothing left to wait for: not an error
+  a.free()
 
 
 def test_page_fault_is_reported_then_reopen_recovers(spare_dev):

@@ -203,6 +203,7 @@ class AMDProgram:
       prg, args = self.with_lds_args(args, dynamic_lds)
       return prg(*args, global_size=global_size, local_size=local_size, wait=wait, timing=timing)
     dev = self.dev
+    if dev.closed: dev.check_open()
     prof = dev._profiler
     key = (global_size, local_size, "profile" if prof is not None else timing)
     try: ln = self._templates[key]
