@@ -80,6 +80,8 @@ class Buffer:
     return self.mem.cpu.view(self.offset, self.size).cast("B")
 
   def numpy(self, dtype=np.uint8) -> np.ndarray:
+    """A copy of the buffer as a 1-D array of dtype."""
+    if self.size % (n := np.dtype(dtype).itemsize): raise RawGPUError(f"{self} is not a whole number of {np.dtype(dtype)} ({n} bytes each); take a view of a multiple of {n} bytes")
     return np.frombuffer(self.copyout(), dtype=dtype)
 
   def _check_alive(self) -> None:

@@ -333,6 +333,12 @@ def spare_dev(dev):
   d.close()
 
 
+def test_numpy_of_a_size_that_is_not_whole_elements_is_refused(dev):
+  b = dev.alloc(64).copyin(np.arange(16, dtype=np.uint32))
+  with pytest.raises(RawGPUError, match=r"is not a whole number of uint32 \(4 bytes each\)"): b.view(0, 6).numpy(np.uint32)
+  assert list(b.view(4, 8).numpy(np.uint32)) == [1, 2]
+
+
 def test_a_closed_device_refuses_work_at_once(spare_dev):
   """After close its rings and memory are gone: each use says so at once (they used to hang for the 10 s timeout,
   or map into page tables that were no longer the device's)."""
