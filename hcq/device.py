@@ -194,7 +194,6 @@ class Device:
   def copyout(self, dst: memoryview, src: Buffer) -> None: self.check_open(); self.backend.copyout(dst, src)
   def transfer(self, dst: Buffer, src: Buffer, size: int | None = None) -> None:
     """Copy size bytes (default: all of src) from src to dst on this device's copy engine; 0 bytes is nothing to do."""
-    self.check_open()
     n = src.size if size is None else check_copy_size(size)
     if n: self.backend.transfer(dst, src, n)
 
@@ -222,8 +221,7 @@ class Device:
     if self.closed: return
     self.closed = True
     try:
-      if not self.faulted and self.timeline.value < (last := self.timeline_value - 1) - self.timeline_base:
-        self._wait_ticket(last, 500 if self.stalled else 10_000)   # drain (the public waits refuse a closed device)
+      if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else 10_000)   # drain: the public waits refuse a closed device
     except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
     finally: self.iface.close()
 

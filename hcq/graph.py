@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
 from rawgpu.hcq.buffer import Buffer, check_copy_size
-from rawgpu.hcq.patch import Var
+from rawgpu.hcq.patch import Var, check_u64
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
@@ -259,7 +259,7 @@ class Graph:
       out.append(copied)
     if name in self.value_sites:
       def signal_value(v):
-        if not isinstance(v, int) or not 0 <= v < 1 << 64: raise RawGPUError(f"graph input {name!r} is a signal value: give an int in 0..2^64-1, not {v!r}")
+        check_u64(v, f"graph input {name!r} (a signal value)")
       out.append(signal_value)
     return out
 

@@ -10,6 +10,13 @@ from typing import Callable
 from rawgpu.errors import RawGPUError
 
 
+def check_u64(v, what: str) -> int:
+  """A value for a 64-bit field (a signal value, a wait reference, a patch slot): refused rather than cut to its low
+  bits."""
+  if not isinstance(v, int) or not 0 <= v < 1 << 64: raise RawGPUError(f"{what} takes an int in 0..2^64-1, not {v!r}")
+  return v
+
+
 @dataclass(frozen=True)
 class Var:
   name: str

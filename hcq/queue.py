@@ -4,7 +4,7 @@ import functools, struct
 from array import array
 from typing import TYPE_CHECKING, Callable
 from rawgpu.errors import RawGPUError
-from rawgpu.hcq.patch import locate
+from rawgpu.hcq.patch import check_u64, locate
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
@@ -67,7 +67,7 @@ class HWQueue:
       if cur.get(name) == v: continue
       sl = slots.get(name)
       if sl is None: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
-      if not isinstance(v, int) or not 0 <= v < 1 << 64: raise RawGPUError(f"patch slot {name!r} takes an int in 0..2^64-1, not {v!r}")
+      check_u64(v, f"patch slot {name!r}")
       for idx, shift in sl: words[idx] = (v >> shift) & 0xffffffff
       cur[name] = v
 

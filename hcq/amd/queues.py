@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rawgpu.autogen.amd import hsa
 from rawgpu.errors import RawGPUError
 from rawgpu.hcq.amd import pm4
-from rawgpu.hcq.patch import Var
+from rawgpu.hcq.patch import Var, check_u64
 from rawgpu.hcq.queue import HWQueue
 from rawgpu.hcq.signal import Signal
 
@@ -24,12 +24,9 @@ KERNARG_ADDRESS_AT = hsa.hsa_kernel_dispatch_packet_t.kernarg_address.offset   #
 def _split(v: int) -> tuple[int, int]: return v & 0xffffffff, v >> 32
 
 
-def _value(v: int | Var, bits: int, what: str) -> int | Var:
-  """A signal value or wait reference given now (a patch slot's is checked when patched): an int the engine's field
-  holds, refused rather than cut to its low bits."""
-  if isinstance(v, Var): return v
-  if not isinstance(v, int) or not 0 <= v < 1 << bits: raise RawGPUError(f"{what} takes an int in 0..2^{bits}-1, not {v!r}")
-  return v
+def _value(v: int | Var, what: str) -> int | Var:
+  """A signal value or wait reference given now; a patch slot's is checked when it is patched."""
+  return v if isinstance(v, Var) else check_u64(v, what)
 
 
 class AMDComputeQueue(HWQueue):
@@ -42,12 +39,12 @@ class AMDComputeQueue(HWQueue):
   def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Stall the queue until signal >= value (the engine compares the low 32 bits)."""
     _reachable(self.be, signal)
-    return self._add(pm4.wait_reg_mem, signal.va, ref=_value(value, 64, 'a compute queue wait'), function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
+    return self._add(pm4.wait_reg_mem, signal.va, ref=_value(value, 'a compute queue wait'), function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
     _reachable(self.be, signal)
-    return self._add(pm4.release_mem, signal.va, value=_value(value, 64, 'a compute queue signal'), data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
+    return self._add(pm4.release_mem, signal.va, value=_value(value, 'a compute queue signal'), data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDComputeQueue":
     """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address)."""
@@ -128,7 +125,7 @@ class AMDCopyQueue(HWQueue):
     low dword under the old high one, never more than the new value."""
     from rawgpu.hcq.amd import sdma
     v = self.be.sdma_version
-    value = _value(value, 64, "a copy queue signal")
+    value = _value(value, "a copy queue signal")
     self._add(sdma.fence, signal.va, value=value, version=v)
     wide = value.width == 64 if isinstance(value, Var) else value >> 32 != 0
     if wide:
@@ -137,7 +134,7 @@ class AMDCopyQueue(HWQueue):
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.poll_regmem, signal.va, ref=_value(value, 64, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
+    return self._add(sdma.poll_regmem, signal.va, ref=_value(value, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
     """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address)."""
