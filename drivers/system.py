@@ -4,7 +4,7 @@ Emulated devices plug in by mounting a provider at a path prefix (a sysfs device
 provider answers for every path below it. Nothing else is patched. `System()` alone is the real operating system.
 """
 from __future__ import annotations
-import ctypes, fcntl, mmap, os, select, struct
+import ctypes, fcntl, mmap, os, select, struct, weakref
 from typing import Protocol
 from rawgpu.drivers.mmio import MMIO, MemMMIO
 from rawgpu.errors import PermissionProblem, RawGPUError
@@ -12,6 +12,7 @@ from rawgpu.errors import PermissionProblem, RawGPUError
 PAGE = 4096
 HUGE_PAGE = 2 << 20
 MAP_HUGETLB = getattr(mmap, "MAP_HUGETLB", 0x40000)  # asm-generic/mman-common.h (x86, arm64)
+MAP_FIXED = 0x10                                      # asm-generic/mman-common.h
 _libc = None
 
 
@@ -28,6 +29,7 @@ class VFile(Protocol):
   def ioctl(self, request: int, buf) -> int: ...
   def mmap(self, size: int, offset: int) -> MMIO: ...
   def close(self) -> None: ...
+  # optional: `munmap(m)` where a mapping holds something (a BO) that System.munmap must give back
 
 
 class Provider(Protocol):
@@ -51,6 +53,7 @@ class System:
   def __init__(self):
     self.mounts: dict[str, Provider] = {}
     self.vfds: dict[int, VFile] = {}
+    self._vmaps: weakref.WeakKeyDictionary[MMIO, VFile] = weakref.WeakKeyDictionary()   # emulated mapping -> its file
     self.host_memory: HostMemory | None = None
     self.lock_dir: str | None = None  # where device owner locks live (None: the system temp dir)
 
@@ -94,10 +97,24 @@ class System:
     return fcntl.ioctl(fd, request, buf, True)
 
   def mmap(self, fd: int, size: int, offset: int = 0) -> MMIO:
-    if (vf := self.vfds.get(fd)) is not None: return vf.mmap(size, offset)
+    if (vf := self.vfds.get(fd)) is not None:
+      m = vf.mmap(size, offset)
+      self._vmaps[m] = vf
+      return m
     if offset >= 1 << 63: return _mmap_signed_offset(fd, size, offset)
     m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
     return MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
+
+  def munmap(self, m: MMIO) -> None:
+    """End a mapping `mmap` made, so the file stops holding what it maps (amdgpu keeps a freed BO's memory while a
+    CPU mapping of it lives). Python views of it may outlive this call: the range becomes private zero pages rather
+    than going away, so a stale view reads zeros, never memory handed out again, and never faults; the pages go
+    when the last view does."""
+    if (vf := self._vmaps.pop(m, None)) is not None:
+      if (unmap := getattr(vf, "munmap", None)) is not None: unmap(m)
+      return
+    if not isinstance(m, MemMMIO) or m.addr is None: raise RawGPUError("munmap of a view that System.mmap did not make")
+    _libc_mmap(m.addr, m.size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED | getattr(mmap, "MAP_NORESERVE", 0), -1, 0)
 
   def flock(self, fd: int, exclusive: bool = True, blocking: bool = False) -> None:
     if (vf := self.vfds.get(fd)) is not None:
@@ -197,12 +214,18 @@ class System:
 def _mmap_signed_offset(fd: int, size: int, offset: int) -> MemMMIO:
   """mmap with an offset of 2^63 or more (KFD encodes doorbell and MMIO pages there): Python's mmap refuses those,
   the kernel takes the 64-bit value as off_t."""
+  addr = _libc_mmap(None, size, mmap.MAP_SHARED, fd, offset - (1 << 64))
+  return MemMMIO((ctypes.c_char * size).from_address(addr), addr)
+
+
+def _libc_mmap(addr: int | None, size: int, flags: int, fd: int, offset: int) -> int:
+  """libc's mmap (read-write), for what Python's mmap cannot do: 64-bit offsets, MAP_FIXED."""
   libc = _c()
   libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
-  addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, offset - (1 << 64))
-  if addr in (None, ctypes.c_void_p(-1).value):
-    raise OSError(ctypes.get_errno(), f"mmap of {size:#x} bytes at offset {offset:#x} failed: {os.strerror(ctypes.get_errno())}")
-  return MemMMIO((ctypes.c_char * size).from_address(addr), addr)
+  got = libc.mmap(addr, size, mmap.PROT_READ | mmap.PROT_WRITE, flags, fd, offset)
+  if got in (None, ctypes.c_void_p(-1).value) or (addr is not None and got != addr):
+    raise OSError(ctypes.get_errno(), f"mmap of {size:#x} bytes (fd {fd}, offset {offset & ((1 << 64) - 1):#x}) failed: {os.strerror(ctypes.get_errno())}")
+  return got
 
 
 class DirProvider:

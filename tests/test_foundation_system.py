@@ -2,7 +2,8 @@ import os, pytest
 from rawgpu.drivers import pci
 from rawgpu.drivers.emu.pcibus import Bar, BusError, HostRAM, VirtualBus
 from rawgpu.drivers.system import SYSTEM, DirProvider, System
-from rawgpu.errors import PermissionProblem
+from rawgpu.drivers.mmio import MemMMIO
+from rawgpu.errors import PermissionProblem, RawGPUError
 
 
 def test_mount_routes_and_merges_listdir(tmp_path):
@@ -62,4 +63,27 @@ def test_mmap_offset_beyond_2_63_reaches_the_kernel():
   try:
     m = SYSTEM.mmap(fd, 4096, 3 << 62)
     assert m.size == 4096 and m.addr  # mapped (touching it would SIGBUS: /dev/zero has nothing that far)
+  finally: SYSTEM.close(fd)
+
+
+def _mapped(path: str) -> bool:
+  with open("/proc/self/maps") as f: return any(line.rstrip().endswith(path) for line in f)
+
+
+def test_munmap_drops_the_file_and_leaves_stale_views_harmless(tmp_path):
+  """After munmap the file is no longer mapped (the kernel drops what the mapping held: a BO, here a file), while a
+  view Python still holds reads zeros and its writes reach nothing, rather than faulting."""
+  path = str(tmp_path / "backing")
+  with open(path, "wb") as f: f.write(b"\x5a" * 8192)
+  fd = SYSTEM.open(path, os.O_RDWR)
+  try:
+    m = SYSTEM.mmap(fd, 8192)
+    words = m.cast("I")
+    assert words[0] == 0x5a5a5a5a and _mapped(path)
+    SYSTEM.munmap(m)
+    assert not _mapped(path)
+    assert words[0] == 0 and m.read(4096) == 0
+    words[1] = 7
+    assert SYSTEM.read(fd, 8, 0) == b"\x5a" * 8
+    with pytest.raises(RawGPUError, match="did not make"): SYSTEM.munmap(MemMMIO(bytearray(4096)))
   finally: SYSTEM.close(fd)

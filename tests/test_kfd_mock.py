@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from rawgpu import kernels
 from rawgpu.autogen import kfd as K
-from rawgpu.errors import DeviceFault, IoctlError
+from rawgpu.errors import DeviceFault, IoctlError, RawGPUError
 
 ENOTSUPP = 524   # kernel-internal, what set_queue_properties_from_user returns for an unknown queue type
 PAGE = 4096
@@ -116,7 +116,11 @@ def test_alloc_map_free_and_errnos(raw):
   free0 = g.dev.visible.free_bytes
   raw.io(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle)
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle) == errno.EINVAL
-  assert g.dev.visible.free_bytes == free0 + (1 << 20)   # the VRAM went back
+  # the CPU mapping holds the BO (drm_gem_object_put frees on the last reference); its offset takes no new mapping
+  assert g.dev.visible.free_bytes == free0 and cpu.read(0x100) == 0xdeadbeef
+  with pytest.raises(OSError): raw.s.mmap(raw.drm, 1 << 20, v.mmap_offset)
+  raw.s.munmap(cpu)
+  assert g.dev.visible.free_bytes == free0 + (1 << 20)   # the VRAM went back with the mapping
 
 
 def test_no_acquire_vm_and_bad_drm_fd(system):
@@ -232,6 +236,29 @@ def test_close_releases_everything(system):
   cycle()
   assert held() == before and g.dev.visible.free_bytes == free0
   if not others_open: assert not machine("gfx1100").kernel.processes   # the last /dev/kfd closed: the process is gone
+
+
+def test_free_gives_the_memory_back_at_once(system, monkeypatch):
+  """KFDIface.free ends the CPU mapping it made, so the BO's memory is free when free returns, not when Python
+  collects the last view of it; a mapping made for an allocation that then failed goes the same way."""
+  from rawgpu.drivers.kfd import KFDIface
+  g = gpu_of(system)
+  it = KFDIface(0, system)
+  try:
+    it.alloc(4096); it.alloc(4096, host=True)   # page tables for the VAs below grow here, not in what is measured
+    vram0, host0 = g.dev.visible.free_bytes, g.dev.system.host_memory.free_bytes
+    vram, host = it.alloc(3 << 20), it.alloc(1 << 20, host=True)
+    assert g.dev.visible.free_bytes < vram0 and g.dev.system.host_memory.free_bytes < host0
+    views = [vram.cpu.cast("I"), host.cpu.cast("I")]   # a user's views: they must not keep the memory
+    it.free(vram); it.free(host)
+    assert (g.dev.visible.free_bytes, g.dev.system.host_memory.free_bytes) == (vram0, host0)
+    del views
+    def refuse(ioc, handle): raise RawGPUError("MAP_MEMORY_TO_GPU refused (injected)")
+    monkeypatch.setattr(it, "_gpu_map", refuse)
+    with pytest.raises(RawGPUError, match="injected"): it.alloc(3 << 20)
+    assert g.dev.visible.free_bytes == vram0
+  finally:
+    monkeypatch.undo(); it.close()
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])

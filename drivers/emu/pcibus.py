@@ -72,6 +72,10 @@ class HostRAM:
     assert m.addr is not None
     with self.lock: self.free_list.append((m.addr - self.vbase, m.size))
 
+  @property
+  def free_bytes(self) -> int:
+    with self.lock: return self.size - self.next + sum(sz for _, sz in self.free_list)
+
   def phys(self, vaddr: int) -> int | None:
     off = vaddr - self.vbase
     return self.PHYS_BASE + off if 0 <= off < self.size else None

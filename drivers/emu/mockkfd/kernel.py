@@ -40,6 +40,8 @@ class BO:
   mapping: object = None      # the page-table mapping while mapped
   peers: dict = field(default_factory=dict)   # GPU -> its page-table mapping of this BO (another GPU's memory there)
   queue_refs: int = 0
+  cpu_maps: int = 0          # live CPU mappings through the render node: each holds the BO, as a GEM VMA does
+  freed: bool = False        # its handle is gone (FREE_MEMORY_OF_GPU); the memory goes with the last CPU mapping
 
   @property
   def domain(self) -> int: return self.flags & DOMAIN_FLAGS
@@ -72,6 +74,7 @@ class GPU:
     self.sdma_slots: dict[tuple[int, int], UserQueue] = {}   # by (engine, sdma_queue_id)
     self.sdma_engines = dev.sdma.engines
     self.mmaps: dict[int, BO] = {}
+    self.cpu_views: dict[int, tuple[object, BO]] = {}   # id(view) -> (the view, its BO), for munmap
     self._offsets = itertools.count(1)
     gc = dev.disc.gc_info
     from rawgpu.drivers.am.discovery import compute_units
@@ -117,6 +120,13 @@ class GPU:
     off = next(self._offsets) << 32   # a DRM fake offset per BO (page aligned, unique on this render node)
     self.mmaps[off] = bo
     return off
+
+  def put(self, bo: BO) -> None:
+    """The BO's memory goes back unless a CPU mapping still holds it (drm_gem_object_put: the last reference frees)."""
+    if bo.cpu_maps: return
+    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM: self.dev.pfree(bo.backing)
+    elif bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: self.dev.system.free_host(bo.backing.view)
+    bo.backing = None
 
   # ---- sysfs
   def topology_files(self, prefix: str) -> dict[str, str]:
@@ -295,12 +305,11 @@ class Process:
     del self.bos[a.handle]
 
   def _release(self, bo: BO) -> None:
-    dev = bo.gpu.dev
     for g in list(bo.peers): self._unmap(bo, g)
     if bo.mapping is not None: self._unmap(bo)
-    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM: dev.pfree(bo.backing)
-    elif bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: dev.system.free_host(bo.backing.view)
-    bo.gpu.mmaps.pop(bo.mmap_offset, None)
+    bo.gpu.mmaps.pop(bo.mmap_offset, None)   # drm_vma_node_revoke: no new CPU mapping; the ones made keep the BO
+    bo.freed = True
+    bo.gpu.put(bo)
 
   def _device_ids(self, a) -> list[int]:
     if not a.n_devices: raise fail(errno.EINVAL, "n_devices is 0")
@@ -521,6 +530,11 @@ class Process:
     self.queues.clear()
     for bo in list(self.bos.values()): self._release(bo)
     self.bos.clear()
+    for gpu in self.k.gpus:   # the process's mappings go with it
+      for _, bo in gpu.cpu_views.values():
+        bo.cpu_maps = 0
+        if bo.backing is not None: gpu.put(bo)
+      gpu.cpu_views.clear()
     self.events.clear()
     if self in self.k.processes: self.k.processes.remove(self)
 
@@ -558,8 +572,19 @@ class RenderFile:
   def mmap(self, size: int, offset: int):
     bo = self.gpu.mmaps.get(offset)
     if bo is None or size > align(bo.size, PAGE): raise OSError(errno.EINVAL, f"no BO at mmap offset {offset:#x} of size {size:#x}")
-    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: return bo.backing.view.view(0, size)
-    d = self.gpu.dev
-    if bo.backing + size > d.bar_size: raise OSError(errno.EINVAL, "VRAM BO beyond the CPU-visible BAR")
-    return d.vram_bar.view(bo.backing, size)
+    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: view = bo.backing.view.view(0, size)
+    else:
+      d = self.gpu.dev
+      if bo.backing + size > d.bar_size: raise OSError(errno.EINVAL, "VRAM BO beyond the CPU-visible BAR")
+      view = d.vram_bar.view(bo.backing, size)
+    bo.cpu_maps += 1
+    self.gpu.cpu_views[id(view)] = (view, bo)
+    return view
+  def munmap(self, view) -> None:
+    """The mapping goes; a BO freed meanwhile goes with its last one. (A stale view still aliases the memory here:
+    the kernel's zero-page replacement is rawgpu's System, not the board's.)"""
+    with self.gpu.lock:
+      _, bo = self.gpu.cpu_views.pop(id(view))
+      bo.cpu_maps -= 1
+      if bo.freed: bo.gpu.put(bo)
   def close(self) -> None: pass
