@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 from rawgpu.errors import DeviceTimeout
+from rawgpu.hcq.patch import check_u64
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
@@ -19,7 +20,7 @@ class Signal:
   @property
   def value(self) -> int: return self._q[0]
   @value.setter
-  def value(self, v: int) -> None: self._q[0] = v
+  def value(self, v: int) -> None: self._q[0] = check_u64(v, f"{self.name} value")
   @property
   def timestamp(self) -> int: return self._q[1]
   @property
@@ -28,6 +29,7 @@ class Signal:
   def wait(self, value: int, timeout_ms: float = 10_000) -> None:
     """Wait until value >= `value` (as the GPU compares: 32-bit wrap-safe is the timeline's job). The timeout counts
     from the last change of the signal, so long work that keeps progressing never times out."""
+    check_u64(value, f"a wait on {self.name}")
     if self._q[0] >= value: return
     now = time.monotonic()
     last, deadline, spin_until, check_at = self._q[0], now + timeout_ms / 1000, now + SPIN_S, now

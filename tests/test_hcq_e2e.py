@@ -314,6 +314,8 @@ def test_copy_sizes_and_signal_values_are_checked_not_cut(dev):
   with pytest.raises(RawGPUError, match="compute queue signal takes"): dev.compute_queue().signal(sig, 1 << 64)
   with pytest.raises(RawGPUError, match="copy queue signal takes"): dev.copy_queue().signal(sig, 1 << 64)
   with pytest.raises(RawGPUError, match="patch slot 'v' takes an int"): dev.compute_queue().signal(sig, Var("v")).submit(dev, {"v": -1})
+  with pytest.raises(RawGPUError, match=r"checked value takes an int in 0..2\^64-1, not -1"): sig.value = -1
+  with pytest.raises(RawGPUError, match="a wait on checked takes"): sig.wait(1 << 64, 10)
   steps = ((dev.copy_queue, (1 << 32) - 1, True), (dev.copy_queue, 3 << 32, False), (dev.copy_queue, 5 << 32 | 7, True),
            (dev.compute_queue, 1 << 40, True), (dev.copy_queue, (1 << 64) - 1, True))
   for queue, v, patched in steps:   # rising values, each whole (the copy engine's in two FENCEs when they need it)
