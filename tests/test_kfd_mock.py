@@ -19,10 +19,33 @@ def firmware():
   os.environ.setdefault("RAWGPU_FIRMWARE_DIR", fw)
 
 
+MACHINES: dict = {}   # id(System) -> the MockMachine of this module's tests
+
+
 @pytest.fixture(scope="module")
-def system():
-  from rawgpu.drivers.emu.mockkfd import mock_kfd
-  return mock_kfd("gfx1100")
+def own_machine():
+  """A gfx1100 machine of this module's own: a process no other test module shares, so a test may end it."""
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  m = MockMachine("gfx1100", 1)
+  MACHINES[id(m.system)] = m
+  return m
+
+
+@pytest.fixture
+def system(own_machine):
+  exit_process(own_machine)   # each test starts in a process of its own
+  yield own_machine.system
+  exit_process(own_machine)
+
+
+def exit_process(m) -> None:
+  """What this process's exit would do: amdkfd drops the process's state (kfd_process_notifier_release) and its
+  files close; KFDIface's record of them goes with it."""
+  from rawgpu.drivers.kfd import iface
+  for p in list(m.kernel.processes): p.exit()
+  proc = iface._PROCESSES.pop(m.system, None)
+  for fd in ([proc.kfd_fd, *proc.drm.values()] if proc else []):
+    if fd >= 0: m.system.close(fd)
 
 
 VAS: dict[int, int] = {}   # BO handle -> the GPU VA it was allocated at
@@ -32,7 +55,9 @@ def _va(raw, a): return VAS[a.handle]
 
 
 class Raw:
-  """A process talking to the mock through the bare ioctls (what KFDIface would send, or mistakes it never makes)."""
+  """A process talking to the mock through the bare ioctls (what KFDIface would send, or mistakes it never makes).
+  A process acquires a GPU's VM with one render-node file for its whole life (another is EBUSY): start it in a
+  process of its own (the `system` fixture)."""
   def __init__(self, system, acquire=True):
     from rawgpu.drivers.kfd.topology import gpu_nodes
     self.s = system
@@ -72,9 +97,7 @@ def raw(system):
   r.close()
 
 
-def gpu_of(system):
-  from rawgpu.drivers.emu.mockkfd import machine
-  return machine("gfx1100").gpus[0]
+def gpu_of(system): return MACHINES[id(system)].gpus[0]
 
 
 def test_topology_and_ip_discovery_match_the_board(system):
@@ -130,6 +153,28 @@ def test_no_acquire_vm_and_bad_drm_fd(system):
     assert r.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=r.next_va, size=PAGE, gpu_id=r.gpu, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT) == errno.ENODEV
     assert r.errno_of(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=r.kfd, gpu_id=r.gpu) == errno.EINVAL
   finally: r.close()
+
+
+def test_the_process_state_outlives_its_files(system, own_machine):
+  """amdkfd keeps a process's state until the process exits, not until its last /dev/kfd closes: a render-node file
+  opened later cannot take the VM the first one acquired (kfd_ioctl_acquire_vm: EBUSY), so KFDIface keeps its files
+  open and a device opened again works."""
+  from rawgpu.drivers.kfd import KFDIface
+  s, kernel = system, own_machine.kernel
+  first = Raw(s, acquire=False)
+  first.io(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=first.drm, gpu_id=first.gpu)
+  first.close()
+  assert len(kernel.processes) == 1   # every file closed: the state stays
+  later = Raw(s, acquire=False)
+  try: assert later.errno_of(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=later.drm, gpu_id=later.gpu) == errno.EBUSY
+  finally: later.close()
+  kernel.processes[0].exit()   # the process exits: a new one starts clean
+  assert not kernel.processes
+  for _ in range(2):   # KFDIface opened, closed and opened again in one process
+    it = KFDIface(0, s)
+    it.create_ring("compute", 1 << 12); it.alloc(4096)
+    it.close()
+  assert len(kernel.processes) == 1
 
 
 def _queue_bufs(raw, ring_size=PAGE):
@@ -189,9 +234,8 @@ def test_events(raw):
 
 
 def test_hdp_flush_through_the_remapped_page(system):
-  from rawgpu.drivers.emu.mockkfd import machine
   from rawgpu.drivers.kfd import KFDIface
-  board = next(iter(machine("gfx1100").vbus.boards.values()))
+  board = next(iter(MACHINES[id(system)].vbus.boards.values()))
   it = KFDIface(0, system)
   try:
     n = board.nbio.hdp_flushes
@@ -220,11 +264,10 @@ def test_userptr_memory_reaches_the_gpu(dev):
 def test_close_releases_everything(system):
   """What one KFDIface took goes back at close. Other devices of this process may hold queues and memory on the same
   GPU meanwhile (a module-scoped device of another test, under pytest-xdist's ordering): compare with before."""
-  from rawgpu.drivers.emu.mockkfd import machine
   from rawgpu.drivers.kfd import KFDIface
   g = gpu_of(system)
   held = lambda: (set(g.compute_slots), set(g.sdma_slots))
-  before, others_open = held(), bool(machine("gfx1100").kernel.processes)
+  before = held()
   def cycle():
     it = KFDIface(0, system)
     it.alloc(3 << 20); it.alloc(8192, host=True)
@@ -235,7 +278,7 @@ def test_close_releases_everything(system):
   free0 = g.dev.visible.free_bytes
   cycle()
   assert held() == before and g.dev.visible.free_bytes == free0
-  if not others_open: assert not machine("gfx1100").kernel.processes   # the last /dev/kfd closed: the process is gone
+  assert MACHINES[id(system)].kernel.processes   # the process's KFD state stays until it exits
 
 
 def test_free_gives_the_memory_back_at_once(system, monkeypatch):

@@ -49,23 +49,23 @@ class VARange:
 
 
 class _Process:
-  """What amdkfd keeps once per process, however often /dev/kfd is opened: the KFD file, one render-node file per
-  GPU (ACQUIRE_VM with a second one is EBUSY, so it stays open), and the signal-event page (a second one is EINVAL,
-  freeing it EPERM)."""
+  """What amdkfd keeps once per process, however often /dev/kfd is opened, until the process exits (its state hangs
+  on the process's mm, not on the files: a /dev/kfd opened again finds it): the KFD file, one render-node file per GPU
+  (ACQUIRE_VM takes only the file it was first given, EBUSY for another, so it stays open), and the signal-event page
+  (a second one is EINVAL, freeing it EPERM). So these stay open after the last device closes."""
   def __init__(self):
-    self.kfd_fd, self.refs, self.drm, self.event_page = -1, 0, {}, None
+    self.kfd_fd, self.drm, self.event_page = -1, {}, None
     self.va: VARange | None = None   # one GPU address space per process, as ROCr keeps it
 
 
-_PROCESSES: dict[int, _Process] = {}   # id(System) -> its process state
+_PROCESSES: weakref.WeakKeyDictionary[System, _Process] = weakref.WeakKeyDictionary()   # a System's process state
 
 
 class KFDIface(PeerMaps):
   def __init__(self, index: int = 0, system: System = SYSTEM, *, iface_name: str | None = None):
     self.system, self.closed = system, False
     self.kfd_fd = self.drm_fd = -1
-    self.proc = _PROCESSES.setdefault(id(system), _Process())
-    self.proc.refs += 1
+    self.proc = _PROCESSES.setdefault(system, _Process())
     self.gpu_id = 0
     self.mems: list[Mem] = []
     self.queues: list[tuple[int, list[Mem]]] = []
@@ -355,20 +355,16 @@ class KFDIface(PeerMaps):
     for m in reversed(list(self.mems)):
       try: self.free(m)
       except RawGPUError: pass
-    # the render-node file stays open while the process's KFD state lives: amdkfd holds the file ACQUIRE_VM was given
-    # until the process ends, and a later ACQUIRE_VM with a new file of that node is EBUSY (kfd_ioctl_acquire_vm)
+    # the process's files stay open (see _Process): amdkfd keeps their state until the process exits anyway, and a
+    # device opened again needs the render-node file its VM was acquired with (kfd_ioctl_acquire_vm)
+    if self.doorbells is not None: self.system.munmap(self.doorbells)
+    self.doorbells = None
     proc = self.proc
-    proc.refs -= 1
-    if proc.refs == 0:   # the last user: closing /dev/kfd ends the process's KFD state (queues, memory, events)
-      _PROCESSES.pop(id(self.system), None)
-      for fd in proc.drm.values(): _close_fd(self.system, fd)
-      if proc.kfd_fd >= 0: _close_fd(self.system, proc.kfd_fd)
+    if not proc.drm and proc.kfd_fd >= 0:   # no VM was acquired (an open that failed early): nothing needs the file
+      try: self.system.close(proc.kfd_fd)
+      except OSError: pass
+      proc.kfd_fd = -1
     self.drm_fd = self.kfd_fd = -1
-
-
-def _close_fd(system: System, fd: int) -> None:
-  try: system.close(fd)
-  except OSError: pass
 
 
 def _close_ref(ref) -> None:

@@ -191,7 +191,6 @@ class Process:
     self.events: dict[int, Event] = {}
     self.signal_bo: BO | None = None
     self.signal_handle = 0
-    self.files = 0
     kernel.processes.append(self)
 
   # ---- helpers
@@ -524,7 +523,7 @@ class Process:
       return g.dev.mmio.view(F.MMIO_REG_HOLE_OFFSET, PAGE)
     raise fail(errno.EINVAL, f"mmap type {kind} is not emulated")
 
-  def teardown(self) -> None:
+  def exit(self) -> None:
     """Process exit: queues stop, mappings go, memory returns to the kernel."""
     for uq in list(self.queues.values()): self._stop(uq)
     self.queues.clear()
@@ -549,19 +548,16 @@ HANDLERS = {int(K.AMDKFD_IOC_GET_VERSION): Process.get_version, int(K.AMDKFD_IOC
             int(K.AMDKFD_IOC_WAIT_EVENTS): Process.wait_events}
 
 class KFDFile:
-  """An open /dev/kfd. Every open in this (one) process shares the process's KFD state, as kfd_create_process does;
-  the state goes when the last file closes."""
+  """An open /dev/kfd. Every open in this (one) process shares the process's KFD state, as kfd_create_process does.
+  The state outlives the files: amdkfd keys it by the process's mm and frees it when the process exits
+  (kfd_process_notifier_release), so closing the last file ends nothing (Process.exit is the exit)."""
   def __init__(self, kernel: Kernel):
     self.proc = kernel.processes[0] if kernel.processes else Process(kernel)
-    self.proc.files += 1
   def read(self, n: int, offset: int) -> bytes: raise OSError(errno.EINVAL, "read of /dev/kfd")
   def write(self, data: bytes, offset: int) -> int: raise OSError(errno.EINVAL, "write of /dev/kfd")
   def ioctl(self, request: int, buf) -> int: return self.proc.ioctl(int(request), buf)
   def mmap(self, size: int, offset: int): return self.proc.mmap(size, offset)
-  def close(self) -> None:
-    with self.proc.lock:
-      self.proc.files -= 1
-      if self.proc.files == 0: self.proc.teardown()
+  def close(self) -> None: pass
 
 
 class RenderFile:
