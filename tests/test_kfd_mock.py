@@ -300,6 +300,12 @@ def test_free_gives_the_memory_back_at_once(system, monkeypatch):
     monkeypatch.setattr(it, "_gpu_map", refuse)
     with pytest.raises(RawGPUError, match="injected"): it.alloc(3 << 20)
     assert g.dev.visible.free_bytes == vram0
+    monkeypatch.undo()
+    m = it.alloc(4096)
+    def no_munmap(view): raise OSError(errno.ENOMEM, "munmap refused (injected)")
+    monkeypatch.setattr(system, "munmap", no_munmap)
+    with pytest.raises(OSError, match="injected"): it.free(m)   # said, and the BO is freed all the same
+    assert m.meta[0] not in MACHINES[id(system)].kernel.processes[0].bos
   finally:
     monkeypatch.undo(); it.close()
 

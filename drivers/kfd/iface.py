@@ -219,9 +219,11 @@ class KFDIface(PeerMaps):
         cpu_view = self.system.mmap(fd, size, a.mmap_offset)
       if map_gpu: self._gpu_map(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle)
     except BaseException:
-      if cpu_view is not None: self.system.munmap(cpu_view)
-      self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
-      if va is None: self.va.release(gva, size)
+      try:
+        if cpu_view is not None: self.system.munmap(cpu_view)
+      finally:
+        self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
+        if va is None: self.va.release(gva, size)
       raise
     # Mem.size is what was asked (hcq sizes buffers by it); the BO's own size and the CPU mapping made here stay in meta
     mem = Mem(gva, asked, cpu_view, host=host, uncached=bool(flags & F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED),
@@ -254,8 +256,9 @@ class KFDIface(PeerMaps):
       self._forget_peers(mem)   # amdkfd refuses to free a BO still mapped on any GPU (EBUSY)
       if mapped: self._gpu_map(F.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle)
       # a CPU mapping holds the BO: its memory would stay taken after the free until Python dropped every view
-      if cpu_view is not None: self.system.munmap(cpu_view)
-      self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
+      try:
+        if cpu_view is not None: self.system.munmap(cpu_view)
+      finally: self._ioctl(F.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=handle)
     finally:
       if own_va: self.va.release(mem.va, size)
 
