@@ -638,6 +638,30 @@ def test_mockkfd_lists_a_node_per_xcc(mi300_fw):
   finally: a.close(); b.close()
 
 
+def test_mockkfd_xcc_nodes_of_one_board_both_map_a_bo(mi300_fw):
+  """A process maps a BO on two nodes of one MI300 (MAP_MEMORY_TO_GPU on each, as for any peer): the emulated kernel
+  keeps one set of page tables per board, so the second map is counted, not refused as a double mapping, and the
+  node that unmaps it first leaves it mapped for the other."""
+  import numpy as np
+  from rawgpu.drivers.emu.mockkfd import machine
+  from rawgpu.hcq.device import Device
+  m = machine("gfx942", 8)
+  pt = m.gpus[0].dev.pt
+  a, b = Device("MOCKKFD:3+AMD::gfx942"), Device("MOCKKFD:4+AMD::gfx942")
+  try:
+    data = np.arange(1 << 14, dtype=np.uint32)
+    x, y = a.alloc(data.nbytes).copyin(data), b.alloc(data.nbytes)
+    b.map(x)
+    b.transfer(y, x)                                                            # node 4's copy engine reads node 3's BO
+    assert np.array_equal(y.numpy(np.uint32), data)
+    b.iface.unmap_peer(x.mem)
+    assert pt.translate(x.va) is not None                                       # still node 3's
+    assert np.array_equal(x.numpy(np.uint32), data)
+    x.free()
+    assert pt.translate(x.va) is None
+  finally: a.close(); b.close()
+
+
 def test_a_closed_xcc_gives_back_its_memory_and_queues(mi300_fw):
   """A device of one XCC that closes while another of the board stays open frees what it took (its buffers, rings,
   queue descriptors, copy engines): opening and closing it again and again leaves the board's memory as it was, and a

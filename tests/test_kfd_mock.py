@@ -24,9 +24,9 @@ MACHINES: dict = {}   # id(System) -> the MockMachine of this module's tests
 
 @pytest.fixture(scope="module")
 def own_machine():
-  """A gfx1100 machine of this module's own: a process no other test module shares, so a test may end it."""
+  """A gfx1100 machine of this module's own, two boards: a process no other test module shares, so a test may end it."""
   from rawgpu.drivers.emu.mockkfd import MockMachine
-  m = MockMachine("gfx1100", 1)
+  m = MockMachine("gfx1100", 2)
   MACHINES[id(m.system)] = m
   return m
 
@@ -367,6 +367,10 @@ def test_hcq_signal_wait(dev):
 
 
 def test_gpu_wakes_a_sleeping_wait(dev):
+  check_gpu_wakes(dev)
+
+
+def check_gpu_wakes(dev):
   # RELEASE_MEM into the signal event's slot with the event id as interrupt context: the emulated amdkfd's interrupt
   # handler signals the event, and a WAIT_EVENTS on it completes instead of timing out
   from rawgpu.hcq.amd import pm4
@@ -382,6 +386,19 @@ def test_gpu_wakes_a_sleeping_wait(dev):
   assert it.proc.event_page.cpu.cast("Q")[(slot_va - it.proc.event_page.va) // 8] == (1 << 64) - 1   # acknowledged
   w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=1)
   assert w.wait_result == K.KFD_IOC_WAIT_RESULT_TIMEOUT   # auto-reset: consumed by the first wait
+
+
+def test_a_gpu_opened_later_wakes_sleepers_too(system):
+  """The signal-event page is the process's, made with the first GPU it opens; a GPU opened later maps that page in
+  its own VM at the same VA, or its RELEASE_MEM into the page faults and its wake-ups are lost."""
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  devs = [Device(iface=KFDIface(1, system))]
+  try:
+    devs.append(Device(iface=KFDIface(0, system)))
+    for d in reversed(devs): check_gpu_wakes(d)
+  finally:
+    for d in devs: d.close()
 
 
 def test_hcq_vadd_and_copies_match_numpy(dev):

@@ -55,6 +55,7 @@ class _Process:
   (a second one is EINVAL, freeing it EPERM). So these stay open after the last device closes."""
   def __init__(self):
     self.kfd_fd, self.drm, self.event_page = -1, {}, None
+    self.event_page_gpus: set[int] = set()   # the GPUs whose VM maps the event page: each GPU writes its wake-ups there
     self.va: VARange | None = None   # one GPU address space per process, as ROCr keeps it
 
 
@@ -183,6 +184,10 @@ class KFDIface(PeerMaps):
       m = self._alloc(0x8000, F.KFD_IOC_ALLOC_MEM_FLAGS_GTT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED | WRITABLE_EXEC, cpu=True, host=True)
       self.mems.remove(m)
       self.proc.event_page, page = m, m.meta[0]
+      self.proc.event_page_gpus.add(self.gpu_id)
+    elif self.gpu_id not in self.proc.event_page_gpus:   # a later GPU: the page made on the first one, at the same VA
+      self._gpu_map(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, self.proc.event_page.meta[0])
+      self.proc.event_page_gpus.add(self.gpu_id)
     ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page, event_type=F.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
     self.signal_event = ev.event_id
     # where the GPU wakes a sleeping sleep(): write a value != ~0 to this slot, then interrupt with ctxid = event id

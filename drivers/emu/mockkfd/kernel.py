@@ -39,6 +39,7 @@ class BO:
   mmap_offset: int = 0
   mapping: object = None      # the page-table mapping while mapped
   peers: dict = field(default_factory=dict)   # GPU -> its page-table mapping of this BO (another GPU's memory there)
+  tables: dict = field(default_factory=dict)  # board -> (its page-table mapping, the nodes using it): MI300's XCC nodes share one
   queue_refs: int = 0
   cpu_maps: int = 0          # live CPU mappings through the render node: each holds the BO, as a GEM VMA does
   freed: bool = False        # its handle is gone (FREE_MEMORY_OF_GPU); the memory goes with the last CPU mapping
@@ -330,10 +331,17 @@ class Process:
   def _map(self, bo: BO, g: GPU):
     """The BO in g's page tables at its VA. Another GPU (kfd_mem_attach on a peer-accessible device) reaches VRAM
     through the owner's BAR0 as system pages, so only VRAM inside the BAR is peer accessible here (amdgpu would
-    fall back to a DMA-buf through system memory; not modelled), and host pages at their bus addresses."""
+    fall back to a DMA-buf through system memory; not modelled), and host pages at their bus addresses. The nodes of
+    one board (MI300's XCCs) share its page tables here (one VMID for all, see hw.py): a BO a sibling node mapped
+    already is counted, not mapped twice."""
     d, dom, own = g.dev, bo.domain, g is bo.gpu
+    if dom not in (K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) and not own:
+      raise fail(errno.EINVAL, "doorbell and MMIO-remap BOs cannot be mapped on another GPU")
+    if (held := bo.tables.get(d)) is not None:
+      held[1].add(g)
+      return held[0]
     uncached = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED)
-    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and own: m = d.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
+    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and d is bo.gpu.dev: m = d.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
       owner = bo.gpu.dev
       if bo.backing + bo.size > owner.bar_size: raise fail(errno.EINVAL, f"VRAM at {bo.backing:#x} lies beyond {owner.bus}'s BAR: not peer accessible")
@@ -345,17 +353,21 @@ class Process:
         if chunks and chunks[-1][0] + chunks[-1][1] == x: chunks[-1] = (chunks[-1][0], chunks[-1][1] + PAGE)
         else: chunks.append((x, PAGE))
       m = d.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached)
-    elif own: m = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
-    else: raise fail(errno.EINVAL, "doorbell and MMIO-remap BOs cannot be mapped on another GPU")
+    else: m = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
+    bo.tables[d] = (m, {g})
     d.gmc.flush_tlb()
     return m
 
   def _unmap(self, bo: BO, g: GPU | None = None) -> None:
-    """Unmap the BO from g (its own GPU by default)."""
+    """Unmap the BO from g (its own GPU by default); the board's tables keep it while a sibling node still maps it."""
     g = g or bo.gpu
-    m = bo.mapping if g is bo.gpu else bo.peers.pop(g)
-    if not isinstance(m, tuple): g.dev.pt.unmap(m)
     if g is bo.gpu: bo.mapping = None
+    else: del bo.peers[g]
+    m, users = bo.tables[g.dev]
+    users.discard(g)
+    if users: return
+    del bo.tables[g.dev]
+    if not isinstance(m, tuple): g.dev.pt.unmap(m)
     g.dev.gmc.flush_tlb()
 
   def unmap_memory(self, a) -> None:
