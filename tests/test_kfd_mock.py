@@ -501,3 +501,29 @@ def test_peer_mappings_of_a_bo():
   finally:
     for it in (b, a): it.close()
     for g in m.gpus: g.dev.fini()
+
+
+def test_a_small_bar_board_works_without_cpu_views_of_vram():
+  """A board whose BAR is smaller than its VRAM (no Resizable BAR): amdkfd publishes the VRAM as a private heap and
+  refuses host-visible VRAM (EINVAL). hcq's own allocations need none, so kernels and copies run (through the copy
+  engine); asking for a CPU view of VRAM is a clear error, not a bare EINVAL."""
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  m = MockMachine("gfx1100", 1, bar_size=256 << 20)
+  d = Device(iface=KFDIface(0, m.system))
+  try:
+    it = d.iface
+    with pytest.raises(IoctlError) as e:
+      K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU(it.system, it.kfd_fd, va_addr=0x7F20_0000_0000, size=PAGE, gpu_id=it.gpu_id,
+                                       flags=K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC)
+    assert e.value.errno_ == errno.EINVAL
+    assert d.props.bar_size == 0 and d.props.vram_size == m.gpus[0].dev.vram_size
+    with pytest.raises(RawGPUError, match="needs a large BAR"): d.alloc(4096, cpu_access=True)
+    n = 5000
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 0.5, np.float32)
+    A, B, C = d.alloc(4 * n).copyin(a), d.alloc(4 * n).copyin(b), d.alloc(4 * n)
+    assert A.mem.cpu is None
+    d.program(kernels.path("gfx1100", "vadd").read_bytes(), "vadd_f32")(A, B, C, n, global_size=(n + 127) // 128, local_size=128)
+    assert np.array_equal(C.numpy(np.float32), a + b)
+  finally: d.close()

@@ -242,6 +242,10 @@ class KFDIface(PeerMaps):
     if host: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_GTT | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT
     else:
       flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_VRAM
+      if cpu_access and not self.props.bar_size:   # kfd_ioctl_alloc_memory_of_gpu: EINVAL unless kfd_dev_is_large_bar
+        raise RawGPUError(f"{self.props.iface}+AMD {self.node.pci_bus}: VRAM with a CPU view needs a large BAR, and amdkfd publishes this "
+                          "GPU's VRAM as private (its BAR is smaller than VRAM): allocate it without CPU access (copies go through "
+                          "the copy engine) or in host memory, or enable Resizable BAR (Above 4G decoding) in the firmware setup")
       if cpu_access: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC
       if contiguous and self.version[1] >= 16: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_CONTIGUOUS
     if uncached: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED

@@ -31,8 +31,8 @@ class _LockFile:
 
 class MockMachine:
   """A machine with `count` GPU nodes of one arch (a board each; on MI300 a node per XCC of a board), amdgpu loaded
-  (booted) and /dev/kfd present."""
-  def __init__(self, arch: str, count: int):
+  (booted) and /dev/kfd present. `bar_size` makes small-BAR boards (BAR0 smaller than VRAM; default all of it)."""
+  def __init__(self, arch: str, count: int, bar_size: int | None = None):
     from rawgpu.drivers.am.device import AMDevice
     from rawgpu.drivers.emu.amd import AMDBoard
     from rawgpu.drivers.emu.mockkfd.kernel import GPU, Kernel
@@ -45,7 +45,7 @@ class MockMachine:
     # a bus of its own: these boards belong to the emulated kernel, never to a MOCKPCI opener in the same process
     self.vbus = vbus = VirtualBus()
     per = xccs_of(asic(arch).device)
-    buses = [vbus.plug(AMDBoard(arch=arch, host=vbus.host, vram_size=vram_size())) for _ in range(-(-count // per))]
+    buses = [vbus.plug(AMDBoard(arch=arch, host=vbus.host, vram_size=vram_size(), bar0_size=bar_size)) for _ in range(-(-count // per))]
     for bus in buses:   # owner locks of emulated boards are private to this process (a real /tmp file would collide)
       vbus.system.mount(lock_path("am", bus), _LockFile())
     devs = [AMDevice(bus, vbus.system) for bus in buses]

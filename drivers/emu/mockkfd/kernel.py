@@ -270,7 +270,8 @@ class Process:
     if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
       try: bo.backing = dev.valloc_phys(a.size, align=1 << 21 if a.size >= 1 << 21 else PAGE, cpu=bool(flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC))
       except MemoryError as e: raise fail(errno.ENOMEM, str(e)) from None
-      dev.vram(bo.backing, a.size)[:] = bytes(a.size) if bo.backing + a.size <= dev.bar_size else b""
+      # amdgpu gives KFD VRAM uncleared (WIPE_ON_RELEASE wipes it on free): the model zeroes what its BAR reaches
+      if bo.backing + a.size <= dev.bar_size: dev.vram(bo.backing, a.size)[:] = bytes(a.size)
       bo.mmap_offset = g.mmap_offset(bo)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT:
       try: bo.backing = dev.pci.alloc_host(a.size)
