@@ -43,6 +43,8 @@ class FakeKFD:
   """/dev/kfd and /dev/dri: records every ioctl; `fail` maps an ioctl name to the errno it returns."""
   def __init__(self, version=(1, 17), fail=None, fault=None, deny=False):
     self.version, self.fail, self.fault, self.deny = version, dict(fail or {}), fault, deny
+    self.fire: dict[int, dict] = {}   # event id -> the exception data the next WAIT_EVENTS copies out for it (then it is reset)
+    self.waited: list[list[int]] = []   # the event ids of each WAIT_EVENTS
     self.calls, self.args, self.handles, self.events = [], {}, 0, 0
     self.opened, self.closed, self.maps = [], [], []
 
@@ -90,6 +92,11 @@ class FakeFile:
       a.queue_id, a.doorbell_offset = 3, (3 << 62) | (a.gpu_id << 46) | 0x18
     elif name == "AMDKFD_IOC_WAIT_EVENTS":
       data = (K.kfd_event_data * a.num_events).from_address(a.events_ptr)
+      k.waited.append([d.event_id for d in data])
+      for d in data:
+        for field, value in k.fire.pop(d.event_id, {}).items():
+          part = d.hw_exception_data if d.event_id == 3 else d.memory_exception_data   # 3: the HW exception event (third created)
+          setattr(part.failure if field == "imprecise" else part, field, value)
       if k.fault is not None:
         for d in data:
           if d.event_id == 2:   # the memory event (second created)
@@ -266,6 +273,56 @@ def test_fault_event_becomes_device_fault(machine):
     assert w.timeout == 5 and w.num_events == 3 and w.wait_for_all == 0
     with pytest.raises(DeviceFault): it.check_faults()
     assert fake.args["AMDKFD_IOC_WAIT_EVENTS"][-1].timeout == 0
+  finally: it.close()
+
+
+def test_a_fault_check_leaves_the_wake_up_to_the_sleeper(machine):
+  # the signal event resets when a wait returns it: a fault check that waited on it too would take a GPU's wake-up
+  # from the sleep() that follows, which then sleeps its whole timeout
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try:
+    it.sleep(1); it.check_faults()
+    assert fake.waited[-2] == [it.signal_event, it.memory_event, it.hw_event] and fake.waited[-1] == [it.memory_event, it.hw_event]
+  finally: it.close()
+
+
+OTHER_GPU = 0x3c4d
+
+
+@pytest.mark.parametrize("cause, said", [(K.KFD_HW_EXCEPTION_GPU_HANG, "after a hang"), (K.KFD_HW_EXCEPTION_ECC, "after an ECC error")])
+def test_a_reset_of_this_gpu_is_said_and_stays_said(machine, cause, said):
+  """kfd_signal_reset_event sets every HW exception event of the process, naming the GPU reset (its queues and VRAM
+  are gone); a reset of another GPU is not this device's."""
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try:
+    fake.fire[it.hw_event] = {"gpu_id": OTHER_GPU, "memory_lost": 1, "reset_cause": cause}
+    it.check_faults()                                                            # another node's reset
+    fake.fire[it.hw_event] = {"gpu_id": GPU_ID, "memory_lost": 1, "reset_cause": cause}
+    with pytest.raises(DeviceFault, match=f"reset the whole GPU {said}, and VRAM contents were lost.*close it and open it again"): it.sleep(1)
+    n = len(fake.waited)
+    with pytest.raises(DeviceFault, match=said): it.check_faults()                # the event fired once; the device stays gone
+    with pytest.raises(DeviceFault, match=said): it.sleep(1)
+    assert len(fake.waited) == n
+  finally: it.close()
+
+
+@pytest.mark.parametrize("error, said", [(K.KFD_MEM_ERR_POISON_CONSUMED, "poisoned memory consumed"), (K.KFD_MEM_ERR_SRAM_ECC, "an uncorrectable ECC error")])
+def test_a_memory_error_is_not_called_a_page_fault(machine, error, said):
+  # kfd_signal_poison_consumed_event / an ECC reset: the memory event names the GPU and the error, no address
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try:
+    fake.fire[it.memory_event] = {"gpu_id": OTHER_GPU, "ErrorType": error, "imprecise": 1}
+    it.check_faults()
+    fake.fire[it.memory_event] = {"gpu_id": GPU_ID, "ErrorType": error, "imprecise": 1}
+    with pytest.raises(DeviceFault, match=f"memory error \\({said}") as e: it.check_faults()
+    assert "page fault" not in str(e.value)
+    fake.fire[it.memory_event] = {"gpu_id": GPU_ID, "ErrorType": error, "imprecise": 1}   # with the reset it comes with
+    fake.fire[it.hw_event] = {"gpu_id": GPU_ID, "memory_lost": 1, "reset_cause": K.KFD_HW_EXCEPTION_ECC}
+    with pytest.raises(DeviceFault, match=f"reset the whole GPU after an ECC error \\({said}.*\\), and VRAM contents were lost"): it.check_faults()
+    with pytest.raises(DeviceFault, match="reset the whole GPU"): it.check_faults()
   finally: it.close()
 
 

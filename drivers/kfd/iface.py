@@ -66,6 +66,7 @@ class KFDIface(PeerMaps):
   def __init__(self, index: int = 0, system: System = SYSTEM, *, iface_name: str | None = None):
     self.system, self.closed = system, False
     self.kfd_fd = self.drm_fd = -1
+    self.gone: str | None = None   # set once the kernel reset this GPU: its queues are gone
     self.proc = _PROCESSES.setdefault(system, _Process())
     self.gpu_id = 0
     self.mems: list[Mem] = []
@@ -329,28 +330,43 @@ class KFDIface(PeerMaps):
                   4 if kind == "compute" else 1, name=f"{kind} queue {q.queue_id}")
 
   # ---- waits and faults
-  def _wait(self, timeout_ms: int) -> None:
-    arr = self._wait_arr
-    for e in arr: e.memory_exception_data.va = 0
-    self._ioctl(F.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=len(arr), wait_for_all=0, timeout=timeout_ms)
-    mx = arr[1].memory_exception_data
+  RAS_ERRORS = {F.KFD_MEM_ERR_SRAM_ECC: "an uncorrectable ECC error in on-chip memory", F.KFD_MEM_ERR_POISON_CONSUMED: "poisoned memory consumed",
+                F.KFD_MEM_ERR_GPU_HANG: "a GPU hang"}
+
+  def _wait(self, timeout_ms: int, sleeping: bool) -> None:
+    """WAIT_EVENTS on the fault events, and on the wake-up (signal) event too when sleeping: a fault check must not
+    consume the auto-reset wake-up a sleeper is about to wait for."""
+    if self.gone is not None: raise DeviceFault(self.gone)
+    arr, first = self._wait_arr, 0 if sleeping else 1
+    for e in arr[1:]: ctypes.memset(ctypes.addressof(e), 0, ctypes.sizeof(e._anon0))   # the kernel writes only the events that fired
+    self._ioctl(F.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr) + first * ctypes.sizeof(arr[0]), num_events=len(arr) - first,
+                wait_for_all=0, timeout=timeout_ms)
+    where = f"{self.props.iface}+AMD {self.node.pci_bus}"
+    mx, hx = arr[1].memory_exception_data, arr[2].hw_exception_data
+    # kfd_signal_poison_consumed_event and an ECC reset name the GPU and the error in the memory event, no address
+    mem_error = self.RAS_ERRORS.get(mx.ErrorType) if mx.gpu_id == self.gpu_id else None
+    if hx.gpu_id == self.gpu_id:   # kfd_signal_reset_event sets every HW exception event of the process, naming the GPU
+      kind = "the whole GPU" if hx.reset_type == F.KFD_HW_EXCEPTION_WHOLE_GPU_RESET else "an engine"
+      cause = "an ECC error" if hx.reset_cause == F.KFD_HW_EXCEPTION_ECC else "a hang"
+      # the reset took this process's queues and perhaps its VRAM: every later wait says so too
+      self.gone = (f"{where}: the kernel reset {kind} after {cause}" + (f" ({mem_error})" if mem_error else "") +
+                   (", and VRAM contents were lost" if hx.memory_lost else "") + "; this device's queues are gone: close it and open it again")
+      raise DeviceFault(self.gone)
+    if mem_error: raise DeviceFault(f"{where}: memory error ({mem_error}); the queues of this process are stopped")
     # amdkfd sets every memory event of the process, naming the GPU that faulted (kfd_signal_vm_fault_event), and
     # stops that GPU's queues only: another node's fault is not this device's
     if (mx.gpu_id or mx.va) and mx.gpu_id in (0, self.gpu_id):
       f = mx.failure
       why = ", ".join(n for n, v in (("page not present", f.NotPresent), ("write to read-only page", f.ReadOnly), ("execute of NX page", f.NoExecute),
                                      ("imprecise address", f.imprecise)) if v) or "memory violation"
-      raise DeviceFault(f"{self.props.iface}+AMD {self.node.pci_bus}: GPU page fault at {mx.va:#x} ({why}); the queues of this process are stopped")
-    hx = arr[2].hw_exception_data
-    if hx.gpu_id:
-      raise DeviceFault(f"{self.props.iface}+AMD {self.node.pci_bus}: hardware exception (reset type {hx.reset_type}, cause {hx.reset_cause}): the GPU was reset")
+      raise DeviceFault(f"{where}: GPU page fault at {mx.va:#x} ({why}); the queues of this process are stopped")
 
   def sleep(self, timeout_ms: float) -> None:
     if self.closed: return
-    self._wait(max(1, math.ceil(timeout_ms)))
+    self._wait(max(1, math.ceil(timeout_ms)), sleeping=True)
 
   def check_faults(self) -> None:
-    if not self.closed: self._wait(0)
+    if not self.closed: self._wait(0, sleeping=False)
 
   def close(self) -> None:
     if self.closed: return
