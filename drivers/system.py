@@ -215,7 +215,16 @@ def _mmap_signed_offset(fd: int, size: int, offset: int) -> MemMMIO:
   """mmap with an offset of 2^63 or more (KFD encodes doorbell and MMIO pages there): Python's mmap refuses those,
   the kernel takes the 64-bit value as off_t."""
   addr = _libc_mmap(None, size, mmap.MAP_SHARED, fd, offset - (1 << 64))
-  return MemMMIO((ctypes.c_char * size).from_address(addr), addr)
+  buf = (ctypes.c_char * size).from_address(addr)
+  # as Python's mmap does: the range (or the zero pages System.munmap left there) goes with the last view of it
+  weakref.finalize(buf, _libc_munmap, addr, size)
+  return MemMMIO(buf, addr)
+
+
+def _libc_munmap(addr: int, size: int) -> None:
+  libc = _c()
+  libc.munmap.restype, libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
+  libc.munmap(addr, size)
 
 
 def _libc_mmap(addr: int | None, size: int, flags: int, fd: int, offset: int) -> int:

@@ -66,6 +66,29 @@ def test_mmap_offset_beyond_2_63_reaches_the_kernel():
   finally: SYSTEM.close(fd)
 
 
+def _range_mapped(addr: int) -> bool:
+  with open("/proc/self/maps") as f: return any(int(line.split("-")[0], 16) == addr for line in f)
+
+
+def test_a_mapping_beyond_2_63_goes_with_its_last_view():
+  """KFD's doorbell and MMIO pages are mapped through libc (offsets of 2^63 and more): ended with munmap or not, the
+  address range goes when the last view of it does, as Python's own mmap does (a device opened and closed again and
+  again must not leak address space)."""
+  import gc
+  fd = SYSTEM.open("/dev/zero", os.O_RDWR)
+  try:
+    for end in (True, False):
+      m = SYSTEM.mmap(fd, 8192, 3 << 62)
+      addr, view = m.addr, m.cast("I")
+      if end: SYSTEM.munmap(m)
+      del m; gc.collect()
+      assert _range_mapped(addr)                                                 # a view still holds it
+      if end: assert view[0] == 0                                                # zero pages since munmap
+      del view; gc.collect()
+      assert not _range_mapped(addr)
+  finally: SYSTEM.close(fd)
+
+
 def _mapped(path: str) -> bool:
   with open("/proc/self/maps") as f: return any(line.rstrip().endswith(path) for line in f)
 
