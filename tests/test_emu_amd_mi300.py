@@ -646,8 +646,8 @@ def test_mockkfd_xcc_nodes_of_one_board_both_map_a_bo(mi300_fw):
   from rawgpu.drivers.emu.mockkfd import machine
   from rawgpu.hcq.device import Device
   m = machine("gfx942", 8)
-  pt = m.gpus[0].dev.pt
   a, b = Device("MOCKKFD:3+AMD::gfx942"), Device("MOCKKFD:4+AMD::gfx942")
+  pt = m.kernel.processes[0].vms[m.gpus[0].dev].pt
   try:
     data = np.arange(1 << 14, dtype=np.uint32)
     x, y = a.alloc(data.nbytes).copyin(data), b.alloc(data.nbytes)

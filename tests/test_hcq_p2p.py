@@ -23,7 +23,8 @@ def translate(dev, va: int) -> int | None:
   """Where dev's GPU page tables send va (None: unmapped): AM's own tables, or those the emulated amdkfd keeps."""
   if dev.props.iface == "MOCKPCI": return dev.iface.dev.pt.translate(va)
   from rawgpu.drivers.emu.mockkfd import machine
-  return machine(dev.props.arch).kernel.gpu_by_id(dev.iface.gpu_id).dev.pt.translate(va)
+  k = machine(dev.props.arch).kernel
+  return k.translate(k.gpu_by_id(dev.iface.gpu_id), va)
 
 
 def bar0(dev) -> int:

@@ -6,6 +6,7 @@ import pytest
 from rawgpu import kernels
 from rawgpu.autogen import kfd as K
 from rawgpu.errors import DeviceFault, IoctlError, RawGPUError
+from rawgpu.drivers.emu.mockkfd.kernel import FIRST_KFD_VMID
 
 ENOTSUPP = 524   # kernel-internal, what set_queue_properties_from_user returns for an unknown queue type
 PAGE = 4096
@@ -100,6 +101,11 @@ def raw(system):
 def gpu_of(system): return MACHINES[id(system)].gpus[0]
 
 
+def translate(g, va: int) -> int | None:
+  """Where the (one) process's page tables on g's board send va (None: unmapped)."""
+  return g.kernel.translate(g, va)
+
+
 def test_topology_and_ip_discovery_match_the_board(system):
   from rawgpu.drivers.kfd import KFDIface
   g = gpu_of(system)
@@ -119,7 +125,7 @@ def test_alloc_map_free_and_errnos(raw):
   v = raw.alloc(1 << 20, K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC)
   cpu = raw.s.mmap(raw.drm, 1 << 20, v.mmap_offset)
   cpu.write(0x100, 0xdeadbeef)
-  assert g.dev.pt.translate(VAS[v.handle] + 0x100) is not None
+  assert translate(g, VAS[v.handle] + 0x100) is not None
   # kfd_ioctl_alloc_memory_of_gpu
   assert raw.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=raw.next_va, size=0, gpu_id=raw.gpu, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT) == errno.EINVAL
   assert raw.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=raw.next_va, size=PAGE, gpu_id=raw.gpu ^ 0xffff, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT) == errno.EINVAL
@@ -135,7 +141,7 @@ def test_alloc_map_free_and_errnos(raw):
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle) == errno.EBUSY          # still mapped
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=(raw.gpu << 32) | 0xfffff) == errno.EINVAL
   raw.map(v.handle, K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU)
-  assert g.dev.pt.translate(VAS[v.handle] + 0x100) is None
+  assert translate(g, VAS[v.handle] + 0x100) is None
   free0 = g.dev.visible.free_bytes
   raw.io(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle)
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle) == errno.EINVAL
@@ -484,20 +490,20 @@ def test_peer_mappings_of_a_bo():
     vram, gtt = a.alloc(1 << 16), a.alloc(PAGE, host=True)
     for mem in (vram, gtt): b.map_peer(mem, a)
     bar0 = ga.dev.pci.resources()[0][0]
-    assert bar0 <= gb.dev.pt.translate(vram.va + 8) < bar0 + ga.dev.bar_size
-    assert gb.dev.pt.translate(gtt.va) == ga.dev.pt.translate(gtt.va)   # the same host page on both GPUs
+    assert bar0 <= translate(gb, vram.va + 8) < bar0 + ga.dev.bar_size
+    assert translate(gb, gtt.va) == translate(ga, gtt.va)   # the same host page on both GPUs
     with pytest.raises(IoctlError) as e: a._ioctl(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=vram.meta[0])
     assert e.value.errno_ == errno.EBUSY                                  # still mapped on B
     ids_io(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, vram.meta[0], b.gpu_id)
-    assert gb.dev.pt.translate(vram.va) is None and ga.dev.pt.translate(vram.va) is not None
+    assert translate(gb, vram.va) is None and translate(ga, vram.va) is not None
     ids_io(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, vram.meta[0], b.gpu_id)       # the bookkeeping in b still holds it: map again
     db = a._alloc(2 * PAGE, K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, cpu=False, host=False, map_gpu=False, exact=True)
     with pytest.raises(IoctlError) as e: ids_io(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, db.meta[0], b.gpu_id)
     assert e.value.errno_ == errno.EINVAL
     a.free(vram)                                                          # unmaps it on B first, then frees
-    assert gb.dev.pt.translate(vram.va) is None and vram.va not in b.peer_maps
+    assert translate(gb, vram.va) is None and vram.va not in b.peer_maps
     a.close()                                                             # B loses the GTT page as well
-    assert gb.dev.pt.translate(gtt.va) is None and not b.peer_maps
+    assert translate(gb, gtt.va) is None and not b.peer_maps
   finally:
     for it in (b, a): it.close()
     for g in m.gpus: g.dev.fini()
@@ -526,4 +532,30 @@ def test_a_small_bar_board_works_without_cpu_views_of_vram():
     assert A.mem.cpu is None
     d.program(kernels.path("gfx1100", "vadd").read_bytes(), "vadd_f32")(A, B, C, n, global_size=(n + 127) // 128, local_size=128)
     assert np.array_equal(C.numpy(np.float32), a + b)
+  finally: d.close()
+
+
+def test_a_process_reaches_its_own_vm_only(system):
+  """A process's queues run in a VMID of its own (amdgpu's KFD range, 8..15) whose page tables hold its BOs only: a
+  VA that the kernel's VM (VMID 0, AM's tables) maps is a page fault for the process's kernels, and the
+  kernel's page stays as it was. amdkfd also leaves user queues unprivileged, so an IB cannot choose VMID 0."""
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  g = gpu_of(system)
+  d = Device(iface=KFDIface(0, system))
+  try:
+    vm = g.kernel.processes[0].vms[g.dev]
+    assert FIRST_KFD_VMID <= vm.vmid < 16
+    buf = d.alloc(4096)
+    assert translate(g, buf.va) is not None and g.dev.pt.translate(buf.va) is None
+    va, paddr = 0x7F30_0000_0000, g.dev.valloc_phys(4096)                       # a page of the kernel's, in VMID 0 only
+    g.dev.vram(paddr, 4096)[:] = b"\x5a" * 4096
+    m = g.dev.pt.map(va, [(paddr + g.dev.gmc.vram_base_offset, 4096)])
+    g.dev.gmc.flush_tlb()
+    try:
+      with pytest.raises(DeviceFault, match=f"page fault at {va:#x}"):
+        d.program(kernels.path("gfx1100", "fault").read_bytes(), "fault_store")(va, 1, local_size=(64, 1, 1), wait=True)
+      assert bytes(g.dev.vram(paddr, 4096)) == b"\x5a" * 4096
+    finally:
+      g.dev.pt.unmap(m); g.dev.gmc.flush_tlb(); g.dev.pfree(paddr)
   finally: d.close()

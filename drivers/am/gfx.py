@@ -30,6 +30,7 @@ class ComputeQueue:
   # kernel runs user queues from process VAs)
   user: tuple[int, int, int, int, int] | None = None
   xcc: int = 0        # the XCC whose MEC runs it (MI300; 0 elsewhere)
+  vmid: int = 0       # the VM its addresses are in (AM's own: 0; MOCKKFD's kernel gives each process one)
 
 
 class GFX(Block):
@@ -186,12 +187,14 @@ class GFX(Block):
     m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = (ring >> 8) & 0xffffffff, ring >> 40
     # gfx9 (gfx_v9_4_3_xcc_mqd_init): ordered dispatch, no TUNNEL_DISPATCH field
     order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.dev.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)
+    # AM's own rings are the kernel's (privileged); a process's queue is not (amdkfd's init_mqd: only the HIQ is)
+    kernel = int(q.user is None)
     m.cp_hqd_pq_control = gc("regCP_HQD_PQ_CONTROL").encode(QUEUE_SIZE=(q.size // 4).bit_length() - 2,
-      RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, PRIV_STATE=1, KMD_QUEUE=1, **order)
+      RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, PRIV_STATE=kernel, KMD_QUEUE=kernel, **order)
     m.cp_hqd_pq_rptr_report_addr_lo, m.cp_hqd_pq_rptr_report_addr_hi = rptr & 0xfffffffc, (rptr >> 32) & 0xffff
     m.cp_hqd_pq_wptr_poll_addr_lo, m.cp_hqd_pq_wptr_poll_addr_hi = poll & 0xfffffffc, (poll >> 32) & 0xffff
     m.cp_hqd_pq_doorbell_control = gc("regCP_HQD_PQ_DOORBELL_CONTROL").encode(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1)
-    m.cp_hqd_vmid = 0
+    m.cp_hqd_vmid = q.vmid
     m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_SIZE=0x53 if self.dev.gc9 else 0x55)
     m.cp_hqd_ib_control = gc("regCP_HQD_IB_CONTROL").encode(MIN_IB_AVAIL_SIZE=3)
     m.cp_hqd_active = 1

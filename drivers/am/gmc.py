@@ -76,21 +76,38 @@ class GMC(Block):
     r("VM_L2_CNTL3").write(BANK_SELECT=bank, L2_CACHE_BIGK_FRAGMENT_SIZE=bigk, L2_CACHE_4K_ASSOCIATIVITY=1, L2_CACHE_BIGK_ASSOCIATIVITY=1)
     r("VM_L2_CNTL4").write(L2_CACHE_4K_PARTITION_COUNT=1)
     if not self.dev.gc9: r("VM_L2_CNTL5").write(WALKER_PRIORITY_CLIENT_ID=0x1ff)
-    # VMID 0: our 4-level tables over the process VA window, faults reported and redirected to the dummy page
-    w64("VM_CONTEXT0_PAGE_TABLE_START_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
-    w64("VM_CONTEXT0_PAGE_TABLE_END_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
-    w64("VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_LO32", "VM_CONTEXT0_PAGE_TABLE_BASE_ADDR_HI32", (self.dev.pt.root + self.vram_base_offset) | 1)
-    faults = {f"{x}_PROTECTION_FAULT_ENABLE_{k}": 1 for x in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
-              for k in ("INTERRUPT", "DEFAULT")}
-    # gfx9: the last of mm's four levels is walked as "translate further" below the hardware's three (block size 9)
-    depth, block = (mm.LEVELS - 2, 9) if self.dev.gc9 else (mm.LEVELS - 1, 0)
-    r("VM_CONTEXT0_CNTL").write(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=depth, PAGE_TABLE_BLOCK_SIZE=block, **faults)
+    self._context(hub, inst, 0, self.dev.pt.root)   # VMID 0: AM's own tables
     # no identity aperture for context 1
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32", 0xf_ffff_ffff)
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_HI32", 0)
     w64("VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_LO32", "VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_HI32", 0)
     for eng in range(18): w64(f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_LO32", f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_HI32", 0x1f_ffff_ffff)
     self.hub_ready[hub] = True
+
+  def set_context(self, vmid: int, root: int | None) -> None:
+    """Point VMID's context on every hub at 4-level tables rooted at `root` (a VRAM address), or disable it (None)."""
+    for hub in ("MM", "GC"):
+      for inst in self.hubs(hub)[2]: self._context(hub, inst, vmid, root)
+    if root is None: self.flush_tlb(vmid)
+
+  def _context(self, hub: str, inst: int, vmid: int, root: int | None) -> None:
+    """The tables over the process VA window, every protection fault reported and redirected to the dummy page
+    (gfxhub/mmhub setup_vmid_config)."""
+    ip, p, _ = self.hubs(hub)
+    c = f"VM_CONTEXT{vmid}_"
+    cntl = self.reg(ip, p + "VM_CONTEXT0_CNTL", inst).reg   # the 16 contexts' registers share one layout
+    if root is None:
+      self.reg(ip, p + c + "CNTL", inst).write(0)
+      return
+    w64 = lambda lo, hi, v: self.dev.regs.write64(ip, p + lo, p + hi, v, inst)
+    w64(c + "PAGE_TABLE_START_ADDR_LO32", c + "PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
+    w64(c + "PAGE_TABLE_END_ADDR_LO32", c + "PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
+    w64(c + "PAGE_TABLE_BASE_ADDR_LO32", c + "PAGE_TABLE_BASE_ADDR_HI32", (root + self.vram_base_offset) | 1)
+    faults = {f"{x}_PROTECTION_FAULT_ENABLE_{k}": 1 for x in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
+              for k in ("INTERRUPT", "DEFAULT")}
+    # gfx9: the last of mm's four levels is walked as "translate further" below the hardware's three (block size 9)
+    depth, block = (mm.LEVELS - 2, 9) if self.dev.gc9 else (mm.LEVELS - 1, 0)
+    self.reg(ip, p + c + "CNTL", inst).write(cntl.encode(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=depth, PAGE_TABLE_BLOCK_SIZE=block, **faults))
 
   def flush_tlb(self, vmid: int = 0) -> None:
     """Invalidate VMID's translations in every hub (gmc_v11_0_flush_vm_hub: semaphore on MM, request, wait for ack;

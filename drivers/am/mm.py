@@ -176,6 +176,16 @@ class PageTables:
       ents[idx] = 0
     m.ptes.clear()
 
+  def release(self) -> None:
+    """Give back every table page (the root too): the VA space is gone, whatever it still mapped."""
+    def tables(table: int, lv: int) -> list[int]:
+      out = [table]
+      if lv < LEVELS - 1:
+        for e in self._entries(table).tolist():
+          if e & F.AMDGPU_PTE_VALID and not self.flags.is_huge(e, lv): out += tables(e & ADDR_MASK, lv + 1)
+      return out
+    for t in tables(self.root, 0): self._free(t)
+
   def translate(self, va: int) -> int | None:
     """The physical/bus address va maps to (a CPU-side page walk, used by fault reports and tests)."""
     table = self.root

@@ -17,6 +17,7 @@ class SDMAQueue:
   doorbell: int      # dword index
   user: tuple[int, int, int] | None = None   # (ring, rptr, wptr) GPU addresses when not AM's own (MOCKKFD's user queues)
   queue: int = 0     # the engine's ring queue (SDMA 6/7: QUEUEn; SDMA 4.4.2: see SDMA_V4_QUEUES); AM's own rings use 0
+  vmid: int = 0      # the VM its addresses are in (AM's own: 0; MOCKKFD's kernel gives each process one)
 
 
 class SDMA(Block):
@@ -93,7 +94,8 @@ class SDMA(Block):
     ring, rptr, wptr = q.user or (mc(q.ring), mc(q.ptrs), mc(q.ptrs + 0x100))
     if self.dev.regs.has("gc", "regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL"): r("regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL").write(0)
     cntl = r("regSDMA0_QUEUE0_RB_CNTL")
-    v = cntl.reg.modify(cntl.read(), RB_ENABLE=0, RB_SIZE=(q.size // 4).bit_length() - 1, RB_PRIV=1)
+    # AM's own rings are privileged; a process's queue is not (amdkfd's update_mqd_sdma leaves RB_PRIV clear)
+    v = cntl.reg.modify(cntl.read(), RB_ENABLE=0, RB_SIZE=(q.size // 4).bit_length() - 1, RB_PRIV=int(q.user is None), RB_VMID=q.vmid)
     cntl.write(v)
     for n in ("RB_RPTR", "RB_RPTR_HI", "RB_WPTR", "RB_WPTR_HI"): r(f"regSDMA0_QUEUE0_{n}").write(0)
     r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_LO").write(wptr & 0xffffffff)

@@ -121,6 +121,9 @@ class ComputeQueue:
   def clock(self) -> int: return self.board.clock.now()
 
   def push_ib(self, addr: int, size: int, vmid: int) -> None:
+    # the packet's VMID is a privileged (kernel) queue's to choose; a user queue's IBs run in the queue's own VM,
+    # else any process could read the kernel's: user-mode PM4 on amdkfd (tinygrad's, for one) leaves the field 0
+    if not self.gfx.pq_control.decode(self.g("regCP_HQD_PQ_CONTROL"))["PRIV_STATE"]: vmid = self.vmid
     if len(self.ib) >= MAX_IB_DEPTH: raise pm4.BadPacket("INDIRECT_BUFFER nested too deep")
     self._streams += 1
     if size: self.ib.append([addr, addr + 4 * size, vmid, self._streams])

@@ -195,6 +195,7 @@ class SDMAQueue:
       return True
     if op == OP_INDIRECT:
       vmid, base, size = (p[0] >> 16) & 0xf, (p[2] << 32) | p[1], p[3] & 0xfffff
+      if not self._c()["RB_PRIV"]: vmid = self.vmid   # a user queue's IB runs in its own VM (see gfx.ComputeQueue.push_ib)
       if len(self.ib) >= 1: raise Bad("SDMA indirect buffer inside an indirect buffer")
       self._advance(6)
       self._streams += 1

@@ -2,8 +2,9 @@
 ring, read/write pointer and EOP addresses (GPU VAs in the process's VM), as amdgpu's MQD managers do. The register
 sequences are AM's own (drivers/am gfx.py and sdma.py), given the process's addresses.
 
-Every process shares VMID 0 and one page table here (the real kernel gives each process its own VMID). SDMA user
-queues take the ring queues amdkfd gives them (sdma_queue_ids), with its static doorbells (sdma_doorbell).
+Each process has a VMID of its own per board (8..15, amdgpu's KFD range, kept for the process's life here; amdgpu's
+scheduler would share them out). SDMA user queues take the ring queues amdkfd gives them (sdma_queue_ids), with its
+static doorbells (sdma_doorbell).
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -24,17 +25,20 @@ class HWQueue:
   am: ComputeQueue | SDMAQueue
 
 
-def program_apertures(dev, xcc: int) -> None:
-  """The process's apertures in its VMID's SH_MEM_BASES (amdkfd's program_sh_mem_settings, without a HWS), where the
-  compute units place generic pointers to LDS and private memory."""
+def program_apertures(dev, xcc: int, vmid: int) -> None:
+  """The process's VMID: the address and alignment modes of VMID 0, and its apertures in SH_MEM_BASES (amdkfd's
+  program_sh_mem_settings, without a HWS), where the compute units place generic pointers to LDS and private memory."""
   dev.gfx.grbm_select(vmid=0, xcc=xcc)
+  config = dev.gfx.gc("regSH_MEM_CONFIG", xcc).read()
+  dev.gfx.grbm_select(vmid=vmid, xcc=xcc)
+  dev.gfx.gc("regSH_MEM_CONFIG", xcc).write(config)
   dev.gfx.gc("regSH_MEM_BASES", xcc).write(SHARED_BASE=LDS_APERTURE >> 48, PRIVATE_BASE=SCRATCH_APERTURE >> 48)
   dev.gfx.grbm_select(xcc=xcc)
 
 
-def compute_start(dev, slot: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int, eop_va: int, eop_size: int, xcc: int = 0) -> HWQueue:
-  program_apertures(dev, xcc)
-  q = ComputeQueue(slot, 0, ring_size, 0, 0, dev.valloc_phys(MQD_SIZE), dev.gfx.doorbell(slot, xcc), user=(ring_va, rptr_va, wptr_va, eop_va, eop_size), xcc=xcc)
+def compute_start(dev, slot: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int, eop_va: int, eop_size: int, xcc: int, vmid: int) -> HWQueue:
+  q = ComputeQueue(slot, 0, ring_size, 0, 0, dev.valloc_phys(MQD_SIZE), dev.gfx.doorbell(slot, xcc), user=(ring_va, rptr_va, wptr_va, eop_va, eop_size),
+                   xcc=xcc, vmid=vmid)
   dev.vram(q.mqd, MQD_SIZE)[:] = bytes(MQD_SIZE)
   dev.gfx.program_hqd(q)
   dev.regs.reg("gc", "regCP_ME1_PIPE0_INT_CNTL", xcc).update(TIME_STAMP_INT_ENABLE=1)   # end-of-pipe interrupts reach the IH (events)
@@ -58,9 +62,9 @@ def sdma_doorbell(dev, engine: int, qid: int) -> int:
   return dev.sdma.doorbell(engine) + 2 * ((qid & 1) * F.KFD_QUEUE_DOORBELL_MIRROR_OFFSET + (qid >> 1))
 
 
-def sdma_start(dev, engine: int, qid: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int) -> HWQueue:
+def sdma_start(dev, engine: int, qid: int, ring_va: int, ring_size: int, rptr_va: int, wptr_va: int, vmid: int) -> HWQueue:
   """User queue qid of an engine (SDMA 4.4.2: its RLC queue qid, the engine's ring queue 2 + qid)."""
-  q = SDMAQueue(engine, 0, ring_size, 0, sdma_doorbell(dev, engine, qid), user=(ring_va, rptr_va, wptr_va), queue=qid + 2 if dev.gc9 else qid)
+  q = SDMAQueue(engine, 0, ring_size, 0, sdma_doorbell(dev, engine, qid), user=(ring_va, rptr_va, wptr_va), queue=qid + 2 if dev.gc9 else qid, vmid=vmid)
   dev.sdma.program(q)
   return HWQueue("sdma", (engine, qid), q.doorbell, q)
 

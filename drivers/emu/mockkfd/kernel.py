@@ -24,6 +24,7 @@ DOMAIN_FLAGS = K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | 
                K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP
 SRC_CP_EOP = 181       # ivsrcid gfx 11: CP end of pipe
 FAULT_CLIENTS = (IH.SOC21_IH_CLIENTID_VMC, IH.SOC21_IH_CLIENTID_GFX, IH.SOC15_IH_CLIENTID_UTCL2)   # MM hub, GC hub (either id)
+FIRST_KFD_VMID, VMIDS = 8, 16   # amdgpu leaves VMIDs 8..15 to KFD (vm_manager.first_kfd_vmid on gfx10+ and gfx9.4.3)
 
 
 def fail(code: int, why: str) -> OSError: return OSError(code, f"{errno.errorcode.get(code, code)}: {why}")
@@ -55,6 +56,14 @@ class Event:
   auto_reset: bool
   signaled: bool = False
   mem: dict = field(default_factory=dict)   # memory exception data, once one happened
+
+
+@dataclass
+class VM:
+  """A process's GPU address space on a board (amdgpu_vm, made at ACQUIRE_VM): its page tables, and the VMID whose
+  context on the board's hubs points at them. The nodes of one board (MI300's XCCs) share it here."""
+  vmid: int
+  pt: mm.PageTables
 
 
 @dataclass
@@ -99,17 +108,6 @@ class GPU:
     s = queue_sizes(self.gfxv, cu * simds, simds, se * sa, sa)
     self.sizes = s
     self.props["cwsr_size"], self.props["ctl_stack_size"] = s.cwsr, s.ctl_stack
-    self.fault_interrupts(True)
-
-  def fault_interrupts(self, on: bool) -> None:
-    """What gfxhub/mmhub setup_vmid_config does for user VMIDs: every protection fault interrupts (VMID 0 here)."""
-    gmc = self.dev.gmc
-    for hub in ("GC", "MM"):
-      ip, p, insts = gmc.hubs(hub)
-      for inst in insts:
-        r = self.dev.regs.reg(ip, f"{p}VM_CONTEXT0_CNTL", inst)
-        r.update(**{f: int(on) for k in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
-                    if (f := f"{k}_PROTECTION_FAULT_ENABLE_INTERRUPT") in r.reg.fields})
 
   @staticmethod
   def _location(bus: str) -> int:
@@ -166,17 +164,22 @@ class GPU:
         owner = dev.ih.fault_owner(hub, inst, st.get("CID", 0))
         for g in kernel.gpus:
           if g.dev is dev and owner in (None, g.xcc):
-            for p in kernel.processes: p.vm_fault(g, addr, write=bool(st.get("RW")))
+            for p in kernel.processes: p.vm_fault(g, st.get("VMID", 0), addr, write=bool(st.get("RW")))
 
 
 class Kernel:
   """The machine's amdkfd: GPUs and the processes (one per open /dev/kfd) using them."""
   def __init__(self, gpus: list[GPU], host_memory, system=None):
     self.gpus, self.host_memory, self.system = gpus, host_memory, system
+    for g in gpus: g.kernel = self
     self.processes: list[Process] = []
     self.version = (K.KFD_IOCTL_MAJOR_VERSION, K.KFD_IOCTL_MINOR_VERSION)
 
   def gpu_by_id(self, gpu_id: int) -> GPU | None: return next((g for g in self.gpus if g.gpu_id == gpu_id), None)
+
+  def translate(self, g: GPU, va: int) -> int | None:
+    """Where the page tables of the (first) process with a VM on g's board send va (None: unmapped or no process)."""
+    return next((p.translate(g, va) for p in self.processes if g.dev in p.vms), None)
 
 
 class Process:
@@ -192,6 +195,7 @@ class Process:
     self.events: dict[int, Event] = {}
     self.signal_bo: BO | None = None
     self.signal_handle = 0
+    self.vms: dict = {}                    # board (AMDevice) -> this process's VM on it
     kernel.processes.append(self)
 
   # ---- helpers
@@ -234,7 +238,26 @@ class Process:
     if a.gpu_id in self.drm:
       if self.drm[a.gpu_id] is not f: raise fail(errno.EBUSY, "the VM was acquired with another render-node file")
       return
+    self._vm_for(g)
     self.drm[a.gpu_id] = f
+
+  def _vm_for(self, g: GPU) -> VM:
+    """The process's VM on g's board, made with its first node's ACQUIRE_VM; each node's XCC learns its VMID."""
+    d = g.dev
+    if (vm := self.vms.get(d)) is None:
+      used = {p.vms[d].vmid for p in self.k.processes if d in p.vms}
+      vmid = next((v for v in range(FIRST_KFD_VMID, VMIDS) if v not in used), None)
+      if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID is taken (this model keeps one per process for its life)")
+      pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags)
+      d.gmc.set_context(vmid, pt.root)
+      vm = self.vms[d] = VM(vmid, pt)
+    hw.program_apertures(d, g.xcc, vm.vmid)
+    return vm
+
+  def translate(self, g: GPU, va: int) -> int | None:
+    """Where this process's page tables on g's board send va (None: unmapped)."""
+    vm = self.vms.get(g.dev)
+    return vm.pt.translate(va) if vm is not None else None
 
   def runtime_enable(self, a) -> None:
     if self.runtime_enabled: raise fail(errno.EBUSY, "runtime already enabled")
@@ -341,22 +364,22 @@ class Process:
     if (held := bo.tables.get(d)) is not None:
       held[1].add(g)
       return held[0]
-    uncached = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED)
-    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and d is bo.gpu.dev: m = d.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
+    uncached, vm = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED), self.vms[d]
+    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and d is bo.gpu.dev: m = vm.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
       owner = bo.gpu.dev
       if bo.backing + bo.size > owner.bar_size: raise fail(errno.EINVAL, f"VRAM at {bo.backing:#x} lies beyond {owner.bus}'s BAR: not peer accessible")
-      m = d.pt.map(bo.va, [(owner.pci.resources()[0][0] + bo.backing, bo.size)], system=True, snooped=False, uncached=True)
+      m = vm.pt.map(bo.va, [(owner.pci.resources()[0][0] + bo.backing, bo.size)], system=True, snooped=False, uncached=True)
     elif dom in (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR):
       addrs = bo.backing.bus_addrs if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT else bo.backing
       chunks: list[tuple[int, int]] = []
       for x in addrs:
         if chunks and chunks[-1][0] + chunks[-1][1] == x: chunks[-1] = (chunks[-1][0], chunks[-1][1] + PAGE)
         else: chunks.append((x, PAGE))
-      m = d.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached)
+      m = vm.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached)
     else: m = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
     bo.tables[d] = (m, {g})
-    d.gmc.flush_tlb()
+    d.gmc.flush_tlb(vm.vmid)
     return m
 
   def _unmap(self, bo: BO, g: GPU | None = None) -> None:
@@ -368,8 +391,9 @@ class Process:
     users.discard(g)
     if users: return
     del bo.tables[g.dev]
-    if not isinstance(m, tuple): g.dev.pt.unmap(m)
-    g.dev.gmc.flush_tlb()
+    vm = self.vms[g.dev]
+    if not isinstance(m, tuple): vm.pt.unmap(m)
+    g.dev.gmc.flush_tlb(vm.vmid)
 
   def unmap_memory(self, a) -> None:
     ids = self._device_ids(a)
@@ -421,7 +445,7 @@ class Process:
         if not free: raise fail(errno.EBUSY, "no free hardware compute queue")   # allocate_hqd
         eop_log = eop_size if eop_size & (eop_size - 1) == 0 and eop_size else F.GFX11_MEC_HPD_SIZE
         hwq = hw.compute_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address,
-                               a.eop_buffer_address, eop_log, g.xcc)
+                               a.eop_buffer_address, eop_log, g.xcc, self.vms[dev].vmid)
         slots = g.compute_slots
       else:
         mine = dev.sdma.partition_engines(g.xcc)   # the node's own engines (MI300: its partition's), by the node's numbering
@@ -429,7 +453,7 @@ class Process:
         # allocate_sdma_queue: the first free bit of the bitmap, which counts engines first, then queues
         free = [(e, k) for k in hw.sdma_queue_ids(dev) for e in want if (e, k) not in g.sdma_slots]
         if not free: raise fail(errno.ENOMEM, "no more SDMA queues")
-        hwq = hw.sdma_start(dev, *free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address)
+        hwq = hw.sdma_start(dev, *free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address, self.vms[dev].vmid)
         slots = g.sdma_slots
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
@@ -493,8 +517,9 @@ class Process:
     for ev in self.events.values():   # the kernel's exhaustive search of signaled slots, acknowledging each
       if ev.type == K.KFD_IOC_EVENT_SIGNAL and slots[ev.id] != UNSIGNALED: slots[ev.id], ev.signaled = UNSIGNALED, True
 
-  def vm_fault(self, gpu: GPU, addr: int, write: bool) -> None:
-    if not any(q.gpu is gpu for q in self.queues.values()): return
+  def vm_fault(self, gpu: GPU, vmid: int, addr: int, write: bool) -> None:
+    """A fault in this process's VM (the VMID names it, as the IV's pasid does) on a node it runs queues on."""
+    if (vm := self.vms.get(gpu.dev)) is None or vm.vmid != vmid or not any(q.gpu is gpu for q in self.queues.values()): return
     for ev in self.events.values():
       if ev.type == K.KFD_IOC_EVENT_MEMORY:
         ev.signaled, ev.mem = True, {"gpu_id": gpu.gpu_id, "va": addr, "NotPresent": 1, "ReadOnly": 0, "NoExecute": 0, "imprecise": 0}
@@ -548,6 +573,10 @@ class Process:
         if bo.backing is not None: gpu.put(bo)
       gpu.cpu_views.clear()
     self.events.clear()
+    for d, vm in self.vms.items():   # amdgpu_vm_fini: the VMID's context goes, then its page tables
+      d.gmc.set_context(vm.vmid, None)
+      vm.pt.release()
+    self.vms.clear()
     if self in self.k.processes: self.k.processes.remove(self)
 
 
