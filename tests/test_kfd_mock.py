@@ -559,3 +559,22 @@ def test_a_process_reaches_its_own_vm_only(system):
     finally:
       g.dev.pt.unmap(m); g.dev.gmc.flush_tlb(); g.dev.pfree(paddr)
   finally: d.close()
+
+
+def test_process_exit_gives_back_its_vm(system, own_machine):
+  """At exit the process's VMID context is disabled and its page tables go back to VRAM, with its BOs; the next
+  process gets the VMID again."""
+  from rawgpu.drivers.kfd import KFDIface
+  g = gpu_of(system)
+  free0 = g.dev.visible.free_bytes
+  it = KFDIface(0, system)
+  it.alloc(3 << 20); it.alloc(4096, host=True); it.create_ring("compute", 1 << 12)
+  vmid = g.kernel.processes[0].vms[g.dev].vmid
+  cntl = g.dev.gmc.reg("gc", "regGCVM_CONTEXT%d_CNTL" % vmid)
+  assert cntl.fields()["ENABLE_CONTEXT"] == 1 and g.dev.visible.free_bytes < free0
+  it.close()
+  exit_process(own_machine)
+  assert cntl.read() == 0 and g.dev.visible.free_bytes == free0
+  it = KFDIface(0, system)
+  try: assert g.kernel.processes[0].vms[g.dev].vmid == vmid
+  finally: it.close()
