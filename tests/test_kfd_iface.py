@@ -78,6 +78,8 @@ class FakeFile:
     if name in k.fail: raise OSError(k.fail[name], os.strerror(k.fail[name]))
     if name == "AMDKFD_IOC_GET_VERSION": a.major_version, a.minor_version = k.version
     elif name == "AMDKFD_IOC_GET_PROCESS_APERTURES_NEW":
+      if a.num_of_nodes == 0: a.num_of_nodes = 1; return   # the count: this process's one GPU
+      if a.num_of_nodes > 2: raise OSError(errno.EINVAL, "more nodes than the topology's two (CPU and GPU)")
       arr = (K.kfd_process_device_apertures * a.num_of_nodes).from_address(a.kfd_process_device_apertures_ptr)
       arr[0].gpu_id, arr[0].gpuvm_base, arr[0].gpuvm_limit = GPU_ID, 0x1000000, (1 << 47) - 1
       a.num_of_nodes = 1

@@ -578,3 +578,13 @@ def test_process_exit_gives_back_its_vm(system, own_machine):
   it = KFDIface(0, system)
   try: assert g.kernel.processes[0].vms[g.dev].vmid == vmid
   finally: it.close()
+
+
+def test_apertures_count_first(raw):
+  """kfd_ioctl_get_process_apertures_new: 0 nodes asks how many; more than the topology's nodes (CPU included) is EINVAL."""
+  n = raw.io(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=0, num_of_nodes=0).num_of_nodes
+  assert n == len(MACHINES[id(raw.s)].gpus)
+  arr = (K.kfd_process_device_apertures * 16)()
+  assert raw.errno_of(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=16) == errno.EINVAL
+  a = raw.io(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=n)
+  assert a.num_of_nodes == n and arr[0].gpu_id == raw.gpu

@@ -169,8 +169,10 @@ class KFDIface(PeerMaps):
   def process_apertures(self) -> dict[str, tuple[int, int]]:
     """The kernel's apertures of this process on this GPU, as (base, limit): "gpuvm" (where buffers may go), "lds" and
     "scratch" (where the GPU places generic pointers to LDS and private memory)."""
-    arr = (F.kfd_process_device_apertures * 16)()
-    a = self._ioctl(F.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=16)
+    # ask how many first: more than the topology's node count (CPUs included) is EINVAL (kfd_ioctl_get_process_apertures_new)
+    n = self._ioctl(F.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=0, num_of_nodes=0).num_of_nodes
+    arr = (F.kfd_process_device_apertures * max(n, 1))()
+    a = self._ioctl(F.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=max(n, 1))
     for ap in arr[:a.num_of_nodes]:
       if ap.gpu_id == self.gpu_id:
         return {k: (getattr(ap, f"{k}_base"), getattr(ap, f"{k}_limit")) for k in ("gpuvm", "lds", "scratch")}

@@ -264,8 +264,9 @@ class Process:
     self.runtime_enabled = True
 
   def apertures_new(self, a) -> None:
-    if a.num_of_nodes == 0:
+    if a.num_of_nodes == 0:   # how many to ask for: the process's GPUs
       a.num_of_nodes = len(self.k.gpus); return
+    if a.num_of_nodes > len(self.k.gpus) + 1: raise fail(errno.EINVAL, "more nodes asked for than the topology has (CPU included)")
     n = min(a.num_of_nodes, len(self.k.gpus))
     if not a.kfd_process_device_apertures_ptr: raise fail(errno.EFAULT, "no apertures array")
     arr = (K.kfd_process_device_apertures * n).from_address(a.kfd_process_device_apertures_ptr)
