@@ -140,8 +140,12 @@ def test_alloc_map_free_and_errnos(raw):
   assert raw.errno_of(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=v.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=2) == errno.EINVAL
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle) == errno.EBUSY          # still mapped
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=(raw.gpu << 32) | 0xfffff) == errno.EINVAL
+  unknown = (raw.gpu << 32) | 0xfffff
+  assert raw.errno_of(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=unknown, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0) == errno.ENOMEM
+  assert raw.errno_of(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=unknown, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0) == errno.ENOMEM
   raw.map(v.handle, K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU)
   assert translate(g, VAS[v.handle] + 0x100) is None
+  assert raw.errno_of(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=v.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0) == errno.EINVAL   # not mapped
   free0 = g.dev.visible.free_bytes
   raw.io(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle)
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=v.handle) == errno.EINVAL
@@ -211,10 +215,19 @@ def test_create_queue_checks(raw):
   assert bad(ring_base_address=raw.next_va) == errno.EINVAL           # unmapped ring
   q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, **base)
   assert q.doorbell_offset >> 62 == 3 and (q.doorbell_offset >> 46) & 0xffff == raw.gpu
+  # runtime_enable: EEXIST while the process has queues; disabling (no ENABLE bit) then works, enabling twice is EBUSY
+  enable = lambda mask=K.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK: raw.errno_of(K.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=mask, capabilities_mask=0)
+  assert enable() == errno.EEXIST
+  raw.io(K.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=0, capabilities_mask=0)
   assert raw.errno_of(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=ring.handle, device_ids_array_ptr=ctypes.addressof((ctypes.c_uint32 * 1)(raw.gpu)),
                       n_devices=1, n_success=0) == errno.EBUSY      # a queue uses it
   raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id)
   assert raw.errno_of(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id) == errno.EINVAL
+  raw.io(K.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=K.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK, capabilities_mask=0)
+  assert enable() == errno.EBUSY
+  # kfd_queue_buffer_get counts the ring in whole pages: a 1 KiB ring (or 0: the 1 KiB minimum) is 0 pages, any BO length
+  for small in (1 << 10, 0):
+    raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=raw.io(K.AMDKFD_IOC_CREATE_QUEUE, **{**base, "ring_size": small}).queue_id)
   # SDMA queues take no EOP/CWSR
   q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, gpu_id=raw.gpu, queue_type=K.KFD_IOC_QUEUE_TYPE_SDMA, queue_percentage=100, queue_priority=7,
              ring_size=1 << 14, ring_base_address=base["ring_base_address"], read_pointer_address=base["read_pointer_address"],
@@ -223,8 +236,15 @@ def test_create_queue_checks(raw):
 
 
 def test_events(raw):
+  small = raw.alloc(0x4000)
+  assert raw.errno_of(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=small.handle, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1) == errno.EINVAL   # under 4096 slots
   page = raw.alloc(0x8000)
   ev = raw.io(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page.handle, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
+  assert ev.event_id == ev.event_slot_index == ev.event_trigger_data == 1   # id 0 is reserved (kfd_event_init_process)
+  mem = raw.io(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=0, event_type=K.KFD_IOC_EVENT_MEMORY, auto_reset=1, event_trigger_data=77)
+  assert mem.event_page_offset == 0 and mem.event_trigger_data == mem.event_id
+  assert raw.errno_of(K.AMDKFD_IOC_RESET_EVENT, event_id=mem.event_id) == errno.EINVAL    # only signal events, from the CPU
+  assert raw.errno_of(K.AMDKFD_IOC_SET_EVENT, event_id=mem.event_id) == errno.EINVAL
   assert raw.errno_of(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page.handle, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1) == errno.EINVAL
   raw.map(page.handle, K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU)
   assert raw.errno_of(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU, handle=page.handle) == errno.EPERM   # the signal BO stays
@@ -235,8 +255,11 @@ def test_events(raw):
   raw.io(K.AMDKFD_IOC_SET_EVENT, event_id=ev.event_id)
   w = raw.io(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=1000)
   assert w.wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE
+  assert raw.io(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=0, num_events=0, wait_for_all=1, timeout=0).wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE
   arr[0].event_id = 12345
-  assert raw.errno_of(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0) == errno.EINVAL
+  w = K.kfd_ioctl_wait_events_args(events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0)
+  with pytest.raises(IoctlError) as e: K.AMDKFD_IOC_WAIT_EVENTS(raw.s, raw.kfd, w)
+  assert e.value.errno_ == errno.EINVAL and w.wait_result == K.KFD_IOC_WAIT_RESULT_FAIL
 
 
 def test_hdp_flush_through_the_remapped_page(system):
@@ -588,3 +611,36 @@ def test_apertures_count_first(raw):
   assert raw.errno_of(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=16) == errno.EINVAL
   a = raw.io(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=n)
   assert a.num_of_nodes == n and arr[0].gpu_id == raw.gpu
+
+
+def test_a_write_to_a_read_only_bo_is_said_so(system):
+  """A BO allocated without WRITABLE is mapped read-only (amdgpu's PTE flags follow the BO's); a kernel's store to it
+  faults, and the fault names the cause from the interrupt's protection bits (kfd_int_process_v11.c)."""
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  d = Device(iface=KFDIface(0, system))
+  try:
+    ro = d.iface._alloc(4096, K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, cpu=True, host=True)
+    ro.cpu.cast("I")[0] = 7
+    with pytest.raises(DeviceFault, match=f"page fault at {ro.va:#x} \\(write to read-only page\\)"):
+      d.program(kernels.path("gfx1100", "fault").read_bytes(), "fault_store")(ro.va, 1, local_size=(64, 1, 1), wait=True)
+    assert ro.cpu.cast("I")[0] == 7
+  finally: d.close()
+
+
+def test_a_wait_with_the_event_age_sees_a_set_it_missed(raw):
+  """libhsakmt passes the signal event's age it last saw: a set since then completes the wait at once even though an
+  earlier wait consumed the (auto-reset) signal, and the wait returns the age now (init_event_waiter)."""
+  page = raw.alloc(0x8000)
+  ev = raw.io(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page.handle, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
+  arr = (K.kfd_event_data * 1)()
+  arr[0].event_id = ev.event_id
+  wait = lambda t: raw.io(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=t).wait_result
+  arr[0].signal_event_data.last_event_age = 1   # a new event's age
+  assert wait(1) == K.KFD_IOC_WAIT_RESULT_TIMEOUT and arr[0].signal_event_data.last_event_age == 1
+  raw.io(K.AMDKFD_IOC_SET_EVENT, event_id=ev.event_id)
+  arr[0].signal_event_data.last_event_age = 0   # no age: the plain wait consumes the signal
+  assert wait(1000) == K.KFD_IOC_WAIT_RESULT_COMPLETE and arr[0].signal_event_data.last_event_age == 0
+  arr[0].signal_event_data.last_event_age = 1   # behind: completes though nothing is signaled, and says the age
+  assert wait(1) == K.KFD_IOC_WAIT_RESULT_COMPLETE and arr[0].signal_event_data.last_event_age == 2
+  assert wait(1) == K.KFD_IOC_WAIT_RESULT_TIMEOUT and arr[0].signal_event_data.last_event_age == 2

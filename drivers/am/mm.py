@@ -67,8 +67,11 @@ class PTEFlags:
   gfx9: bool = False   # "translate further" (gmc_v9_0.c): PDB1 entries carry PDE_BFS(9), PDB0 entries that point at a
                        # PTB carry PTE_TF, a PDB0 entry without it is a 2 MiB page; MTYPE at bits 58:57
 
-  def leaf(self, level: int, *, system: bool = False, snooped: bool = False, uncached: bool = False, frag: int = 0) -> int:
-    f = F.AMDGPU_PTE_VALID | F.AMDGPU_PTE_READABLE | F.AMDGPU_PTE_WRITEABLE | F.AMDGPU_PTE_EXECUTABLE | ((frag & 0x1f) << F.AMDGPU_PTE_FRAG_SHIFT)
+  def leaf(self, level: int, *, system: bool = False, snooped: bool = False, uncached: bool = False, frag: int = 0,
+           writeable: bool = True, executable: bool = True) -> int:
+    f = F.AMDGPU_PTE_VALID | F.AMDGPU_PTE_READABLE | ((frag & 0x1f) << F.AMDGPU_PTE_FRAG_SHIFT)
+    if writeable: f |= F.AMDGPU_PTE_WRITEABLE
+    if executable: f |= F.AMDGPU_PTE_EXECUTABLE
     if system: f |= F.AMDGPU_PTE_SYSTEM
     if snooped: f |= F.AMDGPU_PTE_SNOOPED
     if self.gfx12:
@@ -135,15 +138,16 @@ class PageTables:
       table = e & ADDR_MASK
     return table
 
-  def map(self, va: int, chunks: list[tuple[int, int]], *, system: bool = False, snooped: bool = False, uncached: bool = False) -> Mapping:
+  def map(self, va: int, chunks: list[tuple[int, int]], *, system: bool = False, snooped: bool = False, uncached: bool = False,
+          writeable: bool = True, executable: bool = True) -> Mapping:
     m = Mapping(va, sum(s for _, s in chunks), chunks, system)
-    try: self._map_chunks(m, va, chunks, system, snooped, uncached)
+    try: self._map_chunks(m, va, chunks, system, snooped, uncached, dict(writeable=writeable, executable=executable))
     except BaseException:   # no page left for a table, or a clash: no entry of the failed mapping stays
       self.unmap(m)
       raise
     return m
 
-  def _map_chunks(self, m: Mapping, va: int, chunks: list[tuple[int, int]], system: bool, snooped: bool, uncached: bool) -> None:
+  def _map_chunks(self, m: Mapping, va: int, chunks: list[tuple[int, int]], system: bool, snooped: bool, uncached: bool, access: dict) -> None:
     cur = va
     for addr, size in chunks:
       off = 0
@@ -162,7 +166,7 @@ class PageTables:
           if lvl == LEVELS - 1 or self.flags.is_huge(ents[idx], lvl) or any(self._entries(sub)):
             raise RawGPUError(f"GPU VA {cur + 4096 * next(k for k in range(n) if ents[idx + k] & F.AMDGPU_PTE_VALID):#x} is already mapped")
           self._free(sub)
-        leaf = self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=9 if lvl == LEVELS - 2 else 0)
+        leaf = self.flags.leaf(lvl, system=system, snooped=snooped, uncached=uncached, frag=9 if lvl == LEVELS - 2 else 0, **access)
         step = 1 << level_shift(lvl)
         for k in range(n): ents[idx + k] = ((addr + off + k * step) & ADDR_MASK) | leaf
         m.ptes += [(table, idx + k) for k in range(n)]

@@ -18,8 +18,6 @@ DOORBELL_SLICE = 2 * PAGE
 MAX_QUEUE_PERCENTAGE, MAX_QUEUE_PRIORITY, MIN_RING = 100, 15, 1024
 SIGNAL_EVENT_LIMIT, FIRST_NONSIGNAL_EVENT_ID = 4096, (0x7fffffff >> 1) + 1
 UNSIGNALED = (1 << 64) - 1
-EVENT_TYPES = {K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_NODECHANGE, K.KFD_IOC_EVENT_DEVICESTATECHANGE, K.KFD_IOC_EVENT_HW_EXCEPTION,
-               K.KFD_IOC_EVENT_SYSTEM_EVENT, K.KFD_IOC_EVENT_DEBUG_EVENT, K.KFD_IOC_EVENT_MEMORY}
 DOMAIN_FLAGS = K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | \
                K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP
 SRC_CP_EOP = 181       # ivsrcid gfx 11: CP end of pipe
@@ -56,6 +54,10 @@ class Event:
   auto_reset: bool
   signaled: bool = False
   mem: dict = field(default_factory=dict)   # memory exception data, once one happened
+  age: int = 1                              # counts sets (0 means "no age" to a waiter, so it never wraps to 0 or 1)
+
+  def set(self) -> None:
+    self.signaled, self.age = True, self.age + 1 if self.age + 1 < 1 << 64 else 2
 
 
 @dataclass
@@ -164,7 +166,7 @@ class GPU:
         owner = dev.ih.fault_owner(hub, inst, st.get("CID", 0))
         for g in kernel.gpus:
           if g.dev is dev and owner in (None, g.xcc):
-            for p in kernel.processes: p.vm_fault(g, st.get("VMID", 0), addr, write=bool(st.get("RW")))
+            for p in kernel.processes: p.vm_fault(g, iv["vmid"], addr, iv["ring_id"])
 
 
 class Kernel:
@@ -210,15 +212,17 @@ class Process:
     return g
 
   def lookup_mapping(self, gpu: GPU, va: int) -> BO | None:
+    """The BO mapped at va in gpu's VM: its own, a peer's, or (MI300) a sibling node's."""
     page = va >> 12
     for bo in self.bos.values():
-      if bo.gpu is gpu and bo.mapping is not None and bo.va >> 12 <= page < (bo.va + bo.size) >> 12: return bo
+      if gpu in bo.tables.get(gpu.dev, (None, ()))[1] and bo.va >> 12 <= page < (bo.va + bo.size) >> 12: return bo
     return None
 
   def queue_buffer(self, gpu: GPU, va: int, expected: int) -> BO:
-    """kfd_queue_buffer_get: a mapped BO starting at va's page, exactly `expected` bytes long (0: any length)."""
-    bo = self.lookup_mapping(gpu, va)
-    if bo is None or va >> 12 != bo.va >> 12 or (expected and bo.size >> 12 != expected >> 12):
+    """kfd_queue_buffer_get: a mapping starting at va's page, exactly `expected` bytes long; under a page (a ring of
+    1 or 2 KiB) counts as 0 pages there, any length."""
+    bo, pages = self.lookup_mapping(gpu, va), expected >> 12
+    if bo is None or va >> 12 != bo.va >> 12 or (pages and -(-bo.size // PAGE) != pages):
       raise fail(errno.EINVAL, f"queue buffer at {va:#x}: no GPU mapping of exactly {expected:#x} bytes starts there")
     return bo
 
@@ -260,7 +264,10 @@ class Process:
     return vm.pt.translate(va) if vm is not None else None
 
   def runtime_enable(self, a) -> None:
+    if not a.mode_mask & K.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK:   # runtime_disable
+      self.runtime_enabled = False; return
     if self.runtime_enabled: raise fail(errno.EBUSY, "runtime already enabled")
+    if self.queues: raise fail(errno.EEXIST, "the process has queues already")
     self.runtime_enabled = True
 
   def apertures_new(self, a) -> None:
@@ -316,10 +323,12 @@ class Process:
     self.bos[handle] = bo
     a.handle, a.mmap_offset = handle, bo.mmap_offset
 
-  def _bo(self, handle: int) -> BO:
+  def _bo(self, handle: int, unknown: int = errno.EINVAL) -> BO:
+    """The BO of a handle: its GPU must exist (EINVAL); an unknown handle is `unknown` (FREE: EINVAL, MAP and
+    UNMAP: ENOMEM, as kfd_chardev.c answers a failed kfd_process_device_translate_handle)."""
     self.pdd(handle >> 32)
     bo = self.bos.get(handle)
-    if bo is None: raise fail(errno.EINVAL, f"unknown handle {handle:#x}")
+    if bo is None: raise fail(unknown, f"unknown handle {handle:#x}")
     return bo
 
   def free_memory(self, a) -> None:
@@ -344,10 +353,12 @@ class Process:
 
   def map_memory(self, a) -> None:
     ids = self._device_ids(a)
-    bo = self._bo(a.handle)
+    self.bound(a.handle >> 32)
+    bo = self._bo(a.handle, errno.ENOMEM)
     for i in range(a.n_success, a.n_devices):
       g = self.k.gpu_by_id(ids[i])
-      if g is None or ids[i] not in self.drm: raise fail(errno.EINVAL, f"device {ids[i]} is not usable by this process")
+      if g is None: raise fail(errno.EINVAL, f"no GPU with gpu_id {ids[i]}")
+      if ids[i] not in self.drm: raise fail(errno.ENODEV, f"device {ids[i]}: ACQUIRE_VM was not called for it")
       if g is bo.gpu:
         if bo.mapping is None: bo.mapping = self._map(bo, g)
       elif g not in bo.peers: bo.peers[g] = self._map(bo, g)
@@ -366,18 +377,20 @@ class Process:
       held[1].add(g)
       return held[0]
     uncached, vm = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED), self.vms[d]
-    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and d is bo.gpu.dev: m = vm.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached)
+    # amdgpu's PTE flags from the BO's (get_pte_flags): always readable, writeable and executable if asked
+    access = dict(writeable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE), executable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE))
+    if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and d is bo.gpu.dev: m = vm.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached, **access)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
       owner = bo.gpu.dev
       if bo.backing + bo.size > owner.bar_size: raise fail(errno.EINVAL, f"VRAM at {bo.backing:#x} lies beyond {owner.bus}'s BAR: not peer accessible")
-      m = vm.pt.map(bo.va, [(owner.pci.resources()[0][0] + bo.backing, bo.size)], system=True, snooped=False, uncached=True)
+      m = vm.pt.map(bo.va, [(owner.pci.resources()[0][0] + bo.backing, bo.size)], system=True, snooped=False, uncached=True, **access)
     elif dom in (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR):
       addrs = bo.backing.bus_addrs if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT else bo.backing
       chunks: list[tuple[int, int]] = []
       for x in addrs:
         if chunks and chunks[-1][0] + chunks[-1][1] == x: chunks[-1] = (chunks[-1][0], chunks[-1][1] + PAGE)
         else: chunks.append((x, PAGE))
-      m = vm.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached)
+      m = vm.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached, **access)
     else: m = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
     bo.tables[d] = (m, {g})
     d.gmc.flush_tlb(vm.vmid)
@@ -398,14 +411,14 @@ class Process:
 
   def unmap_memory(self, a) -> None:
     ids = self._device_ids(a)
-    bo = self._bo(a.handle)
+    bo = self._bo(a.handle, errno.ENOMEM)
     for i in range(a.n_success, a.n_devices):
       g = self.k.gpu_by_id(ids[i])
       if g is None: raise fail(errno.EINVAL, f"unknown device {ids[i]}")
-      if g is bo.gpu:
-        if bo.queue_refs: raise fail(errno.EBUSY, "BO is in use by a queue")
-        if bo.mapping is not None: self._unmap(bo)
-      elif g in bo.peers: self._unmap(bo, g)
+      mapped = bo.mapping is not None if g is bo.gpu else g in bo.peers
+      if not mapped: raise fail(errno.EINVAL, f"BO {a.handle:#x} is not mapped on {ids[i]}")   # no VM reserved for it
+      if g is bo.gpu and bo.queue_refs: raise fail(errno.EBUSY, "BO is in use by a queue")
+      self._unmap(bo, g)
       a.n_success = i + 1
 
   def create_queue(self, a) -> None:
@@ -478,26 +491,28 @@ class Process:
 
   # ---- events
   def create_event(self, a) -> None:
-    if a.event_page_offset:
+    if a.event_page_offset:   # kfd_kmap_event_page, kfd_event_page_set
       if self.signal_bo is not None: raise fail(errno.EINVAL, "event page is already set")
       bo = self.bos.get(a.event_page_offset)
       if bo is None or bo.domain != K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: raise fail(errno.EINVAL, "event page handle is not a GTT BO")
+      if bo.size < SIGNAL_EVENT_LIMIT * 8: raise fail(errno.EINVAL, f"event page of {bo.size:#x} bytes: it needs {SIGNAL_EVENT_LIMIT * 8:#x}")
       self.signal_bo, self.signal_handle = bo, a.event_page_offset
       slots = bo.backing.view.cast("Q")
       for i in range(len(slots)): slots[i] = UNSIGNALED
-    if a.event_type not in EVENT_TYPES: raise fail(errno.EINVAL, f"event type {a.event_type}")
-    if a.event_type == K.KFD_IOC_EVENT_SIGNAL:
-      if self.signal_bo is None: raise fail(errno.ENOMEM, "no event page (dGPUs need one from user mode)")
-      limit = min(SIGNAL_EVENT_LIMIT, self.signal_bo.size // 8)
-      eid = next((i for i in range(limit) if i not in self.events), None)
-      if eid is None: raise fail(errno.ENOSPC, "signal event slots exhausted")
+    a.event_page_offset = 0   # kfd_event_create: every type
+    if a.event_type in (K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_DEBUG_EVENT):
+      if self.signal_bo is None: raise fail(errno.ENOMEM, "no event page (dGPUs need one from user mode; the kernel's own page is not emulated)")
+      # id 0 is reserved (CP interrupts without a context id), so a page of n slots holds n - 1 events
+      if sum(e.type in (K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_DEBUG_EVENT) for e in self.events.values()) + 1 == self.signal_bo.size // 8:
+        raise fail(errno.ENOSPC, "signal event slots exhausted")
+      eid = next((i for i in range(1, SIGNAL_EVENT_LIMIT) if i not in self.events), None)
+      if eid is None: raise fail(errno.ENOSPC, "signal event ids exhausted")
       self.signal_bo.backing.view.cast("Q")[eid] = UNSIGNALED
-      a.event_slot_index, a.event_trigger_data = eid, eid
-      a.event_page_offset = (MMAP_EVENTS << MMAP_TYPE_SHIFT) >> 12 << 12
-    else:
+      a.event_page_offset, a.event_slot_index = (MMAP_EVENTS << MMAP_TYPE_SHIFT) >> 12 << 12, eid
+    else:   # any other type, known or not (kfd_event_create's default case)
       eid = next(i for i in itertools.count(FIRST_NONSIGNAL_EVENT_ID) if i not in self.events)
     self.events[eid] = Event(eid, a.event_type, bool(a.auto_reset))
-    a.event_id = eid
+    a.event_id, a.event_trigger_data = eid, eid
 
   def destroy_event(self, a) -> None:
     if self.events.pop(a.event_id, None) is None: raise fail(errno.EINVAL, f"unknown event {a.event_id}")
@@ -505,48 +520,65 @@ class Process:
   def set_event(self, a) -> None:
     ev = self.events.get(a.event_id)
     if ev is None or ev.type != K.KFD_IOC_EVENT_SIGNAL: raise fail(errno.EINVAL, f"event {a.event_id} cannot be set from the CPU")
-    ev.signaled = True
+    ev.set()
 
   def reset_event(self, a) -> None:
     ev = self.events.get(a.event_id)
-    if ev is None: raise fail(errno.EINVAL, f"unknown event {a.event_id}")
+    if ev is None or ev.type != K.KFD_IOC_EVENT_SIGNAL: raise fail(errno.EINVAL, f"event {a.event_id} cannot be reset from the CPU")
     ev.signaled = False
 
   def signal_from_interrupt(self, ctx: int) -> None:
     if self.signal_bo is None: return
     slots = self.signal_bo.backing.view.cast("Q")
     for ev in self.events.values():   # the kernel's exhaustive search of signaled slots, acknowledging each
-      if ev.type == K.KFD_IOC_EVENT_SIGNAL and slots[ev.id] != UNSIGNALED: slots[ev.id], ev.signaled = UNSIGNALED, True
+      if ev.type in (K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_DEBUG_EVENT) and slots[ev.id] != UNSIGNALED:
+        slots[ev.id] = UNSIGNALED
+        ev.set()
 
-  def vm_fault(self, gpu: GPU, vmid: int, addr: int, write: bool) -> None:
-    """A fault in this process's VM (the VMID names it, as the IV's pasid does) on a node it runs queues on."""
+  def vm_fault(self, gpu: GPU, vmid: int, addr: int, ring_id: int) -> None:
+    """A fault in this process's VM (the IV's VMID names it, as its pasid does) on a node it runs queues on: every
+    memory event gets the fault, its kinds from the IV's ring_id bits (kfd_int_process_v11.c)."""
     if (vm := self.vms.get(gpu.dev)) is None or vm.vmid != vmid or not any(q.gpu is gpu for q in self.queues.values()): return
     for ev in self.events.values():
       if ev.type == K.KFD_IOC_EVENT_MEMORY:
-        ev.signaled, ev.mem = True, {"gpu_id": gpu.gpu_id, "va": addr, "NotPresent": 1, "ReadOnly": 0, "NoExecute": 0, "imprecise": 0}
+        ev.set()
+        ev.mem = {"gpu_id": gpu.gpu_id, "va": addr, "NotPresent": int(bool(ring_id & 0x08)), "ReadOnly": int(bool(ring_id & 0x20)),
+                                     "NoExecute": int(bool(ring_id & 0x40)), "imprecise": 0}
 
   def wait_events(self, a) -> None:
-    if not a.num_events or not a.events_ptr: raise fail(errno.EINVAL if not a.num_events else errno.EFAULT, "no events")
-    data = (K.kfd_event_data * a.num_events).from_address(a.events_ptr)
+    a.wait_result = K.KFD_IOC_WAIT_RESULT_FAIL   # what an error leaves (kfd_ioctl_wait_events copies it back)
+    if a.num_events and not a.events_ptr: raise fail(errno.EFAULT, "no events")
+    data = (K.kfd_event_data * a.num_events).from_address(a.events_ptr) if a.num_events else []
     evs = []
     for d in data:
       ev = self.events.get(d.event_id)
       if ev is None: raise fail(errno.EINVAL, f"unknown event {d.event_id}")
       evs.append(ev)
     deadline = time.monotonic() + (a.timeout if a.timeout != 0xffffffff else 1 << 30) / 1000
+    fired = [False] * len(evs)   # a waiter, once activated, stays so (kfd_event_waiter.activated)
+    # a signal event waited on with the age the caller last saw fires at once if it was set since (init_event_waiter)
+    aged = [e.type == K.KFD_IOC_EVENT_SIGNAL and d.signal_event_data.last_event_age != 0 for d, e in zip(data, evs)]
+    for i, (d, e) in enumerate(zip(data, evs)):
+      if e.signaled: fired[i], e.signaled = True, not e.auto_reset
+      if aged[i] and e.age != d.signal_event_data.last_event_age: fired[i] = True
     while True:
       for g in self.k.gpus: g.service(self.k)
-      done = all(e.signaled for e in evs) if a.wait_for_all else any(e.signaled for e in evs)
+      for i, e in enumerate(evs):
+        if e.signaled and not fired[i]:
+          fired[i] = True
+          if e.auto_reset: e.signaled = False   # the first waiter takes it
+      done = all(fired) if a.wait_for_all else any(fired) or not evs
       if done or time.monotonic() >= deadline: break
+      if any(self.events.get(e.id) is not e for e in evs): raise fail(errno.EIO, "an event was destroyed during the wait")
       self.lock.release()
       try: time.sleep(5e-4)   # the waiting thread sleeps; the emulated board runs beside it
       finally: self.lock.acquire()
-    for d, ev in zip(data, evs):
-      if ev.signaled and ev.type == K.KFD_IOC_EVENT_MEMORY and ev.mem:
+    for d, ev, f, age in zip(data, evs, fired, aged):
+      if f and age: d.signal_event_data.last_event_age = ev.age
+      if f and ev.type == K.KFD_IOC_EVENT_MEMORY and ev.mem:
         m = d.memory_exception_data
         m.gpu_id, m.va = ev.mem["gpu_id"], ev.mem["va"]
         m.failure.NotPresent, m.failure.ReadOnly, m.failure.NoExecute, m.failure.imprecise = (ev.mem[k] for k in ("NotPresent", "ReadOnly", "NoExecute", "imprecise"))
-      if ev.signaled and ev.auto_reset: ev.signaled = False
     a.wait_result = K.KFD_IOC_WAIT_RESULT_COMPLETE if done else K.KFD_IOC_WAIT_RESULT_TIMEOUT
 
   # ---- mmap of /dev/kfd (doorbells, MMIO remap)
