@@ -476,6 +476,12 @@ def test_gpu_page_fault_is_device_fault(arch):
       dev.synchronize(timeout_ms=5000)
     addr = int(str(e.value).split("page fault at ")[1].split()[0], 16)
     assert addr >> 12 == C.va >> 12
+    # kfd_set_dbg_ev_from_interrupt evicted the process's queues on that GPU: off the hardware, still the process's
+    g, queues = m.gpus[0], list(m.kernel.processes[0].queues.values())
+    def running(q) -> bool:
+      if q.kind == "sdma": return bool(g.dev.sdma.r(q.am.engine, "regSDMA0_QUEUE0_RB_CNTL", q.am.queue).fields()["RB_ENABLE"])
+      with g.dev.gfx._selected(q.am) as gc: return bool(gc("regCP_HQD_ACTIVE").read() & 1)
+    assert {q.hwq.kind for q in queues} == {"compute", "sdma"} and not any(running(q.hwq) for q in queues)
   finally:
     board.clear_faults()
     dev.iface.close()

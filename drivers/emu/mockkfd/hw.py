@@ -50,6 +50,12 @@ def compute_stop(dev, q: HWQueue) -> None:
   dev.pfree(q.am.mqd)
 
 
+def evict(dev, q: HWQueue) -> None:
+  """Take the queue off the hardware and keep its descriptor (kfd_dqm_evict_pasid); destroying it later frees it."""
+  if q.kind == "compute": dev.gfx.stop_hqd(q.am)
+  else: dev.sdma.free_queue(q.am)
+
+
 def sdma_queue_ids(dev) -> range:
   """The sdma_queue_ids amdkfd gives user queues on each engine (kfd_device.c): SDMA 6/7 have 8 queues and reserve
   0 and 1 of every engine (amdgpu's gfx and page rings); SDMA 4.4.2 has 8 RLC queues and reserves none."""

@@ -537,8 +537,12 @@ class Process:
 
   def vm_fault(self, gpu: GPU, vmid: int, addr: int, ring_id: int) -> None:
     """A fault in this process's VM (the IV's VMID names it, as its pasid does) on a node it runs queues on: every
-    memory event gets the fault, its kinds from the IV's ring_id bits (kfd_int_process_v11.c)."""
+    memory event gets the fault, its kinds from the IV's ring_id bits (kfd_int_process_v11.c), and the process's
+    queues on that node stop for good (kfd_set_dbg_ev_from_interrupt evicts them; nothing restores them)."""
     if (vm := self.vms.get(gpu.dev)) is None or vm.vmid != vmid or not any(q.gpu is gpu for q in self.queues.values()): return
+    with gpu.lock:
+      for uq in self.queues.values():
+        if uq.gpu is gpu: hw.evict(gpu.dev, uq.hwq)
     for ev in self.events.values():
       if ev.type == K.KFD_IOC_EVENT_MEMORY:
         ev.set()
