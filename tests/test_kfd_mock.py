@@ -650,3 +650,14 @@ def test_a_wait_with_the_event_age_sees_a_set_it_missed(raw):
   arr[0].signal_event_data.last_event_age = 1   # behind: completes though nothing is signaled, and says the age
   assert wait(1) == K.KFD_IOC_WAIT_RESULT_COMPLETE and arr[0].signal_event_data.last_event_age == 2
   assert wait(1) == K.KFD_IOC_WAIT_RESULT_TIMEOUT and arr[0].signal_event_data.last_event_age == 2
+
+
+def test_doorbell_mmap_takes_the_whole_slice(raw):
+  """kfd_doorbell_mmap maps a process's whole doorbell slice (8 KiB) or nothing; an offset naming no GPU is ENODEV."""
+  off = (3 << 62) | (raw.gpu << 46)
+  for size in (PAGE, 4 * PAGE):
+    with pytest.raises(OSError) as e: raw.s.mmap(raw.kfd, size, off)
+    assert e.value.errno == errno.EINVAL
+  with pytest.raises(OSError) as e: raw.s.mmap(raw.kfd, 2 * PAGE, (3 << 62) | ((raw.gpu ^ 0xffff) << 46))
+  assert e.value.errno == errno.ENODEV
+  assert raw.s.mmap(raw.kfd, 2 * PAGE, off).size == 2 * PAGE

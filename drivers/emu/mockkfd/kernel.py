@@ -589,14 +589,14 @@ class Process:
   def mmap(self, size: int, offset: int):
     kind, gpu_id = offset >> MMAP_TYPE_SHIFT, (offset >> GPU_ID_SHIFT) & 0xffff
     g = self.k.gpu_by_id(gpu_id)
-    if g is None: raise fail(errno.EINVAL, f"mmap offset {offset:#x} names no GPU")
-    if kind == MMAP_DOORBELL:
-      if size > DOORBELL_SLICE: raise fail(errno.EINVAL, "doorbell mapping larger than the process frame")
+    if kind == MMAP_EVENTS: raise fail(errno.EINVAL, "the kernel's own event page is not emulated")
+    if kind not in (MMAP_DOORBELL, MMAP_MMIO): raise fail(errno.EFAULT, f"mmap type {kind}")   # kfd_mmap's fall-through
+    if g is None: raise fail(errno.ENODEV, f"mmap offset {offset:#x} names no GPU")
+    if kind == MMAP_DOORBELL:   # kfd_doorbell_mmap: the whole process slice, nothing else
+      if size != DOORBELL_SLICE: raise fail(errno.EINVAL, f"doorbell mapping of {size:#x} bytes: the process slice is {DOORBELL_SLICE:#x}")
       return g.dev.doorbells.view(0, size)
-    if kind == MMAP_MMIO:
-      if size != PAGE: raise fail(errno.EINVAL, "MMIO remap is one page")
-      return g.dev.mmio.view(F.MMIO_REG_HOLE_OFFSET, PAGE)
-    raise fail(errno.EINVAL, f"mmap type {kind} is not emulated")
+    if size != PAGE: raise fail(errno.EINVAL, "MMIO remap is one page")
+    return g.dev.mmio.view(F.MMIO_REG_HOLE_OFFSET, PAGE)
 
   def exit(self) -> None:
     """Process exit: queues stop, mappings go, memory returns to the kernel."""
