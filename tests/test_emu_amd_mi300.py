@@ -647,7 +647,13 @@ def test_mockkfd_xcc_nodes_of_one_board_both_map_a_bo(mi300_fw):
   from rawgpu.hcq.device import Device
   m = machine("gfx942", 8)
   a, b = Device("MOCKKFD:3+AMD::gfx942"), Device("MOCKKFD:4+AMD::gfx942")
-  pt = m.kernel.processes[0].vms[m.gpus[0].dev].pt
+  d = m.gpus[0].dev
+  vm = m.kernel.processes[0].vms[d]
+  pt = vm.pt
+  assert vm.vmid == 3   # gfx9.4.3 leaves VMIDs 3..15 to KFD (gmc_v9_0.c first_kfd_vmid)
+  d.gfx.grbm_select(vmid=vm.vmid, xcc=3)
+  try: assert {k: v for k, v in d.gfx.gc("regSH_MEM_CONFIG", 3).fields().items() if v} == {"ALIGNMENT_MODE": 3, "F8_MODE": 1, "RETRY_DISABLE": 1}
+  finally: d.gfx.grbm_select(xcc=3)
   try:
     data = np.arange(1 << 14, dtype=np.uint32)
     x, y = a.alloc(data.nbytes).copyin(data), b.alloc(data.nbytes)

@@ -183,7 +183,7 @@ class GFX(Block):
     m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = (eop >> 8) & 0xffffffff, eop >> 40
     m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(eop_size // 4).bit_length() - 2)
     m.cp_mqd_base_addr_lo, m.cp_mqd_base_addr_hi = mc(q.mqd) & 0xfffffffc, mc(q.mqd) >> 32
-    m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0)
+    m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0, PRIV_STATE=int(q.user is not None))   # amdkfd's init_mqd sets it
     m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = (ring >> 8) & 0xffffffff, ring >> 40
     # gfx9 (gfx_v9_4_3_xcc_mqd_init): ordered dispatch, no TUNNEL_DISPATCH field
     order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.dev.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)

@@ -2,8 +2,8 @@
 ring, read/write pointer and EOP addresses (GPU VAs in the process's VM), as amdgpu's MQD managers do. The register
 sequences are AM's own (drivers/am gfx.py and sdma.py), given the process's addresses.
 
-Each process has a VMID of its own per board (8..15, amdgpu's KFD range, kept for the process's life here; amdgpu's
-scheduler would share them out). SDMA user queues take the ring queues amdkfd gives them (sdma_queue_ids), with its
+Each process has a VMID of its own per board (amdgpu's KFD range: 8..15, 3..15 on gfx9.4.3; kept for the process's life
+here, where amdkfd without a HWS takes it with the first queue and amdgpu's schedulers share them out). SDMA user queues take the ring queues amdkfd gives them (sdma_queue_ids), with its
 static doorbells (sdma_doorbell).
 """
 from __future__ import annotations
@@ -26,12 +26,13 @@ class HWQueue:
 
 
 def program_apertures(dev, xcc: int, vmid: int) -> None:
-  """The process's VMID: the address and alignment modes of VMID 0, and its apertures in SH_MEM_BASES (amdkfd's
-  program_sh_mem_settings, without a HWS), where the compute units place generic pointers to LDS and private memory."""
-  dev.gfx.grbm_select(vmid=0, xcc=xcc)
-  config = dev.gfx.gc("regSH_MEM_CONFIG", xcc).read()
+  """The process's VMID: amdkfd's sh_mem_config (update_qpd_v9/v11/v12: unaligned access; gfx9.4.3 also retry off,
+  as its noretry default, and F8_MODE; gfx11/12 instruction prefetch 3) and its apertures in SH_MEM_BASES
+  (program_sh_mem_settings, without a HWS), where the compute units place generic pointers to LDS and private memory."""
+  config = dict(ALIGNMENT_MODE=F.SH_MEM_ALIGNMENT_MODE_UNALIGNED)
+  config.update(RETRY_DISABLE=1, F8_MODE=1) if dev.gc9 else config.update(INITIAL_INST_PREFETCH=3)
   dev.gfx.grbm_select(vmid=vmid, xcc=xcc)
-  dev.gfx.gc("regSH_MEM_CONFIG", xcc).write(config)
+  dev.gfx.gc("regSH_MEM_CONFIG", xcc).write(**config)
   dev.gfx.gc("regSH_MEM_BASES", xcc).write(SHARED_BASE=LDS_APERTURE >> 48, PRIVATE_BASE=SCRATCH_APERTURE >> 48)
   dev.gfx.grbm_select(xcc=xcc)
 

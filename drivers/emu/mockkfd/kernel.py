@@ -22,7 +22,7 @@ DOMAIN_FLAGS = K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | 
                K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP
 SRC_CP_EOP = 181       # ivsrcid gfx 11: CP end of pipe
 FAULT_CLIENTS = (IH.SOC21_IH_CLIENTID_VMC, IH.SOC21_IH_CLIENTID_GFX, IH.SOC15_IH_CLIENTID_UTCL2)   # MM hub, GC hub (either id)
-FIRST_KFD_VMID, VMIDS = 8, 16   # amdgpu leaves VMIDs 8..15 to KFD (vm_manager.first_kfd_vmid on gfx10+ and gfx9.4.3)
+FIRST_KFD_VMID, FIRST_KFD_VMID_GC943, VMIDS = 8, 3, 16   # amdgpu's vm_manager.first_kfd_vmid (gmc_v9_0.c, gmc_v11/12_0.c)
 
 
 def fail(code: int, why: str) -> OSError: return OSError(code, f"{errno.errorcode.get(code, code)}: {why}")
@@ -250,7 +250,7 @@ class Process:
     d = g.dev
     if (vm := self.vms.get(d)) is None:
       used = {p.vms[d].vmid for p in self.k.processes if d in p.vms}
-      vmid = next((v for v in range(FIRST_KFD_VMID, VMIDS) if v not in used), None)
+      vmid = next((v for v in range(FIRST_KFD_VMID_GC943 if d.gc9 else FIRST_KFD_VMID, VMIDS) if v not in used), None)
       if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID is taken (this model keeps one per process for its life)")
       pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags)
       d.gmc.set_context(vmid, pt.root)
