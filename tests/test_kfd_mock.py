@@ -661,3 +661,25 @@ def test_doorbell_mmap_takes_the_whole_slice(raw):
   with pytest.raises(OSError) as e: raw.s.mmap(raw.kfd, 2 * PAGE, (3 << 62) | ((raw.gpu ^ 0xffff) << 46))
   assert e.value.errno == errno.ENODEV
   assert raw.s.mmap(raw.kfd, 2 * PAGE, off).size == 2 * PAGE
+
+
+def test_the_va_is_checked_when_mapped(raw):
+  """amdkfd's ALLOC takes any VA (the size page-aligned up); MAP refuses what amdgpu_vm_bo_map would: no VA, an
+  unaligned one, one past max_pfn, one that overlaps another mapping of the VM. The aperture it reports is
+  AMDGPU_VA_RESERVED_BOTTOM .. the GMC hole (kfd_init_apertures_v9)."""
+  arr = (K.kfd_process_device_apertures * 2)()
+  raw.io(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=1)
+  assert (arr[0].gpuvm_base, arr[0].gpuvm_limit) == (1 << 16, (1 << 47) - 1)
+  def alloc(va, size=PAGE):
+    return raw.io(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=va, size=size, gpu_id=raw.gpu, flags=K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE)
+  ids = (ctypes.c_uint32 * 1)(raw.gpu)
+  map_errno = lambda h: raw.errno_of(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=h, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
+  base = raw.next_va
+  for va in (0, base + 8, 1 << 48):
+    assert map_errno(alloc(va).handle) == errno.EINVAL
+  first = alloc(base, 100)                                  # one page
+  raw.map(first.handle)
+  assert translate(gpu_of(raw.s), base + PAGE - 4) is not None
+  assert map_errno(alloc(base).handle) == errno.EINVAL    # the same page again
+  second = alloc(base + PAGE)                               # the next page is free
+  raw.map(second.handle)

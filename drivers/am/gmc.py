@@ -84,13 +84,14 @@ class GMC(Block):
     for eng in range(18): w64(f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_LO32", f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_HI32", 0x1f_ffff_ffff)
     self.hub_ready[hub] = True
 
-  def set_context(self, vmid: int, root: int | None) -> None:
-    """Point VMID's context on every hub at 4-level tables rooted at `root` (a VRAM address), or disable it (None)."""
+  def set_context(self, vmid: int, root: int | None, start: int = mm.VA_BASE, end: int = mm.VA_BASE + mm.VA_SIZE) -> None:
+    """Point VMID's context on every hub at 4-level tables rooted at `root` (a VRAM address) over [start, end), or
+    disable it (None)."""
     for hub in ("MM", "GC"):
-      for inst in self.hubs(hub)[2]: self._context(hub, inst, vmid, root)
+      for inst in self.hubs(hub)[2]: self._context(hub, inst, vmid, root, start, end)
     if root is None: self.flush_tlb(vmid)
 
-  def _context(self, hub: str, inst: int, vmid: int, root: int | None) -> None:
+  def _context(self, hub: str, inst: int, vmid: int, root: int | None, start: int = mm.VA_BASE, end: int = mm.VA_BASE + mm.VA_SIZE) -> None:
     """The tables over the process VA window, every protection fault reported and redirected to the dummy page
     (gfxhub/mmhub setup_vmid_config)."""
     ip, p, _ = self.hubs(hub)
@@ -100,8 +101,8 @@ class GMC(Block):
       self.reg(ip, p + c + "CNTL", inst).write(0)
       return
     w64 = lambda lo, hi, v: self.dev.regs.write64(ip, p + lo, p + hi, v, inst)
-    w64(c + "PAGE_TABLE_START_ADDR_LO32", c + "PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
-    w64(c + "PAGE_TABLE_END_ADDR_LO32", c + "PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
+    w64(c + "PAGE_TABLE_START_ADDR_LO32", c + "PAGE_TABLE_START_ADDR_HI32", start >> 12)
+    w64(c + "PAGE_TABLE_END_ADDR_LO32", c + "PAGE_TABLE_END_ADDR_HI32", (end - 1) >> 12)
     w64(c + "PAGE_TABLE_BASE_ADDR_LO32", c + "PAGE_TABLE_BASE_ADDR_HI32", (root + self.vram_base_offset) | 1)
     faults = {f"{x}_PROTECTION_FAULT_ENABLE_{k}": 1 for x in ("RANGE", "DUMMY_PAGE", "PDE0", "VALID", "READ", "WRITE", "EXECUTE")
               for k in ("INTERRUPT", "DEFAULT")}

@@ -111,8 +111,10 @@ class Mapping:
 
 class PageTables:
   """Page tables in VRAM. `mem(paddr, size)` gives a CPU view of VRAM (BAR0); tables live in `alloc`ed pages."""
-  def __init__(self, mem: Callable[[int, int], memoryview], alloc: Callable[[], int], free: Callable[[int], None], flags: PTEFlags, root: int | None = None):
+  def __init__(self, mem: Callable[[int, int], memoryview], alloc: Callable[[], int], free: Callable[[int], None], flags: PTEFlags,
+               root: int | None = None, base: int = VA_BASE):
     self.mem, self._alloc, self._free, self.flags = mem, alloc, free, flags
+    self.base = base   # the VA the tables start at (their context's START address)
     self.root = root if root is not None else self._new_table()
 
   def _new_table(self) -> int:
@@ -127,7 +129,7 @@ class PageTables:
     table = self.root
     for lv in range(level):
       ents = self._entries(table)
-      idx = ((va - VA_BASE) >> level_shift(lv)) & 0x1ff
+      idx = ((va - self.base) >> level_shift(lv)) & 0x1ff
       e = ents[idx]
       if not e & F.AMDGPU_PTE_VALID:
         if not create: return None
@@ -156,7 +158,7 @@ class PageTables:
         lvl = LEVELS - 2 if (cur | (addr + off)) & ((1 << 21) - 1) == 0 and size - off >= (1 << 21) else LEVELS - 1
         table = self._walk(cur, lvl, create=True)
         assert table is not None
-        idx = ((cur - VA_BASE) >> level_shift(lvl)) & 0x1ff
+        idx = ((cur - self.base) >> level_shift(lvl)) & 0x1ff
         ents = self._entries(table)
         # 4 KiB pages: the run that stays in this page table (up to its 2 MiB end, where a huge page may start)
         n = 1 if lvl != LEVELS - 1 else max(1, min((size - off) >> 12, 512 - idx))
@@ -194,7 +196,7 @@ class PageTables:
     """The physical/bus address va maps to (a CPU-side page walk, used by fault reports and tests)."""
     table = self.root
     for lv in range(LEVELS):
-      e = self._entries(table)[((va - VA_BASE) >> level_shift(lv)) & 0x1ff]
+      e = self._entries(table)[((va - self.base) >> level_shift(lv)) & 0x1ff]
       if not e & F.AMDGPU_PTE_VALID: return None
       if lv == LEVELS - 1 or self.flags.is_huge(e, lv):
         return (e & ADDR_MASK & ~((1 << level_shift(lv)) - 1)) + (va & ((1 << level_shift(lv)) - 1))

@@ -22,6 +22,8 @@ DOMAIN_FLAGS = K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | 
                K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP
 SRC_CP_EOP = 181       # ivsrcid gfx 11: CP end of pipe
 FAULT_CLIENTS = (IH.SOC21_IH_CLIENTID_VMC, IH.SOC21_IH_CLIENTID_GFX, IH.SOC15_IH_CLIENTID_UTCL2)   # MM hub, GC hub (either id)
+USER_VA_END = 1 << 48   # a process VM's end: max_pfn pages (48-bit VAs)
+GPUVM_BASE, GPUVM_SIZE = 1 << 16, 1 << 47   # the aperture amdkfd reports: above AMDGPU_VA_RESERVED_BOTTOM, below the GMC hole
 FIRST_KFD_VMID, FIRST_KFD_VMID_GC943, VMIDS = 8, 3, 16   # amdgpu's vm_manager.first_kfd_vmid (gmc_v9_0.c, gmc_v11/12_0.c)
 
 
@@ -252,8 +254,8 @@ class Process:
       used = {p.vms[d].vmid for p in self.k.processes if d in p.vms}
       vmid = next((v for v in range(FIRST_KFD_VMID_GC943 if d.gc9 else FIRST_KFD_VMID, VMIDS) if v not in used), None)
       if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID is taken (this model keeps one per process for its life)")
-      pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags)
-      d.gmc.set_context(vmid, pt.root)
+      pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags, base=0)
+      d.gmc.set_context(vmid, pt.root, 0, USER_VA_END)   # amdgpu's user VM: 0 .. max_pfn
       vm = self.vms[d] = VM(vmid, pt)
     hw.program_apertures(d, g.xcc, vm.vmid)
     return vm
@@ -278,7 +280,7 @@ class Process:
     if not a.kfd_process_device_apertures_ptr: raise fail(errno.EFAULT, "no apertures array")
     arr = (K.kfd_process_device_apertures * n).from_address(a.kfd_process_device_apertures_ptr)
     for i, g in enumerate(self.k.gpus[:n]):
-      arr[i].gpu_id, arr[i].gpuvm_base, arr[i].gpuvm_limit = g.gpu_id, mm.VA_BASE, mm.VA_BASE + mm.VA_SIZE - 1
+      arr[i].gpu_id, arr[i].gpuvm_base, arr[i].gpuvm_limit = g.gpu_id, GPUVM_BASE, GPUVM_SIZE - 1   # kfd_init_apertures_v9
       arr[i].lds_base, arr[i].lds_limit = hw.LDS_APERTURE, hw.LDS_APERTURE + (1 << 32) - 1
       arr[i].scratch_base, arr[i].scratch_limit = hw.SCRATCH_APERTURE, hw.SCRATCH_APERTURE + (1 << 32) - 1
     a.num_of_nodes = n
@@ -290,27 +292,25 @@ class Process:
     if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC and flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and dev.bar_size < dev.vram_size:
       raise fail(errno.EINVAL, "host-visible VRAM on a small-BAR board")
     self.bound(a.gpu_id)
-    dom = flags & DOMAIN_FLAGS
-    if bin(dom).count("1") != 1: raise fail(errno.EINVAL, f"flags {flags:#x} name {bin(dom).count('1')} memory domains")
-    if a.va_addr % PAGE or a.size % PAGE: raise fail(errno.EINVAL, "va_addr and size must be page aligned")
-    if not mm.VA_BASE <= a.va_addr <= mm.VA_BASE + mm.VA_SIZE - a.size:
-      raise fail(errno.EINVAL, f"va {a.va_addr:#x} outside the GPUVM aperture")
-    for bo in self.bos.values():
-      if bo.gpu is g and bo.va < a.va_addr + a.size and a.va_addr < bo.va + bo.size: raise fail(errno.EINVAL, f"va {a.va_addr:#x} overlaps a BO")
-    bo = BO(g, a.va_addr, a.size, flags)
+    # the first domain named, in amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu's order; the VA is checked when mapped
+    dom = next((d for d in (K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR,
+                            K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) if flags & d), None)
+    if dom is None: raise fail(errno.EINVAL, f"flags {flags:#x} name no memory domain")
+    flags = flags & ~DOMAIN_FLAGS | dom
+    bo = BO(g, a.va_addr, align(a.size, PAGE), flags)   # PAGE_ALIGN
     if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
-      try: bo.backing = dev.valloc_phys(a.size, align=1 << 21 if a.size >= 1 << 21 else PAGE, cpu=bool(flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC))
+      try: bo.backing = dev.valloc_phys(bo.size, align=1 << 21 if bo.size >= 1 << 21 else PAGE, cpu=bool(flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC))
       except MemoryError as e: raise fail(errno.ENOMEM, str(e)) from None
-      # amdgpu gives KFD VRAM uncleared (WIPE_ON_RELEASE wipes it on free): the model zeroes what its BAR reaches
-      if bo.backing + a.size <= dev.bar_size: dev.vram(bo.backing, a.size)[:] = bytes(a.size)
+      # amdgpu clears it (AMDGPU_GEM_CREATE_VRAM_CLEARED, by SDMA); the model clears what its BAR reaches, not beyond
+      if bo.backing + bo.size <= dev.bar_size: dev.vram(bo.backing, bo.size)[:] = bytes(bo.size)
       bo.mmap_offset = g.mmap_offset(bo)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT:
-      try: bo.backing = dev.pci.alloc_host(a.size)
+      try: bo.backing = dev.pci.alloc_host(bo.size)
       except MemoryError as e: raise fail(errno.ENOMEM, str(e)) from None
       bo.mmap_offset = g.mmap_offset(bo)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR:
       if a.mmap_offset % PAGE: raise fail(errno.EINVAL, "userptr address not page aligned")
-      pages = [self.k.host_memory.phys(a.mmap_offset + i) for i in range(0, a.size, PAGE)] if self.k.host_memory else [None]
+      pages = [self.k.host_memory.phys(a.mmap_offset + i) for i in range(0, bo.size, PAGE)] if self.k.host_memory else [None]
       if None in pages: raise fail(errno.EFAULT, f"userptr {a.mmap_offset:#x}+{a.size:#x} is not (emulated) host memory")
       bo.backing, bo.mmap_offset = pages, a.mmap_offset
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL:
@@ -376,6 +376,7 @@ class Process:
     if (held := bo.tables.get(d)) is not None:
       held[1].add(g)
       return held[0]
+    self._check_va(bo, d)
     uncached, vm = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED), self.vms[d]
     # amdgpu's PTE flags from the BO's (get_pte_flags): always readable, writeable and executable if asked
     access = dict(writeable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE), executable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE))
@@ -395,6 +396,15 @@ class Process:
     bo.tables[d] = (m, {g})
     d.gmc.flush_tlb(vm.vmid)
     return m
+
+  def _check_va(self, bo: BO, d) -> None:
+    """What mapping a BO at its VA needs (kfd_mem_attach, amdgpu_vm_verify_parameters, amdgpu_vm_bo_map): a VA, page
+    aligned, below max_pfn, and no other mapping of this VM there."""
+    if not bo.va: raise fail(errno.EINVAL, "the BO has no VA")
+    if bo.va % PAGE or bo.va + bo.size > USER_VA_END: raise fail(errno.EINVAL, f"va {bo.va:#x}+{bo.size:#x} is not a page-aligned VA below {USER_VA_END:#x}")
+    for o in self.bos.values():
+      if o is not bo and d in o.tables and o.va < bo.va + bo.size and bo.va < o.va + o.size:
+        raise fail(errno.EINVAL, f"va {bo.va:#x}+{bo.size:#x} conflicts with a mapping at {o.va:#x}+{o.size:#x}")
 
   def _unmap(self, bo: BO, g: GPU | None = None) -> None:
     """Unmap the BO from g (its own GPU by default); the board's tables keep it while a sibling node still maps it."""
