@@ -660,6 +660,8 @@ def test_mockkfd_xcc_nodes_of_one_board_both_map_a_bo(mi300_fw):
     b.map(x)
     b.transfer(y, x)                                                            # node 4's copy engine reads node 3's BO
     assert np.array_equal(y.numpy(np.uint32), data)
+    from test_kfd_mock import check_gpu_wakes
+    check_gpu_wakes(b)                                                          # end of pipe and SDMA trap IVs reach the process
     b.iface.unmap_peer(x.mem)
     assert pt.translate(x.va) is not None                                       # still node 3's
     assert np.array_equal(x.numpy(np.uint32), data)

@@ -415,6 +415,14 @@ def check_gpu_wakes(dev):
   assert it.proc.event_page.cpu.cast("Q")[(slot_va - it.proc.event_page.va) // 8] == (1 << 64) - 1   # acknowledged
   w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=1)
   assert w.wait_result == K.KFD_IOC_WAIT_RESULT_TIMEOUT   # auto-reset: consumed by the first wait
+  # the copy engine the same way: FENCE into the slot, TRAP with the event id (its IV names the process by PASID)
+  from rawgpu.hcq.amd import sdma
+  v = dev.backend.sdma_version
+  c = dev.copy_queue()
+  c._add(sdma.fence, slot_va, value=1, version=v); c._add(sdma.trap, int_context=event_id, version=v)
+  c.submit(dev)
+  w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=10_000)
+  assert w.wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE
 
 
 def test_a_gpu_opened_later_wakes_sleepers_too(system):

@@ -131,8 +131,8 @@ class ComputeQueue:
   def eop_interrupt(self, ctx: int) -> None:
     cntl = self.board.regs.vals.get(self.gfx.pipe_int_cntl[self.pipe], 0)
     if cntl & self.gfx.ts_int_en:
-      self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_EOP, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), data=(ctx, 0, 0, 0),
-                         node=self.gfx.ih_node)
+      self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_EOP, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), vmid=self.vmid,
+                         data=(ctx, 0, 0, 0), node=self.gfx.ih_node)
 
   def dispatch(self, x: int, y: int, z: int, initiator: int) -> bool:
     """Start (or go on with) a dispatch. In concurrent mode its waves run a slice of time per step, between the
@@ -165,7 +165,7 @@ class ComputeQueue:
       self.last_fault = (res.fault, res.fault_addr)
       if res.fault != "page fault":  # page faults reach the host from the GMC; other wave errors from the SQ
         pc = res.fault_addr or 0
-        self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_SQ_INTERRUPT, ring_id=(self.me << 2) | self.pipe | (self.queue << 4),
+        self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_SQ_INTERRUPT, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), vmid=self.vmid,
                            data=(pc & 0xffffffff, pc >> 32, 0, 0), node=self.gfx.ih_node)
       raise pm4.BadPacket(f"wave fault: {res.fault} at {res.fault_addr:#x}" if res.fault_addr is not None else f"wave fault: {res.fault}")
     return True
@@ -235,7 +235,8 @@ class ComputeQueue:
       if "opcode" in str(e) or "type-" in str(e):
         cntl = self.board.regs.vals.get(self.gfx.pipe_int_cntl[self.pipe], 0)
         if cntl & self.gfx.opcode_int_en:
-          self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_BAD_OPCODE, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), node=self.gfx.ih_node)
+          self.board.ih.post(client=IH_CLIENT_GRBM_CP, src=SRC_CP_BAD_OPCODE, ring_id=(self.me << 2) | self.pipe | (self.queue << 4), vmid=self.vmid,
+                             node=self.gfx.ih_node)
       return True
     except (Fault, BusError) as e:
       self._report_rptr()

@@ -78,10 +78,13 @@ class IH:
     self.rings = [IHRing(board, ""), IHRing(board, "_RING1")]
     self.posted = 0
     self.lock = threading.Lock()          # the worker and a direct post (a test's) may come at once
+    self.a_lut = [board.regs.addr("osssys", f"regIH_VMID_{v}_LUT") for v in range(16)]
 
   def post(self, client: int, src: int, ring_id: int = 0, vmid: int = 0, pasid: int = 0, data: tuple[int, int, int, int] = (0, 0, 0, 0),
            node: int = 0) -> None:
+    """One IV. A source in a VMID other than 0 gets the PASID the driver gave that VMID in IH_VMID_n_LUT."""
     ts = self.b.clock.now()
+    if vmid and not pasid: pasid = self.b.regs.vals.get(self.a_lut[vmid], 0) & 0xffff
     words = struct.pack("<8I", client | (src << 8) | (ring_id << 16) | (vmid << 24), ts & 0xffffffff, (ts >> 32) & 0xffff,
                         pasid | (node << 16), *data)
     with self.lock:

@@ -206,9 +206,9 @@ class SDMAQueue:
       return True
     if op == OP_TRAP:
       if self.b.regs.vals.get(self.e.a_cntl, 0) & self.e.trap_en:
-        if self.e.v4: self.b.ih.post(client=SOC15_SDMA_CLIENTS[self.e.i % 4], src=IH.SDMA0_5_0__SRCID__SDMA_TRAP, ring_id=self.q,
+        if self.e.v4: self.b.ih.post(client=SOC15_SDMA_CLIENTS[self.e.i % 4], src=IH.SDMA0_5_0__SRCID__SDMA_TRAP, ring_id=self.q, vmid=self.vmid,
                                      data=(p[1] & 0xfffffff, 0, 0, 0), node=ih_node_aid(self.e.i // 4))
-        else: self.b.ih.post(client=IH_CLIENT_GFX, src=SRC_SDMA_TRAP, ring_id=self.q | (self.e.i << 4), data=(p[1] & 0xfffffff, 0, 0, 0))
+        else: self.b.ih.post(client=IH_CLIENT_GFX, src=SRC_SDMA_TRAP, ring_id=self.q | (self.e.i << 4), vmid=self.vmid, data=(p[1] & 0xfffffff, 0, 0, 0))
       return True
     if op == OP_POLL_REGMEM:
       func, mem, hdp = (p[0] >> 28) & 7, p[0] >> 31, (p[0] >> 26) & 1

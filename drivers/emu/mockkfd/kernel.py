@@ -20,7 +20,10 @@ SIGNAL_EVENT_LIMIT, FIRST_NONSIGNAL_EVENT_ID = 4096, (0x7fffffff >> 1) + 1
 UNSIGNALED = (1 << 64) - 1
 DOMAIN_FLAGS = K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | \
                K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP
-SRC_CP_EOP = 181       # ivsrcid gfx 11: CP end of pipe
+SRC_CP_EOP, SRC_SDMA_TRAP, SRC_SDMA_TRAP_SOC15 = 181, 49, 224   # ivsrcids: CP end of pipe (gfx 11), SDMA trap (soc15_int.h)
+# end of pipe (CP), and SDMA traps: SOC21's in the GFX client, SOC15's (MI300) per engine (kfd_int_process_v11/v9.c)
+SIGNAL_SOURCES = {(F.SOC21_IH_CLIENTID_GRBM_CP, SRC_CP_EOP), (IH.SOC21_IH_CLIENTID_GFX, SRC_SDMA_TRAP),
+                  *((c, SRC_SDMA_TRAP_SOC15) for c in (IH.SOC15_IH_CLIENTID_SDMA0, IH.SOC15_IH_CLIENTID_SDMA1, IH.SOC15_IH_CLIENTID_SDMA2, IH.SOC15_IH_CLIENTID_SDMA3))}
 FAULT_CLIENTS = (IH.SOC21_IH_CLIENTID_VMC, IH.SOC21_IH_CLIENTID_GFX, IH.SOC15_IH_CLIENTID_UTCL2)   # MM hub, GC hub (either id)
 USER_VA_END = 1 << 48   # a process VM's end: max_pfn pages (48-bit VAs)
 GPUVM_BASE, GPUVM_SIZE = 1 << 16, 1 << 47   # the aperture amdkfd reports: above AMDGPU_VA_RESERVED_BOTTOM, below the GMC hole
@@ -112,6 +115,8 @@ class GPU:
     s = queue_sizes(self.gfxv, cu * simds, simds, se * sa, sa)
     self.sizes = s
     self.props["cwsr_size"], self.props["ctl_stack_size"] = s.cwsr, s.ctl_stack
+    # amdgpu enables the SDMA trap interrupt (sdma_v*_set_trap_irq_state): a user queue's TRAP reaches the IH
+    for e in dev.sdma.all_engines(): dev.sdma.r(e, "regSDMA0_CNTL").update(TRAP_ENABLE=1)
 
   @staticmethod
   def _location(bus: str) -> int:
@@ -157,8 +162,10 @@ class GPU:
     by its interrupt bitmap), or to every node of the board when no node owns it."""
     dev = self.dev
     for iv in dev.ih.poll():
-      if iv["client_id"] == F.SOC21_IH_CLIENTID_GRBM_CP and iv["src_id"] == SRC_CP_EOP:
-        for p in kernel.processes: p.signal_from_interrupt(iv["src_data"][0])
+      # kfd_signal_event_interrupt: the IV's PASID (the VMID's, from IH_VMID_n_LUT) names the process
+      if (iv["client_id"], iv["src_id"]) in SIGNAL_SOURCES:
+        for p in kernel.processes:
+          if p.pasid == iv["pasid"]: p.signal_from_interrupt(iv["src_data"][0])
       elif iv["client_id"] in FAULT_CLIENTS and iv["src_id"] == F.UTCL2_1_0__SRCID__FAULT:
         sd = iv["src_data"]
         addr = (sd[0] << 12) | ((sd[1] & 0xf) << 44)
@@ -168,7 +175,7 @@ class GPU:
         owner = dev.ih.fault_owner(hub, inst, st.get("CID", 0))
         for g in kernel.gpus:
           if g.dev is dev and owner in (None, g.xcc):
-            for p in kernel.processes: p.vm_fault(g, iv["vmid"], addr, iv["ring_id"])
+            for p in kernel.processes: p.vm_fault(g, iv["pasid"], addr, iv["ring_id"])
 
 
 class Kernel:
@@ -177,6 +184,7 @@ class Kernel:
     self.gpus, self.host_memory, self.system = gpus, host_memory, system
     for g in gpus: g.kernel = self
     self.processes: list[Process] = []
+    self.pasids = itertools.count(1)   # amdgpu_pasid_alloc: 16-bit, from 1
     self.version = (K.KFD_IOCTL_MAJOR_VERSION, K.KFD_IOCTL_MINOR_VERSION)
 
   def gpu_by_id(self, gpu_id: int) -> GPU | None: return next((g for g in self.gpus if g.gpu_id == gpu_id), None)
@@ -200,6 +208,7 @@ class Process:
     self.signal_bo: BO | None = None
     self.signal_handle = 0
     self.vms: dict = {}                    # board (AMDevice) -> this process's VM on it
+    self.pasid = next(kernel.pasids)
     kernel.processes.append(self)
 
   # ---- helpers
@@ -256,6 +265,7 @@ class Process:
       if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID is taken (this model keeps one per process for its life)")
       pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags, base=0)
       d.gmc.set_context(vmid, pt.root, 0, USER_VA_END)   # amdgpu's user VM: 0 .. max_pfn
+      d.regs.reg("osssys", f"regIH_VMID_{vmid}_LUT").write(PASID=self.pasid)   # set_pasid_vmid_mapping: its IVs name the process
       vm = self.vms[d] = VM(vmid, pt)
     hw.program_apertures(d, g.xcc, vm.vmid)
     return vm
@@ -545,11 +555,11 @@ class Process:
         slots[ev.id] = UNSIGNALED
         ev.set()
 
-  def vm_fault(self, gpu: GPU, vmid: int, addr: int, ring_id: int) -> None:
-    """A fault in this process's VM (the IV's VMID names it, as its pasid does) on a node it runs queues on: every
+  def vm_fault(self, gpu: GPU, pasid: int, addr: int, ring_id: int) -> None:
+    """A fault in this process's VM (the IV's PASID names it) on a node it runs queues on: every
     memory event gets the fault, its kinds from the IV's ring_id bits (kfd_int_process_v11.c), and the process's
     queues on that node stop for good (kfd_set_dbg_ev_from_interrupt evicts them; nothing restores them)."""
-    if (vm := self.vms.get(gpu.dev)) is None or vm.vmid != vmid or not any(q.gpu is gpu for q in self.queues.values()): return
+    if pasid != self.pasid or gpu.dev not in self.vms or not any(q.gpu is gpu for q in self.queues.values()): return
     with gpu.lock:
       for uq in self.queues.values():
         if uq.gpu is gpu: hw.evict(gpu.dev, uq.hwq)
@@ -620,7 +630,8 @@ class Process:
         if bo.backing is not None: gpu.put(bo)
       gpu.cpu_views.clear()
     self.events.clear()
-    for d, vm in self.vms.items():   # amdgpu_vm_fini: the VMID's context goes, then its page tables
+    for d, vm in self.vms.items():   # amdgpu_vm_fini: the VMID's context and PASID mapping go, then its page tables
+      d.regs.reg("osssys", f"regIH_VMID_{vm.vmid}_LUT").write(0)
       d.gmc.set_context(vm.vmid, None)
       vm.pt.release()
     self.vms.clear()
