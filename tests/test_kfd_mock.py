@@ -213,6 +213,8 @@ def test_create_queue_checks(raw):
   assert bad(eop_buffer_size=s.eop // 2) == errno.EINVAL
   assert bad(ring_size=1 << 13) == errno.EINVAL                       # the ring BO must be exactly the ring size
   assert bad(ring_base_address=raw.next_va) == errno.EINVAL           # unmapped ring
+  for name in ("ring_base_address", "read_pointer_address", "eop_buffer_address", "ctx_save_restore_address"):
+    assert bad(**{name: 1 << 47}) == errno.EFAULT, name                # access_ok
   q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, **base)
   assert q.doorbell_offset >> 62 == 3 and (q.doorbell_offset >> 46) & 0xffff == raw.gpu
   # runtime_enable: EEXIST while the process has queues; disabling (no ENABLE bit) then works, enabling twice is EBUSY
@@ -227,7 +229,9 @@ def test_create_queue_checks(raw):
   assert enable() == errno.EBUSY
   # kfd_queue_buffer_get counts the ring in whole pages: a 1 KiB ring (or 0: the 1 KiB minimum) is 0 pages, any BO length
   for small in (1 << 10, 0):
-    raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=raw.io(K.AMDKFD_IOC_CREATE_QUEUE, **{**base, "ring_size": small}).queue_id)
+    q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, **{**base, "ring_size": small})
+    assert q.ring_size == 1 << 10 and q.queue_id == 0                  # clamped and said; the lowest free id again
+    raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id)
   # SDMA queues take no EOP/CWSR
   q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, gpu_id=raw.gpu, queue_type=K.KFD_IOC_QUEUE_TYPE_SDMA, queue_percentage=100, queue_priority=7,
              ring_size=1 << 14, ring_base_address=base["ring_base_address"], read_pointer_address=base["read_pointer_address"],

@@ -25,6 +25,7 @@ SRC_CP_EOP, SRC_SDMA_TRAP, SRC_SDMA_TRAP_SOC15 = 181, 49, 224   # ivsrcids: CP e
 SIGNAL_SOURCES = {(F.SOC21_IH_CLIENTID_GRBM_CP, SRC_CP_EOP), (IH.SOC21_IH_CLIENTID_GFX, SRC_SDMA_TRAP),
                   *((c, SRC_SDMA_TRAP_SOC15) for c in (IH.SOC15_IH_CLIENTID_SDMA0, IH.SOC15_IH_CLIENTID_SDMA1, IH.SOC15_IH_CLIENTID_SDMA2, IH.SOC15_IH_CLIENTID_SDMA3))}
 FAULT_CLIENTS = (IH.SOC21_IH_CLIENTID_VMC, IH.SOC21_IH_CLIENTID_GFX, IH.SOC15_IH_CLIENTID_UTCL2)   # MM hub, GC hub (either id)
+TASK_SIZE = (1 << 47) - PAGE   # x86-64 user addresses end here (access_ok)
 USER_VA_END = 1 << 48   # a process VM's end: max_pfn pages (48-bit VAs)
 GPUVM_BASE, GPUVM_SIZE = 1 << 16, 1 << 47   # the aperture amdkfd reports: above AMDGPU_VA_RESERVED_BOTTOM, below the GMC hole
 FIRST_KFD_VMID, FIRST_KFD_VMID_GC943, VMIDS = 8, 3, 16   # amdgpu's vm_manager.first_kfd_vmid (gmc_v9_0.c, gmc_v11/12_0.c)
@@ -203,7 +204,6 @@ class Process:
     self.bos: dict[int, BO] = {}           # handle -> BO
     self._idr = itertools.count(1)
     self.queues: dict[int, UserQueue] = {}
-    self._qids = itertools.count(0)
     self.events: dict[int, Event] = {}
     self.signal_bo: BO | None = None
     self.signal_handle = 0
@@ -445,10 +445,14 @@ class Process:
     # set_queue_properties_from_user
     if (a.queue_percentage & 0xff) > MAX_QUEUE_PERCENTAGE: raise fail(errno.EINVAL, "queue percentage above 100")
     if a.queue_priority > MAX_QUEUE_PRIORITY: raise fail(errno.EINVAL, "queue priority above 15")
+    user = lambda addr, n: addr + n <= TASK_SIZE   # access_ok
+    if a.ring_base_address and not user(a.ring_base_address, 8): raise fail(errno.EFAULT, "ring_base_address is not a user address")
     if a.ring_size and a.ring_size & (a.ring_size - 1): raise fail(errno.EINVAL, "ring size must be a power of 2 or 0")
-    ring_size = max(a.ring_size, MIN_RING)
+    a.ring_size = ring_size = max(a.ring_size, MIN_RING)   # clamped, and the caller sees it
     for name in ("read_pointer_address", "write_pointer_address"):
-      if getattr(a, name) >= 1 << 47: raise fail(errno.EFAULT, f"{name} is not a user address")
+      if not user(getattr(a, name), 4): raise fail(errno.EFAULT, f"{name} is not a user address")
+    for name in ("eop_buffer_address", "ctx_save_restore_address"):
+      if getattr(a, name) and not user(getattr(a, name), 4): raise fail(errno.EFAULT, f"{name} is not a user address")
     if a.queue_type not in (K.KFD_IOC_QUEUE_TYPE_COMPUTE, K.KFD_IOC_QUEUE_TYPE_SDMA, K.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
                             K.KFD_IOC_QUEUE_TYPE_SDMA_XGMI, K.KFD_IOC_QUEUE_TYPE_SDMA_BY_ENG_ID):
       raise fail(524, "unknown queue type")   # ENOTSUPP (kernel-internal 524)
@@ -492,7 +496,7 @@ class Process:
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
     for bo in bos: bo.queue_refs += 1
-    qid = next(self._qids)
+    qid = next(q for q in itertools.count() if q not in self.queues)   # the lowest free id (find_available_queue_slot)
     self.queues[qid] = uq
     a.queue_id = qid
     a.doorbell_offset = (MMAP_DOORBELL << MMAP_TYPE_SHIFT) | (g.gpu_id << GPU_ID_SHIFT) | (hwq.doorbell * 4)
