@@ -409,11 +409,13 @@ def check_gpu_wakes(dev):
   from rawgpu.hcq.amd import pm4
   it = dev.iface
   slot_va, event_id = it.wake
+  arr = (K.kfd_event_data * 1)()
+  arr[0].event_id = event_id
+  dev.synchronize()   # hcq's own signals wake this event too: let them land, and take the wake-up they left
+  K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0)
   q = dev.compute_queue()
   q._add(pm4.release_mem, slot_va, value=1, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=dev.backend.gfx, int_ctxid=event_id)
   q.submit(dev)
-  arr = (K.kfd_event_data * 1)()
-  arr[0].event_id = event_id
   w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=10_000)
   assert w.wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE
   assert it.proc.event_page.cpu.cast("Q")[(slot_va - it.proc.event_page.va) // 8] == (1 << 64) - 1   # acknowledged
@@ -695,3 +697,28 @@ def test_the_va_is_checked_when_mapped(raw):
   assert map_errno(alloc(base).handle) == errno.EINVAL    # the same page again
   second = alloc(base + PAGE)                               # the next page is free
   raw.map(second.handle)
+
+
+def test_a_sleeping_wait_is_woken_by_the_gpu(dev, monkeypatch):
+  """hcq's signals on KFD also write the device's event slot and interrupt with its id, so a wait that has gone to
+  sleep (WAIT_EVENTS) is woken when the work ends instead of sleeping out its slice (amdkfd wakes only events whose
+  slot the GPU wrote)."""
+  import threading
+  flag, done = dev.alloc(4096, host=True), dev.alloc(4096, host=True)
+  flag.cpu().cast("I")[0] = 0
+  results = []
+  it, ioctl = dev.iface, dev.iface._ioctl
+  def recording(ioc, fd=None, **kw):
+    r = ioctl(ioc, fd, **kw)
+    if ioc is K.AMDKFD_IOC_WAIT_EVENTS and kw.get("timeout"): results.append(r.wait_result)
+    return r
+  monkeypatch.setattr(it, "_ioctl", recording)
+  dev.program(kernels.path(dev.props.arch, "spin").read_bytes(), "spin_until")(flag, 1, done, global_size=1, local_size=1)
+  threading.Timer(0.05, lambda: flag.cpu().cast("I").__setitem__(0, 1)).start()   # released once the wait sleeps
+  dev.synchronize(timeout_ms=10_000)
+  assert done.cpu().cast("I")[0] == 2 and results   # it slept
+  # the GPU's interrupt set the device's event: a sleep took it, or (done between two sleeps) it is still set
+  arr = (K.kfd_event_data * 1)()
+  arr[0].event_id = it.wake[1]
+  late = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0).wait_result
+  assert K.KFD_IOC_WAIT_RESULT_COMPLETE in (*results, late)

@@ -29,6 +29,13 @@ def _value(v: int | Var, what: str) -> int | Var:
   return v if isinstance(v, Var) else check_u64(v, what)
 
 
+def _wake(be: "AMDBackend") -> tuple[int, int] | None:
+  """On KFD, (slot address, event id) of the device's signal event: amdkfd's interrupt handler wakes a sleeping
+  WAIT_EVENTS only for an event whose slot the GPU wrote (kfd_signal_event_interrupt), so a signal writes the slot
+  too and interrupts with the event id. None elsewhere (AM takes the interrupt itself)."""
+  return getattr(getattr(getattr(be, "dev", None), "iface", None), "wake", None)
+
+
 class AMDComputeQueue(HWQueue):
   engine = "compute"
 
@@ -44,7 +51,12 @@ class AMDComputeQueue(HWQueue):
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
     _reachable(self.be, signal)
-    return self._add(pm4.release_mem, signal.va, value=_value(value, 'a compute queue signal'), data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
+    value = _value(value, 'a compute queue signal')
+    if (wake := _wake(self.be)) is None:
+      return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
+    self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, gen=self.be.gfx)
+    return self._add(pm4.release_mem, wake[0], value=1, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx,
+                     int_ctxid=wake[1])
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDComputeQueue":
     """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address)."""
@@ -130,7 +142,9 @@ class AMDCopyQueue(HWQueue):
     wide = value.width == 64 if isinstance(value, Var) else value >> 32 != 0
     if wide:
       self._add(lambda value: sdma.fence(signal.va + 4, value >> 32, version=v), value=value)
-    return self._add(sdma.trap, version=v)
+    if (wake := _wake(self.be)) is None: return self._add(sdma.trap, version=v)
+    self._add(sdma.fence, wake[0], value=1, version=v)
+    return self._add(sdma.trap, int_context=wake[1], version=v)
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
