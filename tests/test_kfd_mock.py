@@ -123,6 +123,7 @@ def test_topology_and_ip_discovery_match_the_board(system):
 def test_alloc_map_free_and_errnos(raw):
   g = gpu_of(raw.s)
   v = raw.alloc(1 << 20, K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC)
+  assert v.handle == raw.gpu << 32   # MAKE_HANDLE(gpu_id, the device idr's first id, 0)
   cpu = raw.s.mmap(raw.drm, 1 << 20, v.mmap_offset)
   cpu.write(0x100, 0xdeadbeef)
   assert translate(g, VAS[v.handle] + 0x100) is not None

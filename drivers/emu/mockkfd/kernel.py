@@ -202,7 +202,6 @@ class Process:
     self.drm: dict[int, object] = {}       # gpu_id -> acquired render-node file
     self.runtime_enabled = False
     self.bos: dict[int, BO] = {}           # handle -> BO
-    self._idr = itertools.count(1)
     self.queues: dict[int, UserQueue] = {}
     self.events: dict[int, Event] = {}
     self.signal_bo: BO | None = None
@@ -322,14 +321,15 @@ class Process:
       if a.mmap_offset % PAGE: raise fail(errno.EINVAL, "userptr address not page aligned")
       pages = [self.k.host_memory.phys(a.mmap_offset + i) for i in range(0, bo.size, PAGE)] if self.k.host_memory else [None]
       if None in pages: raise fail(errno.EFAULT, f"userptr {a.mmap_offset:#x}+{a.size:#x} is not (emulated) host memory")
-      bo.backing, bo.mmap_offset = pages, a.mmap_offset
+      bo.backing, bo.mmap_offset = pages, g.mmap_offset(bo)   # the BO's DRM offset, as for every BO (not the user address)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL:
       if a.size != DOORBELL_SLICE: raise fail(errno.EINVAL, f"doorbell BO must be {DOORBELL_SLICE} bytes")
-      bo.mmap_offset = 0   # the doorbell aperture's bus address in the kernel; not user-mappable through this BO
+      bo.mmap_offset = g.mmap_offset(bo)
     else:
       if a.size != PAGE: raise fail(errno.EINVAL, "MMIO_REMAP BO must be one page")
       bo.mmap_offset = (MMAP_MMIO << MMAP_TYPE_SHIFT) | (g.gpu_id << GPU_ID_SHIFT)
-    handle = (g.gpu_id << 32) | next(self._idr)
+    # MAKE_HANDLE(gpu_id, the lowest free id of that device's idr, from 0)
+    handle = (g.gpu_id << 32) | next(i for i in itertools.count() if (g.gpu_id << 32) | i not in self.bos)
     self.bos[handle] = bo
     a.handle, a.mmap_offset = handle, bo.mmap_offset
 
@@ -672,6 +672,8 @@ class RenderFile:
   def mmap(self, size: int, offset: int):
     bo = self.gpu.mmaps.get(offset)
     if bo is None or size > align(bo.size, PAGE): raise OSError(errno.EINVAL, f"no BO at mmap offset {offset:#x} of size {size:#x}")
+    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR: raise OSError(errno.EPERM, "a userptr BO is mapped where its memory is (amdgpu_gem_mmap)")
+    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL: raise OSError(errno.EINVAL, "CPU mappings of doorbell BOs through the render node are not emulated")
     if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: view = bo.backing.view.view(0, size)
     else:
       d = self.gpu.dev
