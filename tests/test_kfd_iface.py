@@ -45,7 +45,7 @@ class FakeKFD:
     self.version, self.fail, self.fault, self.deny = version, dict(fail or {}), fault, deny
     self.fire: dict[int, dict] = {}   # event id -> the exception data the next WAIT_EVENTS copies out for it (then it is reset)
     self.waited: list[list[int]] = []   # the event ids of each WAIT_EVENTS
-    self.calls, self.args, self.handles, self.events = [], {}, 0, 0
+    self.calls, self.args, self.handles, self.events, self.types = [], {}, 0, 0, {}
     self.opened, self.closed, self.maps = [], [], []
 
   # Provider
@@ -90,6 +90,7 @@ class FakeFile:
     elif name == "AMDKFD_IOC_CREATE_EVENT":
       k.events += 1
       a.event_id = k.events
+      k.types[a.event_id] = a.event_type
     elif name == "AMDKFD_IOC_CREATE_QUEUE":
       a.queue_id, a.doorbell_offset = 3, (3 << 62) | (a.gpu_id << 46) | 0x18
     elif name == "AMDKFD_IOC_WAIT_EVENTS":
@@ -97,7 +98,7 @@ class FakeFile:
       k.waited.append([d.event_id for d in data])
       for d in data:
         for field, value in k.fire.pop(d.event_id, {}).items():
-          part = d.hw_exception_data if d.event_id == 3 else d.memory_exception_data   # 3: the HW exception event (third created)
+          part = d.hw_exception_data if k.types[d.event_id] == K.KFD_IOC_EVENT_HW_EXCEPTION else d.memory_exception_data
           setattr(part.failure if field == "imprecise" else part, field, value)
       if k.fault is not None:
         for d in data:
@@ -273,8 +274,9 @@ def test_fault_event_becomes_device_fault(machine):
     with pytest.raises(DeviceFault, match="0x7f0012345000.*page not present"): it.sleep(5)
     w = fake.args["AMDKFD_IOC_WAIT_EVENTS"][-1]
     assert w.timeout == 5 and w.num_events == 3 and w.wait_for_all == 0
-    with pytest.raises(DeviceFault): it.check_faults()
-    assert fake.args["AMDKFD_IOC_WAIT_EVENTS"][-1].timeout == 0
+    n = len(fake.args["AMDKFD_IOC_WAIT_EVENTS"])
+    with pytest.raises(DeviceFault, match="0x7f0012345000.*stopped this process's queues"): it.check_faults()   # said again
+    assert len(fake.args["AMDKFD_IOC_WAIT_EVENTS"]) == n   # without asking the kernel: the queues do not come back
   finally: it.close()
 
 
@@ -321,6 +323,9 @@ def test_a_memory_error_is_not_called_a_page_fault(machine, error, said):
     fake.fire[it.memory_event] = {"gpu_id": GPU_ID, "ErrorType": error, "imprecise": 1}
     with pytest.raises(DeviceFault, match=f"memory error \\({said}") as e: it.check_faults()
     assert "page fault" not in str(e.value)
+  finally: it.close()
+  it = KFDIface(0, s)   # a device opened again
+  try:
     fake.fire[it.memory_event] = {"gpu_id": GPU_ID, "ErrorType": error, "imprecise": 1}   # with the reset it comes with
     fake.fire[it.hw_event] = {"gpu_id": GPU_ID, "memory_lost": 1, "reset_cause": K.KFD_HW_EXCEPTION_ECC}
     with pytest.raises(DeviceFault, match=f"reset the whole GPU after an ECC error \\({said}.*\\), and VRAM contents were lost"): it.check_faults()

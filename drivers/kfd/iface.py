@@ -66,7 +66,7 @@ class KFDIface(PeerMaps):
   def __init__(self, index: int = 0, system: System = SYSTEM, *, iface_name: str | None = None):
     self.system, self.closed = system, False
     self.kfd_fd = self.drm_fd = -1
-    self.gone: str | None = None   # set once the kernel reset this GPU: its queues are gone
+    self.gone: str | None = None   # set once the kernel reset this GPU or stopped its queues after a fault
     self.proc = _PROCESSES.setdefault(system, _Process())
     self.gpu_id = 0
     self.mems: list[Mem] = []
@@ -354,14 +354,20 @@ class KFDIface(PeerMaps):
       self.gone = (f"{where}: the kernel reset {kind} after {cause}" + (f" ({mem_error})" if mem_error else "") +
                    (", and VRAM contents were lost" if hx.memory_lost else "") + "; this device's queues are gone: close it and open it again")
       raise DeviceFault(self.gone)
-    if mem_error: raise DeviceFault(f"{where}: memory error ({mem_error}); the queues of this process are stopped")
+    if mem_error: self._stopped(f"{where}: memory error ({mem_error})")
     # amdkfd sets every memory event of the process, naming the GPU that faulted (kfd_signal_vm_fault_event), and
     # stops that GPU's queues only: another node's fault is not this device's
     if (mx.gpu_id or mx.va) and mx.gpu_id in (0, self.gpu_id):
       f = mx.failure
       why = ", ".join(n for n, v in (("page not present", f.NotPresent), ("write to read-only page", f.ReadOnly), ("execute of NX page", f.NoExecute),
                                      ("imprecise address", f.imprecise)) if v) or "memory violation"
-      raise DeviceFault(f"{where}: GPU page fault at {mx.va:#x} ({why}); the queues of this process are stopped")
+      self._stopped(f"{where}: GPU page fault at {mx.va:#x} ({why})")
+
+  def _stopped(self, what: str) -> None:
+    """amdkfd evicted this process's queues on the GPU for good (kfd_set_dbg_ev_from_interrupt): every later wait
+    says why, rather than timing out on queues that no longer run."""
+    self.gone = f"{what}; amdkfd stopped this process's queues on it: close the device and open it again"
+    raise DeviceFault(self.gone)
 
   def sleep(self, timeout_ms: float) -> None:
     if self.closed: return
