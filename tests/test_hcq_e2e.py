@@ -328,11 +328,22 @@ def test_copy_sizes_and_signal_values_are_checked_not_cut(dev):
 
 @pytest.fixture
 def spare_dev(dev):
-  """A second board of the same kind, for tests that break their device on purpose."""
+  """A second board of the same kind, for tests that break their device on purpose. On MOCKKFD a machine (a process)
+  of its own: after a fault amdkfd keeps the process's queues on that GPU stopped until the process exits."""
   from rawgpu.hcq.device import Device
-  d = Device(f"{dev.props.iface}:1+AMD::{dev.props.arch}")
-  yield d
-  d.close()
+  if dev.props.iface != "MOCKKFD":
+    d = Device(f"{dev.props.iface}:1+AMD::{dev.props.arch}")
+    yield d
+    d.close()
+    return
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  m = MockMachine(dev.props.arch, 1)
+  try:
+    d = Device(iface=KFDIface(0, m.system))
+    yield d
+    d.close()
+  finally: m.close()
 
 
 def test_numpy_of_a_size_that_is_not_whole_elements_is_refused(dev):
@@ -368,7 +379,18 @@ def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   bad = 0x7f10_0000_0000
   with pytest.raises(DeviceFault, match=f"{bad:#x}"): prog(d, "fault")(bad, 5, wait=True)
   d.close()
-  d2 = Device(f"{d.props.iface}:1+AMD::{arch}")  # reopening re-initialises the queues
+  if d.props.iface == "MOCKKFD":   # amdkfd: this process's queues on that GPU stay stopped; a new process starts clean
+    from rawgpu.drivers.emu.mockkfd import MockMachine
+    from rawgpu.drivers.kfd import KFDIface
+    with pytest.raises(DeviceFault, match=f"{bad:#x}.*restart the process"): KFDIface(0, d.iface.system)
+    m = MockMachine(arch, 1)
+    try: _fill_works(Device(iface=KFDIface(0, m.system)))
+    finally: m.close()
+    return
+  _fill_works(Device(f"{d.props.iface}:1+AMD::{arch}"))  # reopening re-initialises the queues
+
+
+def _fill_works(d2) -> None:
   try:
     buf = d2.alloc(64)
     prog(d2, "fill")(buf, 3, 16, local_size=16, wait=True)

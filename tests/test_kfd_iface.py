@@ -324,7 +324,9 @@ def test_a_memory_error_is_not_called_a_page_fault(machine, error, said):
     with pytest.raises(DeviceFault, match=f"memory error \\({said}") as e: it.check_faults()
     assert "page fault" not in str(e.value)
   finally: it.close()
-  it = KFDIface(0, s)   # a device opened again
+  with pytest.raises(DeviceFault, match="earlier in this process.*restart the process"): KFDIface(0, s)
+  s, fake = machine()   # another process
+  it = KFDIface(0, s)
   try:
     fake.fire[it.memory_event] = {"gpu_id": GPU_ID, "ErrorType": error, "imprecise": 1}   # with the reset it comes with
     fake.fire[it.hw_event] = {"gpu_id": GPU_ID, "memory_lost": 1, "reset_cause": K.KFD_HW_EXCEPTION_ECC}

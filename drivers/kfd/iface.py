@@ -56,6 +56,7 @@ class _Process:
   def __init__(self):
     self.kfd_fd, self.drm, self.event_page = -1, {}, None
     self.event_page_gpus: set[int] = set()   # the GPUs whose VM maps the event page: each GPU writes its wake-ups there
+    self.stopped: dict[int, str] = {}   # gpu_id -> why amdkfd stopped this process's queues there (for the process's life)
     self.va: VARange | None = None   # one GPU address space per process, as ROCr keeps it
 
 
@@ -106,6 +107,9 @@ class KFDIface(PeerMaps):
       raise DeviceNotFound(f"KFD node {n.index} ({n.pci_bus}) is {n.arch} in a partition of {xcc} XCCs: rawgpu's PM4 queues run on "
                            "one XCC so far; switch the GPU to CPX mode (amd-smi set --compute-partition CPX)")
     self.gpu_id = n.gpu_id
+    if (why := self.proc.stopped.get(self.gpu_id)) is not None:
+      raise DeviceFault(f"{why.split('; ')[0]} earlier in this process: amdkfd keeps this process's queues on {n.pci_bus} stopped "
+                        "(queues made later too) until the process exits; restart the process to use this GPU again")
     versions, bases = topology.ip_discovery(sysm, n.render_minor)
     if (fd := self.proc.drm.get(self.gpu_id)) is None:
       fd = self._open_node(topology.render_node(n.render_minor))
@@ -364,9 +368,11 @@ class KFDIface(PeerMaps):
       self._stopped(f"{where}: GPU page fault at {mx.va:#x} ({why})")
 
   def _stopped(self, what: str) -> None:
-    """amdkfd evicted this process's queues on the GPU for good (kfd_set_dbg_ev_from_interrupt): every later wait
-    says why, rather than timing out on queues that no longer run."""
-    self.gone = f"{what}; amdkfd stopped this process's queues on it: close the device and open it again"
+    """amdkfd evicted this process's queues on the GPU for the process's life (kfd_set_dbg_ev_from_interrupt raises
+    qpd->evicted, and queues made later start evicted): every later wait says why, and so does opening the GPU again
+    in this process, rather than timing out on queues that never run."""
+    self.gone = f"{what}; amdkfd stopped this process's queues on it until the process exits: restart the process to use it again"
+    self.proc.stopped[self.gpu_id] = self.gone
     raise DeviceFault(self.gone)
 
   def sleep(self, timeout_ms: float) -> None:

@@ -67,6 +67,13 @@ class MockMachine:
     self.system.mount("/sys/class/drm", Tree(drm))
 
 
+  def close(self) -> None:
+    """Power the machine off: the kernel's drivers let go of the boards, whose emulators stop."""
+    for p in list(self.kernel.processes): p.exit()
+    for dev in {id(g.dev): g.dev for g in self.gpus}.values(): dev.fini()
+    for board in self.vbus.boards.values(): board.close()
+
+
 def machine(arch: str = "gfx1100", count: int = 1) -> MockMachine:
   """The process's emulated machine for `arch` (created on first use, with at least `count` boards)."""
   with _lock:

@@ -207,6 +207,7 @@ class Process:
     self.signal_bo: BO | None = None
     self.signal_handle = 0
     self.vms: dict = {}                    # board (AMDevice) -> this process's VM on it
+    self.evicted: set[GPU] = set()         # nodes where a fault stopped this process's queues for its life
     self.pasid = next(kernel.pasids)
     kernel.processes.append(self)
 
@@ -495,6 +496,7 @@ class Process:
         slots = g.sdma_slots
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
+      if g in self.evicted: hw.evict(dev, hwq)   # made evicted (q->properties.is_evicted = !!qpd->evicted): it never runs
     for bo in bos: bo.queue_refs += 1
     qid = next(q for q in itertools.count() if q not in self.queues)   # the lowest free id (find_available_queue_slot)
     self.queues[qid] = uq
@@ -562,8 +564,10 @@ class Process:
   def vm_fault(self, gpu: GPU, pasid: int, addr: int, ring_id: int) -> None:
     """A fault in this process's VM (the IV's PASID names it) on a node it runs queues on: every
     memory event gets the fault, its kinds from the IV's ring_id bits (kfd_int_process_v11.c), and the process's
-    queues on that node stop for good (kfd_set_dbg_ev_from_interrupt evicts them; nothing restores them)."""
+    queues on that node stop for good, and so do those it makes there later (kfd_set_dbg_ev_from_interrupt evicts
+    them, qpd->evicted stays raised: nothing restores them before the process exits)."""
     if pasid != self.pasid or gpu.dev not in self.vms or not any(q.gpu is gpu for q in self.queues.values()): return
+    self.evicted.add(gpu)
     with gpu.lock:
       for uq in self.queues.values():
         if uq.gpu is gpu: hw.evict(gpu.dev, uq.hwq)
