@@ -412,16 +412,19 @@ def check_gpu_wakes(dev):
   slot_va, event_id = it.wake
   arr = (K.kfd_event_data * 1)()
   arr[0].event_id = event_id
-  dev.synchronize()   # hcq's own signals wake this event too: let them land, and take the wake-up they left
-  K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0)
+  def drain():
+    # hcq's own signals wake this event too, the wake-up a packet after the signal: let them land, take them
+    dev.synchronize()
+    while K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1,
+                                   timeout=100).wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE: pass
+  drain()
   q = dev.compute_queue()
   q._add(pm4.release_mem, slot_va, value=1, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=dev.backend.gfx, int_ctxid=event_id)
   q.submit(dev)
   w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=10_000)
   assert w.wait_result == K.KFD_IOC_WAIT_RESULT_COMPLETE
   assert it.proc.event_page.cpu.cast("Q")[(slot_va - it.proc.event_page.va) // 8] == (1 << 64) - 1   # acknowledged
-  dev.synchronize()   # the submit's own timeline signal wakes the event too: let it land, take it
-  K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0)
+  drain()   # the submit's own timeline signal woke it as well
   w = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=1)
   assert w.wait_result == K.KFD_IOC_WAIT_RESULT_TIMEOUT   # auto-reset: a wait consumed it
   # the copy engine the same way: FENCE into the slot, TRAP with the event id (its IV names the process by PASID)
