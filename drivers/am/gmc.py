@@ -76,7 +76,7 @@ class GMC(Block):
     r("VM_L2_CNTL3").write(BANK_SELECT=bank, L2_CACHE_BIGK_FRAGMENT_SIZE=bigk, L2_CACHE_4K_ASSOCIATIVITY=1, L2_CACHE_BIGK_ASSOCIATIVITY=1)
     r("VM_L2_CNTL4").write(L2_CACHE_4K_PARTITION_COUNT=1)
     if not self.dev.gc9: r("VM_L2_CNTL5").write(WALKER_PRIORITY_CLIENT_ID=0x1ff)
-    self._context(hub, inst, 0, self.dev.pt.root)   # VMID 0: AM's own tables
+    self._context(hub, inst, 0, self.dev.pt.root, mm.VA_BASE, mm.VA_BASE + mm.VA_SIZE)   # VMID 0: AM's own tables
     # no identity aperture for context 1
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_LOW_ADDR_HI32", 0xf_ffff_ffff)
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_HI32", 0)
@@ -91,7 +91,7 @@ class GMC(Block):
       for inst in self.hubs(hub)[2]: self._context(hub, inst, vmid, root, start, end)
     if root is None: self.flush_tlb(vmid)
 
-  def _context(self, hub: str, inst: int, vmid: int, root: int | None, start: int = mm.VA_BASE, end: int = mm.VA_BASE + mm.VA_SIZE) -> None:
+  def _context(self, hub: str, inst: int, vmid: int, root: int | None, start: int, end: int) -> None:
     """The tables over the process VA window, every protection fault reported and redirected to the dummy page
     (gfxhub/mmhub setup_vmid_config)."""
     ip, p, _ = self.hubs(hub)

@@ -75,6 +75,8 @@ class AMDBackend:
     self.gc_base = p.ip_bases["gc"]
     self.gfx = p.ip_versions["gc"][0]
     self.sdma_version = p.ip_versions.get("sdma", (6, 0, 0))[:2]
+    # KFD: (slot address, event id) of the device's signal event, which every queue signal also wakes (queues.py)
+    if (wake := getattr(dev.iface, "wake", None)) is not None: self.wake = wake
     if self.gfx < 10:   # gfx9 compute rings flush HDP in the stream (the barrier's request/done pair on NBIO); MEC1 pipe 0
       if "nbio" not in p.ip_bases: raise RawGPUError(f"{dev}: a gfx9 device needs its NBIO register base for the HDP flush")
       self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0)

@@ -33,7 +33,7 @@ def _wake(be: "AMDBackend") -> tuple[int, int] | None:
   """On KFD, (slot address, event id) of the device's signal event: amdkfd's interrupt handler wakes a sleeping
   WAIT_EVENTS only for an event whose slot the GPU wrote (kfd_signal_event_interrupt), so a signal writes the slot
   too and interrupts with the event id. None elsewhere (AM takes the interrupt itself)."""
-  return getattr(getattr(getattr(be, "dev", None), "iface", None), "wake", None)
+  return getattr(be, "wake", None)
 
 
 class AMDComputeQueue(HWQueue):

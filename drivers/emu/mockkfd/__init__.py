@@ -66,7 +66,6 @@ class MockMachine:
     self.system.mount(TOPOLOGY_ROOT, Tree(topo))
     self.system.mount("/sys/class/drm", Tree(drm))
 
-
   def close(self) -> None:
     """Power the machine off: the kernel's drivers let go of the boards, whose emulators stop."""
     for p in list(self.kernel.processes): p.exit()

@@ -3,8 +3,8 @@ ring, read/write pointer and EOP addresses (GPU VAs in the process's VM), as amd
 sequences are AM's own (drivers/am gfx.py and sdma.py), given the process's addresses.
 
 Each process has a VMID of its own per board (amdgpu's KFD range: 8..15, 3..15 on gfx9.4.3; kept for the process's life
-here, where amdkfd without a HWS takes it with the first queue and amdgpu's schedulers share them out). SDMA user queues take the ring queues amdkfd gives them (sdma_queue_ids), with its
-static doorbells (sdma_doorbell).
+here, where amdkfd without a HWS takes it with the first queue and amdgpu's schedulers share them out). SDMA user
+queues take the ring queues amdkfd gives them (sdma_queue_ids), with its static doorbells (sdma_doorbell).
 """
 from __future__ import annotations
 from dataclasses import dataclass

@@ -42,15 +42,15 @@ class BO:
   flags: int
   backing: object = None      # VRAM paddr, HostMem, or a list of bus addresses (userptr)
   mmap_offset: int = 0
-  mapping: object = None      # the page-table mapping while mapped
-  peers: dict = field(default_factory=dict)   # GPU -> its page-table mapping of this BO (another GPU's memory there)
-  tables: dict = field(default_factory=dict)  # board -> (its page-table mapping, the nodes using it): MI300's XCC nodes share one
+  tables: dict = field(default_factory=dict)  # board -> (its page-table mapping, the nodes mapping it): MI300's XCC nodes share one
   queue_refs: int = 0
   cpu_maps: int = 0          # live CPU mappings through the render node: each holds the BO, as a GEM VMA does
   freed: bool = False        # its handle is gone (FREE_MEMORY_OF_GPU); the memory goes with the last CPU mapping
 
   @property
   def domain(self) -> int: return self.flags & DOMAIN_FLAGS
+
+  def mapped_on(self, g: "GPU") -> bool: return g in self.tables.get(g.dev, (None, ()))[1]
 
 
 @dataclass
@@ -226,7 +226,7 @@ class Process:
     """The BO mapped at va in gpu's VM: its own, a peer's, or (MI300) a sibling node's."""
     page = va >> 12
     for bo in self.bos.values():
-      if gpu in bo.tables.get(gpu.dev, (None, ()))[1] and bo.va >> 12 <= page < (bo.va + bo.size) >> 12: return bo
+      if bo.mapped_on(gpu) and bo.va >> 12 <= page < (bo.va + bo.size) >> 12: return bo
     return None
 
   def queue_buffer(self, gpu: GPU, va: int, expected: int) -> BO:
@@ -345,13 +345,12 @@ class Process:
   def free_memory(self, a) -> None:
     if self.signal_handle and a.handle == self.signal_handle: raise fail(errno.EPERM, "the signal-event BO cannot be freed")
     bo = self._bo(a.handle)
-    if bo.mapping is not None or bo.peers: raise fail(errno.EBUSY, "BO is still mapped")
+    if bo.tables: raise fail(errno.EBUSY, "BO is still mapped")
     self._release(bo)
     del self.bos[a.handle]
 
   def _release(self, bo: BO) -> None:
-    for g in list(bo.peers): self._unmap(bo, g)
-    if bo.mapping is not None: self._unmap(bo)
+    for g in [g for _, nodes in list(bo.tables.values()) for g in nodes]: self._unmap(bo, g)
     bo.gpu.mmaps.pop(bo.mmap_offset, None)   # drm_vma_node_revoke: no new CPU mapping; the ones made keep the BO
     bo.freed = True
     bo.gpu.put(bo)
@@ -370,12 +369,10 @@ class Process:
       g = self.k.gpu_by_id(ids[i])
       if g is None: raise fail(errno.EINVAL, f"no GPU with gpu_id {ids[i]}")
       if ids[i] not in self.drm: raise fail(errno.ENODEV, f"device {ids[i]}: ACQUIRE_VM was not called for it")
-      if g is bo.gpu:
-        if bo.mapping is None: bo.mapping = self._map(bo, g)
-      elif g not in bo.peers: bo.peers[g] = self._map(bo, g)
+      if not bo.mapped_on(g): self._map(bo, g)
       a.n_success = i + 1
 
-  def _map(self, bo: BO, g: GPU):
+  def _map(self, bo: BO, g: GPU) -> None:
     """The BO in g's page tables at its VA. Another GPU (kfd_mem_attach on a peer-accessible device) reaches VRAM
     through the owner's BAR0 as system pages, so only VRAM inside the BAR is peer accessible here (amdgpu would
     fall back to a DMA-buf through system memory; not modelled), and host pages at their bus addresses. The nodes of
@@ -386,7 +383,7 @@ class Process:
       raise fail(errno.EINVAL, "doorbell and MMIO-remap BOs cannot be mapped on another GPU")
     if (held := bo.tables.get(d)) is not None:
       held[1].add(g)
-      return held[0]
+      return
     self._check_va(bo, d)
     uncached, vm = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED), self.vms[d]
     # amdgpu's PTE flags from the BO's (get_pte_flags): always readable, writeable and executable if asked
@@ -406,7 +403,6 @@ class Process:
     else: m = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
     bo.tables[d] = (m, {g})
     d.gmc.flush_tlb(vm.vmid)
-    return m
 
   def _check_va(self, bo: BO, d) -> None:
     """What mapping a BO at its VA needs (kfd_mem_attach, amdgpu_vm_verify_parameters, amdgpu_vm_bo_map): a VA, page
@@ -417,14 +413,11 @@ class Process:
       if o is not bo and d in o.tables and o.va < bo.va + bo.size and bo.va < o.va + o.size:
         raise fail(errno.EINVAL, f"va {bo.va:#x}+{bo.size:#x} conflicts with a mapping at {o.va:#x}+{o.size:#x}")
 
-  def _unmap(self, bo: BO, g: GPU | None = None) -> None:
-    """Unmap the BO from g (its own GPU by default); the board's tables keep it while a sibling node still maps it."""
-    g = g or bo.gpu
-    if g is bo.gpu: bo.mapping = None
-    else: del bo.peers[g]
-    m, users = bo.tables[g.dev]
-    users.discard(g)
-    if users: return
+  def _unmap(self, bo: BO, g: GPU) -> None:
+    """Unmap the BO from g; the board's tables keep it while a sibling node still maps it."""
+    m, nodes = bo.tables[g.dev]
+    nodes.discard(g)
+    if nodes: return
     del bo.tables[g.dev]
     vm = self.vms[g.dev]
     if not isinstance(m, tuple): vm.pt.unmap(m)
@@ -436,8 +429,7 @@ class Process:
     for i in range(a.n_success, a.n_devices):
       g = self.k.gpu_by_id(ids[i])
       if g is None: raise fail(errno.EINVAL, f"unknown device {ids[i]}")
-      mapped = bo.mapping is not None if g is bo.gpu else g in bo.peers
-      if not mapped: raise fail(errno.EINVAL, f"BO {a.handle:#x} is not mapped on {ids[i]}")   # no VM reserved for it
+      if not bo.mapped_on(g): raise fail(errno.EINVAL, f"BO {a.handle:#x} is not mapped on {ids[i]}")   # no VM reserved for it
       if g is bo.gpu and bo.queue_refs: raise fail(errno.EBUSY, "BO is in use by a queue")
       self._unmap(bo, g)
       a.n_success = i + 1
