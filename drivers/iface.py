@@ -59,6 +59,7 @@ class Iface(Protocol):
   def create_ring(self, kind: Literal["compute", "sdma"], size: int) -> HWRing: ...
   def sleep(self, timeout_ms: float) -> None: ...    # wait for an interrupt (or up to timeout_ms); raises DeviceFault on a fault
   def check_faults(self) -> None: ...                # raise DeviceFault for a pending page fault / shader error
+  def flush_hdp(self) -> bool: ...                   # make CPU writes to VRAM through the BAR visible to the engines; False: no way to here
   def close(self) -> None: ...
 
 

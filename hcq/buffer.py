@@ -54,8 +54,9 @@ class Buffer:
       if dev is not but and not dev.closed: dev.wait_timeline(v)
 
   def copyin(self, src) -> "Buffer":
-    """Copy bytes / a numpy array / a memoryview (any buffer) into the buffer (host buffers directly, VRAM through the
-    copy engine). Non-contiguous sources are gathered first."""
+    """Copy bytes / a numpy array / a memoryview (any buffer) into the buffer once the queued work that uses it is
+    done (host buffers directly, small copies into CPU-visible VRAM through the BAR, the rest through the copy engine).
+    Non-contiguous sources are gathered first."""
     data = _bytes_of(src, "copyin source")
     if len(data) > self.size: raise RawGPUError(f"copyin of {len(data)} bytes into a {self.size}-byte buffer")
     self._check_alive()

@@ -307,6 +307,8 @@ class _HostOnlyIface:
     from types import SimpleNamespace
     return SimpleNamespace(va=0x1000_0000, cpu=memoryview(bytearray(size)))
 
+  def flush_hdp(self) -> bool: return False   # no board behind it
+
 
 def _gfx9_backend(ip_bases: dict):
 

@@ -792,6 +792,50 @@ def test_numpy_scalars_are_their_values(dev):
   assert np.array_equal(Y.numpy(np.float32), np.arange(n, dtype=np.float32) * 0.5 + 1)
 
 
+def _board_of(dev):
+  """The emulated board behind dev: on MOCKPCI's virtual bus, or in the MOCKKFD machine of its arch."""
+  if dev.props.iface == "MOCKPCI":
+    from rawgpu.drivers.emu import mockpci
+    return mockpci._vbus.boards[dev.props.pci_bus]
+  from rawgpu.drivers.emu import mockkfd
+  return mockkfd._machines[dev.props.arch].vbus.boards[dev.props.pci_bus]
+
+
+def test_small_copyin_into_cpu_visible_vram_is_cpu_stores_and_an_hdp_flush(dev):
+  """Up to BAR_COPYIN bytes into VRAM with a CPU view: the CPU stores through the BAR once the work queued on the
+  buffer is done, then flushes the HDP on the board; no copy-engine ticket. A kernel queued just before still reads
+  the old bytes, one queued after reads the new ones; a larger copy takes the copy engine."""
+  from rawgpu.hcq.amd.backend import BAR_COPYIN
+  board, copy = _board_of(dev), prog(dev, "copy", "copy_u32")
+  n = 1024
+  src, out, later = dev.alloc(4 * n, cpu_access=True), dev.alloc(4 * n), dev.alloc(4 * n)
+  old, new = np.arange(n, dtype=np.uint32), np.arange(n, dtype=np.uint32)[::-1] * 3
+  src.copyin(old)
+  copy(src, out, n, global_size=n // 64, local_size=64)   # queued, not waited for
+  flushes, ticket = board.nbio.hdp_flushes, dev.timeline_value
+  src.copyin(new)   # waits for the kernel above: it reads src
+  assert dev.timeline_value == ticket and board.nbio.hdp_flushes > flushes
+  copy(src, later, n, global_size=n // 64, local_size=64, wait=True)
+  assert np.array_equal(out.numpy(np.uint32), old) and np.array_equal(later.numpy(np.uint32), new)
+  big = dev.alloc(BAR_COPYIN + 4, cpu_access=True)
+  ticket = dev.timeline_value
+  big.copyin(np.arange((BAR_COPYIN + 4) // 4, dtype=np.uint32))
+  assert dev.timeline_value > ticket and np.array_equal(big.numpy(np.uint32), np.arange((BAR_COPYIN + 4) // 4, dtype=np.uint32))
+
+
+def test_every_doorbell_is_preceded_by_an_hdp_flush(dev):
+  """So what the CPU wrote into VRAM through a cpu() view is what the queue's engine reads."""
+  board = _board_of(dev)
+  for make in (dev.compute_queue, dev.copy_queue):
+    sig = dev.new_signal("hdp")
+    make().signal(sig, 1).submit(dev)   # the first submit may create the ring (AM maps memory: it flushes then too)
+    sig.wait(1, timeout_ms=5000)
+    flushes = board.nbio.hdp_flushes
+    make().signal(sig, 2).submit(dev)
+    assert board.nbio.hdp_flushes == flushes + 1, make
+    sig.wait(2, timeout_ms=5000)
+
+
 def test_copy_in_and_out_of_every_buffer_kind(dev):
   data = np.arange(1000, dtype=np.uint16)
   buf = dev.alloc(data.nbytes)

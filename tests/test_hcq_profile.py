@@ -41,18 +41,19 @@ def test_copies_and_graph_replays_are_traced_on_their_engines(dev, tmp_path):
   from rawgpu.hcq.graph import Graph
   from rawgpu.hcq.profile import Profiler
   fill = dev.program(kernels.path(dev.props.arch, "fill").read_bytes())
-  a, b = dev.alloc(4 * 256), dev.alloc(4 * 256)
+  from rawgpu.hcq.amd.backend import BAR_COPYIN
+  a, b, big = dev.alloc(4 * 256), dev.alloc(4 * 256), dev.alloc(BAR_COPYIN + 4)
   g = Graph(dev)
   for _ in range(3): g.exec(fill, a, g.input("v"), 256, local_size=256)
   g.copy(b, a)
   dev.wait_timeline(g.replay(v=1))                 # built before profiling: its clock slots are patched later
   prof = Profiler(dev)
   try:
-    a.copyin(np.zeros(256, np.uint32))             # one copy on the copy engine
+    big.copyin(np.zeros(BAR_COPYIN + 4, np.uint8))  # one copy on the copy engine (a smaller one may be CPU stores)
     dev.wait_timeline(g.replay(v=9))
     evs = json.load(open(prof.export(str(tmp_path / "trace.json"))))["traceEvents"]
   finally: prof.close()
-  assert [(e["name"], e["cat"]) for e in evs] == [("copy 1024 bytes", "copy"), ("graph (3 kernels, 1 other nodes)", "graph")]
+  assert [(e["name"], e["cat"]) for e in evs] == [(f"copy {BAR_COPYIN + 4} bytes", "copy"), ("graph (3 kernels, 1 other nodes)", "graph")]
   assert evs[0]["tid"].endswith("copy engine") and evs[1]["tid"].endswith("compute")
   assert all(e["dur"] > 0 for e in evs) and evs[0]["ts"] + evs[0]["dur"] <= evs[1]["ts"]   # the graph waited for the copy
   assert np.all(b.numpy(np.uint32) == 9)

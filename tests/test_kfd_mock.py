@@ -278,6 +278,28 @@ def test_hdp_flush_through_the_remapped_page(system):
   finally: it.close()
 
 
+def test_without_a_remap_page_vram_copies_take_the_copy_engine(system, monkeypatch):
+  """A kernel that gives no MMIO_REMAP page (64 KiB pages: EINVAL): nothing can flush the HDP from the CPU, so the
+  rings ring no flush, flush_hdp says so, and even a small copy into CPU-visible VRAM goes through the copy engine."""
+  import numpy as np
+  from rawgpu.drivers.kfd import KFDIface, iface as kfd_iface
+  from rawgpu.hcq.device import Device
+  real = KFDIface._ioctl
+  def no_remap(self, ioc, fd=None, **kw):
+    if ioc is kfd_iface.F.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU and kw.get("flags", 0) & K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP:
+      raise IoctlError("AMDKFD_IOC_ALLOC_MEMORY_OF_GPU", errno.EINVAL)
+    return real(self, ioc, fd, **kw)
+  monkeypatch.setattr(KFDIface, "_ioctl", no_remap)
+  dev = Device(iface=KFDIface(0, system))
+  try:
+    assert dev.iface.hdp is None and dev.iface.flush_hdp() is False and not dev.backend.bar_copyin
+    buf, ticket = dev.alloc(4096, cpu_access=True), dev.timeline_value
+    buf.copyin(np.arange(1024, dtype=np.uint32))
+    assert dev.timeline_value > ticket and np.array_equal(buf.numpy(np.uint32), np.arange(1024, dtype=np.uint32))
+    assert dev.ring("compute").hw.before_doorbell is None and dev.ring("sdma").hw.before_doorbell is None
+  finally: dev.close()
+
+
 def test_userptr_memory_reaches_the_gpu(dev):
   # host memory the process already has, registered with USERPTR; the copy engine reads it by its GPU VA
   from rawgpu.hcq.buffer import Buffer

@@ -165,6 +165,10 @@ class AMIface(PeerMaps):
     self.rings.append((hw, q))
     return hw
 
+  def flush_hdp(self) -> bool:
+    self.dev.soc.flush_hdp()
+    return True
+
   # ---- interrupts and faults
   def check_faults(self) -> None: self.dev.ih.check_faults(self.xcc)
 

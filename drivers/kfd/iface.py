@@ -147,9 +147,12 @@ class KFDIface(PeerMaps):
     except IoctlError as e:
       if e.errno_ not in (errno.ENOMEM, errno.EINVAL): raise   # no remap page on this board/kernel (64K pages): rings live in GTT anyway
 
-  def flush_hdp(self) -> None:
-    """Make CPU writes to VRAM visible to the GPU (HDP_MEM_FLUSH_CNTL in the remapped page)."""
-    if self.hdp is not None: self.hdp.cpu.write(HDP_MEM_FLUSH_CNTL, 0)
+  def flush_hdp(self) -> bool:
+    """Make CPU writes to VRAM visible to the GPU (HDP_MEM_FLUSH_CNTL in the remapped page); False where the kernel
+    gave no remap page."""
+    if self.hdp is None: return False
+    self.hdp.cpu.write(HDP_MEM_FLUSH_CNTL, 0)
+    return True
 
   def _open_node(self, path: str) -> int:
     try: return self.system.open(path, os.O_RDWR)
@@ -333,7 +336,8 @@ class KFDIface(PeerMaps):
     off = q.doorbell_offset - self.doorbell_base
     if not 0 <= off < DOORBELL_SLICE: raise RawGPUError(f"CREATE_QUEUE returned doorbell offset {q.doorbell_offset:#x} outside the process doorbell page {self.doorbell_base:#x}")
     return HWRing(kind, ring, ptrs.cpu.view(8, 8).cast("Q"), ptrs.cpu.view(0, 8).cast("Q"), self.doorbells.view(off, 8).cast("Q"),
-                  4 if kind == "compute" else 1, name=f"{kind} queue {q.queue_id}")
+                  4 if kind == "compute" else 1, name=f"{kind} queue {q.queue_id}",
+                  before_doorbell=self.flush_hdp if self.hdp is not None else None)   # the engines see what the CPU wrote to VRAM (cpu() views)
 
   # ---- waits and faults
   RAS_ERRORS = {F.KFD_MEM_ERR_SRAM_ECC: "an uncorrectable ECC error in on-chip memory", F.KFD_MEM_ERR_POISON_CONSUMED: "poisoned memory consumed",

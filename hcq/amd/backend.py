@@ -12,6 +12,10 @@ if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 KERNARG_RING = 8 << 20
 STAGING = 2 << 20    # per staging buffer; two of them, so the CPU fills one while the copy engine drains the other
+# Copies into VRAM up to this size go through the BAR (CPU stores, then an HDP flush) when the buffer is CPU-visible:
+# below it a copy-engine round trip costs more than the stores. Copies out always use the copy engine (BAR reads are
+# uncached: slow on the bus).
+BAR_COPYIN = 64 << 10
 # Waves that may hold scratch at once (the dispatcher stalls waves beyond them): 32 per CU, as ROCr
 # (MaxSlotsScratchCU) and Mesa (max_scratch_waves) size it, fewer when the buffer would pass SCRATCH_BUDGET (not fewer
 # than one 1024-thread workgroup's waves).
@@ -82,6 +86,7 @@ class AMDBackend:
       self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0)
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
+    self.bar_copyin = dev.iface.flush_hdp()   # CPU stores into VRAM reach the engines only where the HDP can be flushed
     self._staging: list[Buffer] | None = None
     self._scratch: Buffer | None = None
     self._retired_scratch: list[Buffer] = []   # scratch buffers a larger one replaced (see scratch_for)
@@ -162,9 +167,10 @@ class AMDBackend:
 
   def copyin(self, dst: Buffer, src: memoryview) -> None:
     dst.wait_peers()
-    if dst.host and dst.mem.cpu is not None:
-      self.dev.wait_timeline(dst._root().last_use)
+    if dst.mem.cpu is not None and (dst.host or (len(src) <= BAR_COPYIN and self.bar_copyin)):
+      self.dev.wait_timeline(dst._root().last_use)   # no queued work still reads or writes it
       dst.mem.cpu.writebytes(dst.offset, src)
+      if not dst.host: self.dev.iface.flush_hdp()
       return
     fences = [0, 0]
     for i, off in enumerate(range(0, len(src), STAGING)):
