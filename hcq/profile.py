@@ -1,6 +1,7 @@
 """Profiling: GPU timestamps around every kernel launch, copy and graph replay, exported as Chrome trace JSON
 (Perfetto opens it). Each engine is a track of its own: kernels and graphs on the compute queue, copies on the copy
-engine.
+engine. Copies the CPU makes itself (into and out of host memory, small ones into VRAM through the BAR) are not GPU
+work and are not in the trace.
 
     prof = Profiler(dev)          # from now on every launch, copy and replay on dev is timed by the GPU
     ...launches, copies, graph replays...
