@@ -22,6 +22,7 @@ class DeviceProps:
   lds_size: int = 64 << 10             # bytes per workgroup
   vram_size: int = 0
   bar_size: int = 0                    # CPU-visible VRAM (large-BAR boards: == vram_size)
+  vram_write_combined: bool = False    # the CPU's VRAM views are write-combined (or cached), not uncached: CPU copies stream
   ip_versions: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # "gc", "sdma", "mmhub", ...
   ip_bases: dict[str, tuple[int, ...]] = field(default_factory=dict)          # register segment bases (dwords) per IP, instance 0
   emulated: bool = False

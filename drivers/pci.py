@@ -183,13 +183,25 @@ class PCIDevice:
     start, end, _ = self.resources()[n]
     return 0 if end == 0 else end - start + 1
 
-  def map_bar(self, n: int, offset: int = 0, size: int | None = None) -> MMIO:
+  def can_write_combine(self, n: int) -> bool:
+    """Whether BAR n can be mapped write-combining: Linux offers `resource<n>_wc` only for a prefetchable BAR on an
+    architecture that can map WC; VFIO maps every BAR uncached."""
+    return self.vfio is None and self.system.exists(f"{self.path}/resource{n}_wc")
+
+  def map_bar(self, n: int, offset: int = 0, size: int | None = None, write_combine: bool = False) -> MMIO:
+    """Map BAR n (or `size` bytes of it from `offset`). Uncached by default: every store is its own bus write, in order.
+    write_combine: stores may merge into bursts and reach the device late and out of order, until an uncached access
+    or a fence drains them (for memory such as VRAM; never for registers)."""
     full = self.bar_size(n)
     size = full - offset if size is None else size
     if full == 0 or offset + size > full: raise RawGPUError(f"{self.bus}: BAR{n} is {full:#x} bytes, cannot map {offset:#x}+{size:#x}")
+    if write_combine and not self.can_write_combine(n):
+      why = "VFIO maps BARs uncached only" if self.vfio is not None else f"{self.path}/resource{n}_wc does not exist (the BAR is not prefetchable, or this architecture cannot map write-combined)"
+      raise RawGPUError(f"{self.bus}: BAR{n} cannot be mapped write-combined: {why}")
     if self.vfio is not None: return self.vfio.map_bar(n, offset, size)
-    try: fd = self.system.open(f"{self.path}/resource{n}", os.O_RDWR | os.O_SYNC)
-    except PermissionError as e: raise PermissionProblem(f"{self.bus}: cannot open BAR{n} ({self.path}/resource{n}): mapping BARs needs root (CAP_SYS_ADMIN)") from e
+    node = f"{self.path}/resource{n}" + ("_wc" if write_combine else "")
+    try: fd = self.system.open(node, os.O_RDWR | os.O_SYNC)
+    except PermissionError as e: raise PermissionProblem(f"{self.bus}: cannot open BAR{n} ({node}): mapping BARs needs root (CAP_SYS_ADMIN)") from e
     try: return self.system.mmap(fd, size, offset)
     finally: self.system.close(fd)
 

@@ -90,6 +90,26 @@ def test_small_bar_board(fw):
     it.close(); b.close()
 
 
+def test_vram_is_mapped_write_combined_where_linux_offers_it(fw):
+  """BAR0 is prefetchable: AM maps VRAM through resource0_wc, as amdgpu maps it write-combined, and hcq's small
+  copies into VRAM are CPU stores. A BAR0 without resource0_wc is mapped uncached and those copies take the copy
+  engine (uncached, 64 KiB of CPU stores would be thousands of single bus writes)."""
+  import numpy as np
+  from rawgpu.hcq.device import Device
+  for prefetch in (True, False):
+    vb, bus, b, fake = make_board("gfx1100")
+    b.bars[0].prefetch = prefetch
+    dev = Device(iface=AMIface(bus, vb.system, **FAST))
+    try:
+      assert dev.props.vram_write_combined == prefetch and dev.iface.dev.vram_wc == prefetch
+      buf, data = dev.alloc(4096, cpu_access=True), np.arange(1024, dtype=np.uint32)
+      ticket = dev.timeline_value
+      buf.copyin(data)
+      assert (dev.timeline_value > ticket) != prefetch and np.array_equal(buf.numpy(np.uint32), data)
+    finally:
+      dev.close(); b.close()
+
+
 def test_warm_boot_skips_firmware(fw, board):
   vb, bus, b, fake = board
   AMIface(bus, vb.system, **FAST).close()

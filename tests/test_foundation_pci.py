@@ -34,6 +34,37 @@ def test_config_and_bars(fake_pci):
   dev.close()
 
 
+def test_write_combined_bar_mappings(fake_pci, tmp_path):
+  """Linux offers resource<n>_wc only for a prefetchable BAR where the architecture maps WC: without it a
+  write-combined mapping is a clear error, with it the mapping sees the same memory."""
+  system = fake_pci(BOARDS)
+  dev = pci.PCIDevice("0000:03:00.0", system)
+  assert not dev.can_write_combine(0)
+  with pytest.raises(RawGPUError, match="BAR0 cannot be mapped write-combined: .*resource0_wc does not exist"): dev.map_bar(0, write_combine=True)
+  node = tmp_path / "sys" / "devices" / "0000:03:00.0"
+  os.link(node / "resource0", node / "resource0_wc")   # the same BAR behind both files, as in sysfs
+  assert dev.can_write_combine(0) and not dev.can_write_combine(5)
+  dev.map_bar(0, write_combine=True).write32(0x40, 0x5eed)
+  assert dev.map_bar(0).read32(0x40) == 0x5eed
+  dev.close()
+
+
+def test_the_virtual_bus_offers_write_combined_files_for_prefetchable_bars_only():
+  from rawgpu.drivers.emu.amd.board import AMDBoard
+  from rawgpu.drivers.emu.pcibus import VirtualBus
+  vb = VirtualBus()
+  board = AMDBoard(arch="gfx1100", host=vb.host)
+  try:
+    bus = vb.plug(board)
+    files = set(vb.system.listdir(f"/sys/bus/pci/devices/{bus}"))
+    assert {"resource0_wc", "resource2_wc"} <= files and "resource5" in files and "resource5_wc" not in files   # VRAM, doorbells; not registers
+    dev = pci.PCIDevice(bus, vb.system)
+    assert dev.resources()[0][2] & 0x2000 and not dev.resources()[5][2] & 0x2000   # IORESOURCE_PREFETCH
+    dev.close()
+  finally:
+    board.close()
+
+
 def test_missing_device_and_bad_bus(fake_pci):
   system = fake_pci(BOARDS)
   with pytest.raises(DeviceNotFound): pci.PCIDevice("0000:09:00.0", system)

@@ -1,6 +1,7 @@
 """A virtual PCI bus: emulated boards appear in a System's sysfs tree, and emulated host RAM backs DMA.
 
-The driver sees only what Linux shows for a real board (vendor/device/class files, config, resource, resourceN) and
+The driver sees only what Linux shows for a real board (vendor/device/class files, config, resource, resourceN,
+resourceN_wc) and
 reaches the board only through config space, BAR mappings and the bus addresses of host pages it allocated.
 """
 from __future__ import annotations
@@ -157,7 +158,9 @@ class BoardSysfs:
       "class": lambda: _TextFile(f"{b.cls:#08x}\n"), "config": lambda: _ConfigFile(b),
       "resource": lambda: _TextFile(self._resource_text()), "reset": lambda: _TextFile("", lambda _t: b.reset()),
     }
-    for n, bar in b.bars.items(): files[f"resource{n}"] = (lambda bar=bar: _ResourceFile(bar))
+    for n, bar in b.bars.items():
+      files[f"resource{n}"] = (lambda bar=bar: _ResourceFile(bar))
+      if bar.prefetch: files[f"resource{n}_wc"] = files[f"resource{n}"]   # Linux: prefetchable BARs only; no WC buffers here to model
     return files
 
   def open(self, rel: str, flags: int):

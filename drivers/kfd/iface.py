@@ -135,6 +135,7 @@ class KFDIface(PeerMaps):
                              shader_engines=max(1, p.get("array_count", 1) // max(1, p.get("simd_arrays_per_engine", 1)) // max(1, p.get("num_xcc", 1))),
                              wave_size=p.get("wave_front_size", 32) or 32, lds_size=p.get("lds_size_in_kb", 64) << 10,
                              vram_size=topology.vram_size(n), bar_size=topology.bar_size(n),
+                             vram_write_combined=True,   # amdgpu maps VRAM BOs write-combined (cached where xGMI joins it to the CPU)
                              ip_versions=versions, ip_bases=bases, emulated=emulated)
     self._setup_events()
     self._setup_hdp()

@@ -86,7 +86,9 @@ class AMDBackend:
       self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0)
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
-    self.bar_copyin = dev.iface.flush_hdp()   # CPU stores into VRAM reach the engines only where the HDP can be flushed
+    # CPU stores into VRAM reach the engines only where the HDP can be flushed, and beat a copy-engine round trip only
+    # through a write-combined view (uncached, 64 KiB is thousands of single bus writes)
+    self.bar_copyin = p.vram_write_combined and dev.iface.flush_hdp()
     self._staging: list[Buffer] | None = None
     self._scratch: Buffer | None = None
     self._retired_scratch: list[Buffer] = []   # scratch buffers a larger one replaced (see scratch_for)
