@@ -5,7 +5,7 @@ Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines ru
 doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
 """
 from __future__ import annotations
-import mmap, sys, threading, time
+import _thread, mmap, sys, threading, time
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
@@ -68,7 +68,8 @@ class AMDBoard:
     self._build()
     if firmware == "loaded": self.preload_firmware()
     self._closed = False
-    self._event = threading.Event()
+    self._wake = _thread.allocate_lock()        # unlocked: a wake-up is pending (a binary semaphore: one futex wake to signal, less than an Event)
+    self._wake.acquire()
     self._stop = False
     self._thread: threading.Thread | None = None
     self._waiting = False                       # the worker is (about to be) asleep: a doorbell must wake it
@@ -189,23 +190,27 @@ class AMDBoard:
   # ---- execution
   def kick(self) -> None:
     if self.deterministic or self._closed: return
-    if self._thread is not None and self._event.is_set(): return   # already woken: nothing to add
+    if self._thread is not None and not self._wake.locked(): return   # already woken: nothing to add
     if self._thread is None:
       if not self.engines or self.removed: return      # resetting or removed: nothing restarts it
       self._stop = False
       self._thread = threading.Thread(target=self._worker, name=f"amdboard-{self.arch}", daemon=True)
       self._thread.start()
     self._kicked_at = time.perf_counter()
-    self._event.set()
+    self._signal_wake()
+
+  def _signal_wake(self) -> None:
+    try: self._wake.release()
+    except RuntimeError: pass   # another kick released it first
 
   def _worker(self) -> None:
     while not self._stop:
       busy = self._mode1_pending or any(e.busy() for e in self.engines)
       self._waiting = True                # set before looking at the posted doorbells: one that comes later kicks
       asleep, timeout = time.perf_counter(), 0.0005 if busy else 0.05
-      kicked = bool(self._posted) or self._event.wait(timeout)
+      kicked = bool(self._posted) or self._wake.acquire(timeout=timeout)
       self._waiting = False
-      self._event.clear()
+      self._wake.acquire(blocking=False)  # a wake-up that came anyway is consumed too
       held = time.perf_counter()
       self.host_busy = held - max(asleep, self._kicked_at if kicked else asleep + timeout) > self.host_busy_s()
       while not self._stop and self._pass():
@@ -293,7 +298,7 @@ class AMDBoard:
 
   def stop_worker(self) -> None:
     self._stop = True
-    self._event.set()
+    self._signal_wake()
     if self._thread is not None and self._thread is not threading.current_thread(): self._thread.join(timeout=5)
     self._thread = None
     self._drain_shaders()
