@@ -185,7 +185,7 @@ class PCIDevice:
 
   def can_write_combine(self, n: int) -> bool:
     """Whether BAR n can be mapped write-combining: Linux offers `resource<n>_wc` only for a prefetchable BAR on an
-    architecture that can map WC; VFIO maps every BAR uncached."""
+    architecture that can map WC; through VFIO, BARs are mapped uncached (vfio-pci's mmap default)."""
     return self.vfio is None and self.system.exists(f"{self.path}/resource{n}_wc")
 
   def map_bar(self, n: int, offset: int = 0, size: int | None = None, write_combine: bool = False) -> MMIO:
@@ -196,7 +196,7 @@ class PCIDevice:
     size = full - offset if size is None else size
     if full == 0 or offset + size > full: raise RawGPUError(f"{self.bus}: BAR{n} is {full:#x} bytes, cannot map {offset:#x}+{size:#x}")
     if write_combine and not self.can_write_combine(n):
-      why = "VFIO maps BARs uncached only" if self.vfio is not None else f"{self.path}/resource{n}_wc does not exist (the BAR is not prefetchable, or this architecture cannot map write-combined)"
+      why = "through VFIO, rawgpu maps BARs uncached (vfio-pci's mmap default)" if self.vfio is not None else f"{self.path}/resource{n}_wc does not exist (the BAR is not prefetchable, or this architecture cannot map write-combined)"
       raise RawGPUError(f"{self.bus}: BAR{n} cannot be mapped write-combined: {why}")
     if self.vfio is not None: return self.vfio.map_bar(n, offset, size)
     node = f"{self.path}/resource{n}" + ("_wc" if write_combine else "")

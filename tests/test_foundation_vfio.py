@@ -188,7 +188,7 @@ def test_open_config_and_bars_through_device_fd(vfio_sys):
   with open(os.path.join(sysdir, "resource5"), "rb") as f: f.seek(4096 + 0x10); assert struct.unpack("<I", f.read(4))[0] == 0x1234abcd
   with pytest.raises(RawGPUError, match="BAR1"): dev.map_bar(1)
   assert not dev.can_write_combine(0)
-  with pytest.raises(RawGPUError, match="VFIO maps BARs uncached only"): dev.map_bar(0, write_combine=True)
+  with pytest.raises(RawGPUError, match="through VFIO, rawgpu maps BARs uncached"): dev.map_bar(0, write_combine=True)
   dev.reset()
   assert "reset" in k.calls
   dev.close()
