@@ -115,15 +115,15 @@ def test_dispatch_initiator_gfx9_is_wave64_only():
   with pytest.raises(ValueError, match="wave64 only"): pm4.dispatch_initiator(True, 9)
 
 
-def _nbio_oracle() -> dict[str, int]:
-  """Offsets, base indices and masks printed by a C program compiled with the kernel's nbio 7.9 headers."""
-  inc = cache() / "linux-6.12" / "drivers" / "gpu" / "drm" / "amd" / "include" / "asic_reg" / "nbio"
+def _nbio_oracle(header: str = "nbio_7_9_0") -> dict[str, int]:
+  """Offsets, base indices and masks printed by a C program compiled with the kernel's NBIO/NBIF headers."""
+  inc = cache() / "linux-6.12" / "drivers" / "gpu" / "drm" / "amd" / "include" / "asic_reg" / header.split("_")[0]
   cc = shutil.which("gcc") or shutil.which("cc")
-  if not (inc / "nbio_7_9_0_offset.h").exists(): pytest.skip(f"{inc} not fetched (python -m rawgpu.autogen fetch)")
+  if not (inc / f"{header}_offset.h").exists(): pytest.skip(f"{inc} not fetched (python -m rawgpu.autogen fetch)")
   if cc is None: pytest.skip("no host C compiler")
   names = ["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ", "regBIF_BX_PF0_GPU_HDP_FLUSH_REQ_BASE_IDX", "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE",
            "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"] + [f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__CP{i}_MASK" for i in range(10)]
-  src = ('#include <stdio.h>\n#include "nbio_7_9_0_offset.h"\n#include "nbio_7_9_0_sh_mask.h"\nint main(void){\n'
+  src = (f'#include <stdio.h>\n#include <stdint.h>\n#include "{header}_offset.h"\n#include "{header}_sh_mask.h"\nint main(void){{\n'
          + "".join(f'printf("{n} %lu\\n", (unsigned long)({n}));\n' for n in names) + "return 0;}\n")
   import tempfile
   with tempfile.TemporaryDirectory() as d:
@@ -140,6 +140,17 @@ def test_hdp_flush_matches_nbio_v7_9_headers(me, pipe):
   done = NBIO_BASE[h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"]] + h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE"]
   bit = h[f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__CP{2 if me == 1 else 6}_MASK"] << pipe  # ref_and_mask_cp2/cp6 << pipe
   assert pm4.hdp_flush_regs(NBIO_BASE, me, pipe) == (req, done, bit)
+
+
+@pytest.mark.parametrize("header,version", [("nbio_4_3_0", (4, 3, 0)), ("nbif_6_3_1", (6, 3, 1))])
+def test_hdp_flush_of_rdna_boards_matches_their_nbio_headers(header, version):
+  """gfx11 (NBIO 4.3) and gfx12 (NBIF 6.3.1): the same request/done pair and CP bits, at their own offsets."""
+  h = _nbio_oracle(header)
+  for me, pipe in ((1, 0), (1, 2), (2, 1)):
+    req = NBIO_BASE[h["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ_BASE_IDX"]] + h["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ"]
+    done = NBIO_BASE[h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"]] + h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE"]
+    bit = h[f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__CP{2 if me == 1 else 6}_MASK"] << pipe
+    assert pm4.hdp_flush_regs(NBIO_BASE, me, pipe, nbio_version=version) == (req, done, bit)
   # gfx_v9_4_3_ring_emit_hdp_flush: engine ME, register space, WRITE_WAIT_WRITE, equal, poll 0x20
   assert pm4.hdp_flush(req, done, bit) == [
     P9.PACKET3(P9.PACKET3_WAIT_REG_MEM, 5),

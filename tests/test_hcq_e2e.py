@@ -836,6 +836,23 @@ def test_every_doorbell_is_preceded_by_an_hdp_flush(dev):
     sig.wait(2, timeout_ms=5000)
 
 
+def test_memory_barrier_flushes_the_hdp_for_cpu_writes_made_behind_a_signal(dev):
+  """The queue waits on a signal, then a barrier, then a kernel reads a VRAM buffer. The CPU writes that buffer
+  through cpu() after every doorbell (so no host-side flush covers it) and sets the signal: the barrier's flush in the
+  stream (NBIO's request/done pair, which the board counts) is what makes the writes reach the kernel."""
+  board, copy = _board_of(dev), prog(dev, "copy", "copy_u32")
+  n = 256
+  src, out, gate = dev.alloc(4 * n, cpu_access=True), dev.alloc(4 * n), dev.new_signal("gate")
+  src.copyin(np.zeros(n, np.uint32))
+  dev.compute_queue().wait(gate, 1).memory_barrier().submit(dev)
+  copy(src, out, n, global_size=n // 64, local_size=64)   # behind the wait
+  flushes, new = board.nbio.hdp_flushes, np.arange(n, dtype=np.uint32) * 7 + 1
+  np.frombuffer(src.cpu(), np.uint32)[:] = new
+  gate.value = 1
+  dev.synchronize()
+  assert board.nbio.hdp_flushes == flushes + 1 and np.array_equal(out.numpy(np.uint32), new)
+
+
 def test_copy_in_and_out_of_every_buffer_kind(dev):
   data = np.arange(1000, dtype=np.uint16)
   buf = dev.alloc(data.nbytes)

@@ -81,9 +81,12 @@ class AMDBackend:
     self.sdma_version = p.ip_versions.get("sdma", (6, 0, 0))[:2]
     # KFD: (slot address, event id) of the device's signal event, which every queue signal also wakes (queues.py)
     if (wake := getattr(dev.iface, "wake", None)) is not None: self.wake = wake
-    if self.gfx < 10:   # gfx9 compute rings flush HDP in the stream (the barrier's request/done pair on NBIO); MEC1 pipe 0
-      if "nbio" not in p.ip_bases: raise RawGPUError(f"{dev}: a gfx9 device needs its NBIO register base for the HDP flush")
-      self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0)
+    # the compute barrier flushes the HDP in the stream (NBIO's request/done pair, MEC1 pipe 0's bit), so what the CPU
+    # wrote into VRAM after a submit, behind a signal the queue waits on, is what the kernels after the barrier read
+    nbio_version = p.ip_versions.get("nbio", pm4.NBIO_HDP_VERSION if self.gfx < 10 else None)
+    if "nbio" not in p.ip_bases or nbio_version is None:
+      raise RawGPUError(f"{dev}: the interface reported no NBIO register base and version (the barrier's HDP flush needs them)")
+    self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0, nbio_version=nbio_version)
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
     # CPU stores into VRAM reach the engines only where the HDP can be flushed, and beat a copy-engine round trip only

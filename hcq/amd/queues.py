@@ -1,8 +1,8 @@
 """AMD queues: PM4 on the compute ring, SDMA on the copy ring. Packets come from hcq/amd/pm4.py and sdma.py.
 
 The packet forms follow the backend: `gfx` (the GC IP major: 9 = CDNA3's soc15 forms, 11/12 = gfx10+ forms),
-`sdma_version` (an (major, minor) pair: below (5, 0) the SDMA 4 layouts) and, on gfx9 only, an optional
-`hdp_flush` = (request register, done register, ref_and_mask) from pm4.hdp_flush_regs, flushed by memory_barrier."""
+`sdma_version` (an (major, minor) pair: below (5, 0) the SDMA 4 layouts) and `hdp_flush` = (request register, done
+register, ref_and_mask) from pm4.hdp_flush_regs, flushed by memory_barrier (None: the barrier is the cache flush alone)."""
 from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING
@@ -64,7 +64,7 @@ class AMDComputeQueue(HWQueue):
     return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
 
   def memory_barrier(self) -> "AMDComputeQueue":
-    if self.be.gfx < 10 and (hdp := getattr(self.be, "hdp_flush", None)): self._add(pm4.hdp_flush, *hdp, gen=self.be.gfx)
+    if (hdp := self.be.hdp_flush) is not None: self._add(pm4.hdp_flush, *hdp, gen=self.be.gfx)
     return self._add(pm4.acquire_mem, gen=self.be.gfx)
 
   def exec(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size, dispatch_id: int = 0) -> "AMDComputeQueue":
