@@ -150,6 +150,7 @@ class SDMAQueue:
 
   def step(self) -> bool:
     if not self.enabled or self.hung is not None: return False
+    if not self.ib and self.wptr - self.rptr < 4: return False   # nothing written past the read pointer: idle
     if self.e.v4: acting_as(CID_SDMA0, mm_cid=MM_CID_SDMA0 + self.e.i % 4)   # MI300: on its AID's MM hub, as that AID's SDMA n
     else: acting_as(CID_SDMA0 + self.e.i)
     if self.ib and self.ib[-1][0] >= self.ib[-1][1]: self.ib.pop()
