@@ -122,7 +122,7 @@ def _nbio_oracle(header: str = "nbio_7_9_0") -> dict[str, int]:
   if not (inc / f"{header}_offset.h").exists(): pytest.skip(f"{inc} not fetched (python -m rawgpu.autogen fetch)")
   if cc is None: pytest.skip("no host C compiler")
   names = ["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ", "regBIF_BX_PF0_GPU_HDP_FLUSH_REQ_BASE_IDX", "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE",
-           "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"] + [f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__CP{i}_MASK" for i in range(10)]
+           "regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"] + [f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__{c}_MASK" for c in [f"CP{i}" for i in range(10)] + ["SDMA0", "SDMA1"]]
   src = (f'#include <stdio.h>\n#include <stdint.h>\n#include "{header}_offset.h"\n#include "{header}_sh_mask.h"\nint main(void){{\n'
          + "".join(f'printf("{n} %lu\\n", (unsigned long)({n}));\n' for n in names) + "return 0;}\n")
   import tempfile
@@ -151,6 +151,9 @@ def test_hdp_flush_of_rdna_boards_matches_their_nbio_headers(header, version):
     done = NBIO_BASE[h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE_BASE_IDX"]] + h["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE"]
     bit = h[f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__CP{2 if me == 1 else 6}_MASK"] << pipe
     assert pm4.hdp_flush_regs(NBIO_BASE, me, pipe, nbio_version=version) == (req, done, bit)
+  for engine in (0, 1):   # the SDMA rings' bits (ref_and_mask_sdma0/1)
+    assert pm4.hdp_flush_regs(NBIO_BASE, nbio_version=version, sdma_engine=engine)[2] == h[f"BIF_BX_PF0_GPU_HDP_FLUSH_DONE__SDMA{engine}_MASK"]
+  with pytest.raises(ValueError, match="SDMA engine 2"): pm4.hdp_flush_regs(NBIO_BASE, nbio_version=version, sdma_engine=2)
   # gfx_v9_4_3_ring_emit_hdp_flush: engine ME, register space, WRITE_WAIT_WRITE, equal, poll 0x20
   assert pm4.hdp_flush(req, done, bit) == [
     P9.PACKET3(P9.PACKET3_WAIT_REG_MEM, 5),

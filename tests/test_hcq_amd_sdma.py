@@ -85,6 +85,17 @@ def test_poll_regmem(addr, ref, mask, func, hdp, interval, retry):
 
 
 @FAST
+@given(st.integers(0, 0x3fffffff), st.integers(0, 0x3fffffff), u32)
+def test_hdp_flush_as_amdgpu_emits_it(req, done, bit):
+  """sdma ring_emit_hdp_flush: the HDP form, function equal, no memory poll, the done register in the low address
+  dword and the request register in the high one (both as byte offsets), ref = mask = the engine's bit, interval 10."""
+  assert sdma.hdp_flush(req, done, bit) == [
+    S.SDMA_PKT_POLL_REGMEM_HEADER_OP(S.SDMA_OP_POLL_REGMEM) | S.SDMA_PKT_POLL_REGMEM_HEADER_HDP_FLUSH(1)
+    | S.SDMA_PKT_POLL_REGMEM_HEADER_FUNC(3) | S.SDMA_PKT_POLL_REGMEM_HEADER_MEM_POLL(0),
+    done << 2, req << 2, bit, bit, S.SDMA_PKT_POLL_REGMEM_DW5_INTERVAL(10) | S.SDMA_PKT_POLL_REGMEM_DW5_RETRY_COUNT(0xfff)]
+
+
+@FAST
 @given(addr8)
 def test_timestamps(addr):
   assert sdma.timestamp(addr) == [

@@ -853,6 +853,20 @@ def test_memory_barrier_flushes_the_hdp_for_cpu_writes_made_behind_a_signal(dev)
   assert board.nbio.hdp_flushes == flushes + 1 and np.array_equal(out.numpy(np.uint32), new)
 
 
+def test_copy_queue_memory_barrier_flushes_the_hdp_for_cpu_writes_made_behind_a_signal(dev):
+  """The same on the copy engine: a wait, the barrier (SDMA's HDP form of POLL_REGMEM), then a copy of the VRAM
+  buffer the CPU wrote after the doorbell."""
+  board, n = _board_of(dev), 4096
+  src, out, gate, done = dev.alloc(n, cpu_access=True), dev.alloc(n), dev.new_signal("gate"), dev.new_signal("done")
+  src.copyin(bytes(n))
+  dev.copy_queue().wait(gate, 1).memory_barrier().copy(out.va, src.va, n).signal(done, 1).submit(dev)
+  flushes, new = board.nbio.hdp_flushes, np.arange(n, dtype=np.uint32).astype(np.uint8) ^ 0x5a
+  np.frombuffer(src.cpu(), np.uint8)[:] = new
+  gate.value = 1
+  done.wait(1, timeout_ms=5000)
+  assert board.nbio.hdp_flushes == flushes + 1 and np.array_equal(out.numpy(np.uint8), new)
+
+
 def test_copy_in_and_out_of_every_buffer_kind(dev):
   data = np.arange(1000, dtype=np.uint16)
   buf = dev.alloc(data.nbytes)

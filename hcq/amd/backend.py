@@ -87,6 +87,7 @@ class AMDBackend:
     if "nbio" not in p.ip_bases or nbio_version is None:
       raise RawGPUError(f"{dev}: the interface reported no NBIO register base and version (the barrier's HDP flush needs them)")
     self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0, nbio_version=nbio_version)
+    self.sdma_hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], nbio_version=nbio_version, sdma_engine=0)   # the copy queue's barrier
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
     # CPU stores into VRAM reach the engines only where the HDP can be flushed, and beat a copy-engine round trip only

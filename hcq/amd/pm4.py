@@ -224,16 +224,21 @@ NBIO_HDP_VERSION = (7, 9, 0)  # GC 9.4.3's NBIO (nbio_v7_9.c provides its HDP fl
 
 
 def hdp_flush_regs(nbio_bases: tuple[int, ...] | list[int], me: int = 1, pipe: int = 0,
-                   nbio_version: tuple[int, int, int] = NBIO_HDP_VERSION) -> tuple[int, int, int]:
-  """(request register, done register, ref_and_mask) a compute ring on MEC `me`, pipe `pipe` uses to flush HDP
-  (BIF_BX_PF0_GPU_HDP_FLUSH_REQ/DONE of NBIO 7.9, NBIO 4.3 (gfx11) or NBIF 6.3.1 (gfx12), whose tables are under
-  nbif; MEC1 pipes from the CP2 bit, MEC2 pipes from CP6, as the gfx9/11/12 rings' emit_hdp_flush take them)."""
+                   nbio_version: tuple[int, int, int] = NBIO_HDP_VERSION, sdma_engine: int | None = None) -> tuple[int, int, int]:
+  """(request register, done register, ref_and_mask) a compute ring on MEC `me`, pipe `pipe` (or, given
+  sdma_engine, an SDMA ring) uses to flush HDP (BIF_BX_PF0_GPU_HDP_FLUSH_REQ/DONE of NBIO 7.9, NBIO 4.3 (gfx11) or
+  NBIF 6.3.1 (gfx12), whose tables are under nbif; MEC1 pipes from the CP2 bit, MEC2 pipes from CP6, SDMA 0 and 1
+  their own bits, as the gfx9/11/12 and SDMA rings' emit_hdp_flush take them)."""
   from rawgpu.autogen.regs import ip_regs
   try: nbio = ip_regs("nbio", *nbio_version)
   except RawGPUError: nbio = ip_regs("nbif", *nbio_version)
   req, done = nbio["regBIF_BX_PF0_GPU_HDP_FLUSH_REQ"], nbio["regBIF_BX_PF0_GPU_HDP_FLUSH_DONE"]
-  if me not in (1, 2) or not 0 <= pipe < 4: raise ValueError(f"no HDP flush bit for compute ME {me} pipe {pipe} (ME 1-2, pipe 0-3)")
-  bit = done.fields["CP2" if me == 1 else "CP6"][1] << pipe
+  if sdma_engine is not None:
+    if sdma_engine not in (0, 1): raise ValueError(f"no HDP flush bit for SDMA engine {sdma_engine} (engines 0-1)")
+    bit = done.fields[f"SDMA{sdma_engine}"][1]
+  else:
+    if me not in (1, 2) or not 0 <= pipe < 4: raise ValueError(f"no HDP flush bit for compute ME {me} pipe {pipe} (ME 1-2, pipe 0-3)")
+    bit = done.fields["CP2" if me == 1 else "CP6"][1] << pipe
   return req.addr(nbio_bases), done.addr(nbio_bases), bit
 
 

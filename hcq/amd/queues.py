@@ -150,6 +150,12 @@ class AMDCopyQueue(HWQueue):
     from rawgpu.hcq.amd import sdma
     return self._add(sdma.poll_regmem, signal.va, ref=_value(value, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
+  def memory_barrier(self) -> "AMDCopyQueue":
+    """Flush the HDP (SDMA 0's request bit), so the copies after read what the CPU wrote into VRAM through cpu()
+    after the submit, behind a signal the queue waits on."""
+    from rawgpu.hcq.amd import sdma
+    return self._add(sdma.hdp_flush, *self.be.sdma_hdp_flush, version=self.be.sdma_version)
+
   def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
     """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address)."""
     from rawgpu.hcq.amd import sdma

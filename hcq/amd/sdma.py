@@ -166,6 +166,13 @@ def poll_regmem(addr: int, ref: int, mask: int = MASK32, function: PollFunction 
                addr_63_32=addr >> 32, value=ref & MASK32, mask=mask & MASK32, interval=interval, retry_count=retry_count)
 
 
+def hdp_flush(req_reg: int, done_reg: int, ref_and_mask: int, version: Version = V6) -> list[int]:
+  """Flush the host data path: the HDP form of POLL_REGMEM writes ref_and_mask to the request register (the address's
+  high dword) and polls the done register (the low dword) for it (sdma_v4/v6/v7 ring_emit_hdp_flush: interval 10)."""
+  return poll_regmem((req_reg << 2) << 32 | done_reg << 2, ref_and_mask, ref_and_mask, PollFunction.EQUAL, memory=False,
+                     interval=10, hdp_flush=True, version=version)
+
+
 def timestamp(addr: int, global_clock: bool = True, version: Version = V6) -> list[int]:
   """Write the engine's 64-bit timestamp (the global GPU clock by default) to addr (8-byte aligned)."""
   if addr % 8: raise ValueError(f"SDMA timestamp address {addr:#x} is not 8-byte aligned")
