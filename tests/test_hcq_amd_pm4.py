@@ -150,13 +150,17 @@ def test_write_data(addr, values, one_addr, engine):
 
 def emitted(draw, em=pm4) -> tuple[list[int], str, dict]:
   """One packet from a random emitter call, its name and the fields the decoder must report."""
-  kind = draw(st.sampled_from(["release", "wait", "ib", "sh", "uconfig", "dispatch", "acquire", "event", "write", "nop"]))
+  kind = draw(st.sampled_from(["release", "wait", "hdp", "ib", "sh", "uconfig", "dispatch", "acquire", "event", "write", "nop"]))
   if kind == "release":
     a, v, ds, isel, ev = draw(addr8), draw(u64), draw(st.sampled_from(list(DataSel))), draw(st.sampled_from(list(IntSel))), draw(st.sampled_from(list(Event)))
     return em.release_mem(a, v, ds, isel, ev), "RELEASE_MEM", dict(addr=a, data=v, data_sel=ds, int_sel=isel, event_type=ev)
   if kind == "wait":
     a, r, m, f = draw(addr4), draw(u32), draw(u32), draw(st.sampled_from(list(WaitFunction)))
     return em.wait_reg_mem(a, r, m, f), "WAIT_REG_MEM", dict(addr=a, reference=r, mask=m, function=f, mem_space=1)
+  if kind == "hdp":
+    req, done, bit = draw(st.integers(0, 0xffff)), draw(st.integers(0, 0xffff)), 1 << draw(st.integers(0, 13))
+    return em.hdp_flush(req, done, bit), "WAIT_REG_MEM", dict(
+      addr_lo=req, addr_hi=done, reference=bit, mask=bit, operation=1, mem_space=0, poll_interval=0x20)
   if kind == "ib":
     a, n, vm = draw(addr4), draw(st.integers(1, (1 << 20) - 1)), draw(st.integers(0, 15))
     return em.indirect_buffer(a, n, vmid=vm), "INDIRECT_BUFFER", dict(ib_base=a, ib_size=n, vmid=vm, valid=1)
@@ -218,14 +222,15 @@ def emitted9(draw) -> tuple[list[int], str, dict]:
   return pm4.nop(n, gen=9), "NOP", {}
 
 
-def _gen12():
+def _gen(gen: int):
+  """pm4's emitters with the generation fixed (hdp_flush's own default is gfx9)."""
   from types import SimpleNamespace
-  names = ("release_mem", "wait_reg_mem", "indirect_buffer", "set_sh_reg", "set_uconfig_reg", "dispatch_direct", "acquire_mem",
-           "event_write", "write_data", "nop")
-  return SimpleNamespace(**{n: functools.partial(getattr(pm4, n), gen=12) for n in names})
+  names = ("release_mem", "wait_reg_mem", "hdp_flush", "indirect_buffer", "set_sh_reg", "set_uconfig_reg", "dispatch_direct",
+           "acquire_mem", "event_write", "write_data", "nop")
+  return SimpleNamespace(**{n: functools.partial(getattr(pm4, n), gen=gen) for n in names})
 
 
-@pytest.mark.parametrize("gen,emit", [(11, emitted), (9, emitted9), (12, functools.partial(emitted, em=_gen12()))],
+@pytest.mark.parametrize("gen,emit", [(11, functools.partial(emitted, em=_gen(11))), (9, emitted9), (12, functools.partial(emitted, em=_gen(12)))],
                          ids=lambda x: f"gfx{x}" if isinstance(x, int) else "")
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())

@@ -126,7 +126,10 @@ def test_trap_and_nop():
 
 
 def emitted(draw, em=sdma):
-  kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "ts", "write", "trap", "nop"]))
+  kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "hdp", "ts", "write", "trap", "nop"]))
+  if kind == "hdp":
+    req, done, bit = draw(st.integers(0, 0x3fffffff)), draw(st.integers(0, 0x3fffffff)), 1 << draw(st.integers(0, 13))
+    return em.hdp_flush(req, done, bit), "POLL_REGMEM", dict(addr=(req << 2) << 32 | done << 2, value=bit, mask=bit, func=3, mem_poll=0, hdp_flush=1)
   if kind == "copy":
     d, s, n = draw(addr4), draw(addr4), draw(st.integers(1, 1 << 20))
     return em.copy_linear(d, s, n), "COPY_LINEAR", dict(dst_addr=d, src_addr=s, count=n - 1)
@@ -153,7 +156,10 @@ def emitted(draw, em=sdma):
 
 
 def emitted_v4(draw):
-  kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "ts", "write", "trap", "nop"]))
+  kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "hdp", "ts", "write", "trap", "nop"]))
+  if kind == "hdp":
+    req, done, bit = draw(st.integers(0, 0x3fffffff)), draw(st.integers(0, 0x3fffffff)), 1 << draw(st.integers(0, 13))
+    return sdma.hdp_flush(req, done, bit, (4, 4)), "POLL_REGMEM", dict(addr=(req << 2) << 32 | done << 2, value=bit, mask=bit, func=3, mem_poll=0, hdp_flush=1)
   if kind == "copy":
     d, s, n = draw(addr4), draw(addr4), draw(st.integers(1, 1 << 20))
     return sdma.copy_linear(d, s, n, (4, 4)), "COPY_LINEAR", dict(dst_addr=d, src_addr=s, count=n - 1)
@@ -185,7 +191,7 @@ def _at(module, names, **kw):
   return SimpleNamespace(**{n: functools.partial(getattr(module, n), **kw) for n in names})
 
 
-_SDMA_EMITTERS = ("copy_linear", "const_fill", "fence", "poll_regmem", "timestamp", "write_linear", "trap", "nop")
+_SDMA_EMITTERS = ("copy_linear", "const_fill", "fence", "poll_regmem", "hdp_flush", "timestamp", "write_linear", "trap", "nop")
 
 
 @pytest.mark.parametrize("version,emit", [((6, 0), emitted), ((4, 4), emitted_v4)] + [
