@@ -1,6 +1,7 @@
 """Device: an opened GPU with its memory, rings, timeline, and the vendor's queues and programs."""
 from __future__ import annotations
 import errno
+from array import array
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
 from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, OutOfMemory, RawGPUError
@@ -118,6 +119,7 @@ class Device:
     if (r := self._rings.get(engine)) is None:
       hw = self.iface.create_ring(engine, RING_SIZE[engine])
       r = self._rings[engine] = Ring(hw, self.iface.sleep, self.iface.check_faults, f"{self} {engine} ring")
+      if (prefix := self.backend.ring_prefix(engine)) is not None: r.prefix = array("I", prefix)
     return r
 
   def next_timeline(self, engine: str | None = None, last: str | None = None) -> int:

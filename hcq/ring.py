@@ -16,6 +16,7 @@ class Ring:
     self.put = hw.write_ptr[0] // self.per_dw  # dwords ever written (monotonic, like the hardware's 64-bit wptr)
     self.history: deque[array] = deque(maxlen=4)  # the last few submissions, for hang reports
     self.limit = self.put                    # put may grow to this without reading the read pointer again
+    self.prefix: array | None = None         # packets every submission starts with (see AMDBackend.ring_prefix)
 
   def _room(self) -> int:
     # engines report the read pointer either monotonic or wrapped to the ring size: both agree modulo the size,
@@ -25,6 +26,7 @@ class Ring:
 
   def push(self, words: array | list[int]) -> None:
     if not isinstance(words, array): words = array("I", words)
+    if self.prefix is not None: words = self.prefix + words
     n, put, size = len(words), self.put, self.size_dw
     if put + n > self.limit:   # the room known since the read pointer was last read runs out: read it again
       if n > size: raise RawGPUError(f"{self.name}: a submission of {n} dwords does not fit the ring ({size}); split it, or bind the queue (one indirect buffer)")

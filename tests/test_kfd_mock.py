@@ -279,8 +279,9 @@ def test_hdp_flush_through_the_remapped_page(system):
 
 
 def test_without_a_remap_page_vram_copies_take_the_copy_engine(system, monkeypatch):
-  """A kernel that gives no MMIO_REMAP page (64 KiB pages: EINVAL): nothing can flush the HDP from the CPU, so the
-  rings ring no flush, flush_hdp says so, and even a small copy into CPU-visible VRAM goes through the copy engine."""
+  """A kernel that gives no MMIO_REMAP page (64 KiB pages: EINVAL): nothing can flush the HDP from the CPU, so
+  flush_hdp says so, a small copy into CPU-visible VRAM goes through the copy engine, and every submission on either
+  ring starts with the engine's own HDP flush instead: what cpu() wrote into VRAM before it is what a kernel reads."""
   import numpy as np
   from rawgpu.drivers.kfd import KFDIface, iface as kfd_iface
   from rawgpu.hcq.device import Device
@@ -297,6 +298,15 @@ def test_without_a_remap_page_vram_copies_take_the_copy_engine(system, monkeypat
     buf.copyin(np.arange(1024, dtype=np.uint32))
     assert dev.timeline_value > ticket and np.array_equal(buf.numpy(np.uint32), np.arange(1024, dtype=np.uint32))
     assert dev.ring("compute").hw.before_doorbell is None and dev.ring("sdma").hw.before_doorbell is None
+    board = next(iter(MACHINES[id(system)].vbus.boards.values()))
+    code = kernels.path(dev.props.arch, "copy").read_bytes()
+    copy, out = dev.program(code, "copy_u32"), dev.alloc(4096)
+    dev.synchronize()
+    flushes, new = board.nbio.hdp_flushes, np.arange(1024, dtype=np.uint32) * 5
+    np.frombuffer(buf.cpu(), np.uint32)[:] = new
+    copy(buf, out, 1024, global_size=16, local_size=64, wait=True)   # one compute submission
+    assert board.nbio.hdp_flushes == flushes + 1 and np.array_equal(out.numpy(np.uint32), new)   # numpy(): one on the copy ring
+    assert board.nbio.hdp_flushes == flushes + 2
   finally: dev.close()
 
 

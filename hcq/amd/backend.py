@@ -92,10 +92,19 @@ class AMDBackend:
     self.kernargs = KernargRing(dev, KERNARG_RING)
     # CPU stores into VRAM reach the engines only where the HDP can be flushed, and beat a copy-engine round trip only
     # through a write-combined view (uncached, 64 KiB is thousands of single bus writes)
-    self.bar_copyin = p.vram_write_combined and dev.iface.flush_hdp()
+    self.cpu_flush = dev.iface.flush_hdp()   # False: a KFD kernel without a remap page (64 KiB pages) leaves the CPU no way
+    self.bar_copyin = p.vram_write_combined and self.cpu_flush
     self._staging: list[Buffer] | None = None
     self._scratch: Buffer | None = None
     self._retired_scratch: list[Buffer] = []   # scratch buffers a larger one replaced (see scratch_for)
+
+  def ring_prefix(self, engine: str) -> list[int] | None:
+    """Packets every submission on the engine's ring starts with: where the CPU cannot flush the HDP before the
+    doorbell, the engine flushes it first thing, so what cpu() wrote into VRAM before the submit is what it reads."""
+    if self.cpu_flush: return None
+    if engine == "compute": return pm4.hdp_flush(*self.hdp_flush, gen=self.gfx)
+    from rawgpu.hcq.amd import sdma
+    return sdma.hdp_flush(*self.sdma_hdp_flush, version=self.sdma_version)
 
   def reg(self, name: str) -> int:
     """Absolute dword address of a GC register on this device."""
