@@ -1,8 +1,8 @@
 """A virtual PCI bus: emulated boards appear in a System's sysfs tree, and emulated host RAM backs DMA.
 
 The driver sees only what Linux shows for a real board (vendor/device/class files, config, resource, resourceN,
-resourceN_wc) and
-reaches the board only through config space, BAR mappings and the bus addresses of host pages it allocated.
+resourceN_wc) and reaches the board only through config space, BAR mappings and the bus addresses of host pages it
+allocated.
 """
 from __future__ import annotations
 import atexit, ctypes, mmap, os, shutil, tempfile, threading

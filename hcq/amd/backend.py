@@ -90,9 +90,9 @@ class AMDBackend:
     self.sdma_hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], nbio_version=nbio_version, sdma_engine=0)   # the copy queue's barrier
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
+    self.cpu_flush = dev.iface.flush_hdp()   # False: a KFD kernel without a remap page (64 KiB pages) leaves the CPU no way
     # CPU stores into VRAM reach the engines only where the HDP can be flushed, and beat a copy-engine round trip only
     # through a write-combined view (uncached, 64 KiB is thousands of single bus writes)
-    self.cpu_flush = dev.iface.flush_hdp()   # False: a KFD kernel without a remap page (64 KiB pages) leaves the CPU no way
     self.bar_copyin = p.vram_write_combined and self.cpu_flush
     self._staging: list[Buffer] | None = None
     self._scratch: Buffer | None = None
