@@ -23,6 +23,7 @@ class DeviceProps:
   vram_size: int = 0
   bar_size: int = 0                    # CPU-visible VRAM (large-BAR boards: == vram_size)
   vram_write_combined: bool = False    # the CPU's VRAM views are write-combined (or cached), not uncached: CPU copies stream
+  vram_uncached_why: str = ""          # where they are uncached, why
   ip_versions: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # "gc", "sdma", "mmhub", ...
   ip_bases: dict[str, tuple[int, ...]] = field(default_factory=dict)          # register segment bases (dwords) per IP, instance 0
   emulated: bool = False
@@ -61,6 +62,7 @@ class Iface(Protocol):
   def sleep(self, timeout_ms: float) -> None: ...    # wait for an interrupt (or up to timeout_ms); raises DeviceFault on a fault
   def check_faults(self) -> None: ...                # raise DeviceFault for a pending page fault / shader error
   def flush_hdp(self) -> bool: ...                   # make CPU writes to VRAM through the BAR visible to the engines; False: no way to here
+  read_fence: Callable[[], None]                     # orders the CPU's later VRAM reads after a read that said they are ready (cpufence)
   def close(self) -> None: ...
 
 

@@ -45,6 +45,7 @@ class Device:
       from rawgpu.drivers.select import open_ifaces
       iface = open_ifaces(spec)[0]
     self.iface, self.props = iface, iface.props
+    self.read_fence = iface.read_fence   # after a wait, reads of VRAM through CPU views see what the GPU wrote before the signal
     self._rings: dict[str, Ring] = {}
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self.stalled = False                    # the last wait timed out
@@ -156,7 +157,7 @@ class Device:
     """Wait until the work of `ticket` is done (tickets from before a restart are done already)."""
     if ticket <= self.timeline_base: return
     ticket = min(ticket, self.timeline_value - 1)   # a ticket of another device's timeline (a peer's use) never exceeds ours
-    if self.timeline.value >= ticket - self.timeline_base: return   # done (before any fault): nothing to wait for
+    if self.timeline.value >= ticket - self.timeline_base: return self.read_fence()   # done (before any fault): nothing to wait for
     self.check_open()
     self._wait_ticket(ticket, timeout_ms)
 

@@ -30,7 +30,7 @@ class Signal:
     """Wait until value >= `value` (as the GPU compares: 32-bit wrap-safe is the timeline's job). The timeout counts
     from the last change of the signal, so long work that keeps progressing never times out."""
     check_u64(value, f"a wait on {self.name}")
-    if self._q[0] >= value: return
+    if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
     now = time.monotonic()
     last, deadline, spin_until, check_at = self._q[0], now + timeout_ms / 1000, now + SPIN_S, now
     while (cur := self._q[0]) < value:
@@ -44,3 +44,4 @@ class Signal:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
         raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)\n"
                             f"last commands submitted:\n{self.dev.last_submitted()}")
+    self.dev.read_fence()

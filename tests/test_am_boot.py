@@ -102,12 +102,30 @@ def test_vram_is_mapped_write_combined_where_linux_offers_it(fw):
     dev = Device(iface=AMIface(bus, vb.system, **FAST))
     try:
       assert dev.props.vram_write_combined == prefetch and dev.iface.dev.vram_wc == prefetch
+      assert ("resource0_wc is not offered" in dev.props.vram_uncached_why) != prefetch
       buf, data = dev.alloc(4096, cpu_access=True), np.arange(1024, dtype=np.uint32)
       ticket = dev.timeline_value
       buf.copyin(data)
       assert (dev.timeline_value > ticket) != prefetch and np.array_equal(buf.numpy(np.uint32), data)
     finally:
       dev.close(); b.close()
+
+
+def test_vram_is_mapped_uncached_where_the_cpu_has_no_load_fence(fw, board, monkeypatch):
+  """Reading write-combined VRAM back needs a load fence (rawgpu.drivers.cpufence); where the CPU has none, AM maps
+  the prefetchable BAR0 uncached and says why."""
+  from rawgpu.drivers.am import device as amdevice
+  monkeypatch.setattr(amdevice, "fence_or_none", lambda: (None, "no CPU load fence is known for riscv64"))
+  vb, bus, b, fake = board
+  assert b.bars[0].prefetch
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert not it.props.vram_write_combined and not it.dev.vram_wc
+    assert it.props.vram_uncached_why == "reads of write-combined VRAM need a load fence: no CPU load fence is known for riscv64"
+    m = it.alloc(0x1000)
+    m.cpu.write(8, 0x1234)
+    assert m.cpu.read(8) == 0x1234 and b.gmc.gc.read32(0, m.va + 8) == 0x1234
+  finally: it.close()
 
 
 def test_warm_boot_skips_firmware(fw, board):

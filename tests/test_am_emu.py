@@ -303,3 +303,37 @@ def test_close_returns_the_devices_host_memory_and_addresses(board):
     assert free() != before
     it.close()
     assert free() == before
+
+
+def test_vram_reads_after_the_flag_that_says_they_are_ready_are_fenced(board, monkeypatch):
+  """Write-combined loads may pass older loads (rawgpu.drivers.cpufence): between the flag that says VRAM holds new
+  data and the reads of that data AM puts the load fence: a PSP response after its ring fence, the IH entries after
+  the write pointer, an SMU table after the message's answer. (The emulator performs loads in order; this checks
+  where the fence stands.)"""
+  from rawgpu.drivers.am import device as amdevice, facts as F
+  from rawgpu.drivers.am.metrics import SMUMetrics
+  log: list = []
+  real_vram = amdevice.AMDevice.vram
+  def vram(self, paddr, size):
+    log.append(paddr)
+    return real_vram(self, paddr, size)
+  monkeypatch.setattr(amdevice.AMDevice, "vram", vram)
+  monkeypatch.setattr(amdevice, "fence_or_none", lambda: (lambda: log.append("fence"), None))
+  vb, bus, b = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    d = it.dev
+    assert d.vram_wc and it.props.vram_write_combined
+    responses = [i for i, e in enumerate(log) if e == d.psp.cmd + F.PSP_CMD.resp.offset]
+    assert len(responses) > 5 and all(log[i - 1] == "fence" for i in responses)   # every command of the boot
+    bad = it.alloc(0x1000).va + 0x10_0000
+    with pytest.raises(Exception): b.gmc.mm.read32(0, bad)             # an MM-hub client faults: the IH takes an entry
+    del log[:]
+    with pytest.raises(DeviceFault, match=f"{bad & ~0xfff:#x}"): it.check_faults()
+    entries = [e for e in log if e != "fence" and d.ih.ring <= e < d.ih.ring + (256 << 10)]
+    assert log[:2] == [d.ih.wptr_wb, "fence"] and entries and log.index(entries[0]) == 2
+    del log[:]
+    assert SMUMetrics(vb.system).read(bus).unavailable is None
+    table = [i for i, e in enumerate(log) if e == d.smu.driver_table]
+    assert table and all(log[i - 1] == "fence" for i in table)
+  finally: it.close()

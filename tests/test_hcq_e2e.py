@@ -867,6 +867,28 @@ def test_copy_queue_memory_barrier_flushes_the_hdp_for_cpu_writes_made_behind_a_
   assert board.nbio.hdp_flushes == flushes + 1 and np.array_equal(out.numpy(np.uint8), new)
 
 
+def test_a_wait_that_sees_its_value_fences_the_cpus_later_vram_reads(dev, monkeypatch):
+  """VRAM views are write-combined here, and write-combined loads may pass older loads (rawgpu.drivers.cpufence): once a
+  wait has seen its value, the device's read fence runs before the wait returns, so a read of what the kernel wrote
+  through a cpu() view comes after the signal. Both the waits that find their value at once and those that spin."""
+  from rawgpu.drivers.cpufence import fence_or_none
+  assert dev.props.vram_write_combined and dev.read_fence is dev.iface.read_fence is fence_or_none()[0]
+  fill, out = prog(dev, "fill", "fill_u32"), dev.alloc(4096, cpu_access=True)
+  seen: list[int] = []
+  monkeypatch.setattr(dev, "read_fence", lambda: seen.append(dev.timeline.value))
+  gate = dev.new_signal("gate")
+  dev.compute_queue().wait(gate, 1).submit(dev)
+  fill(out, 9, 1024, global_size=16, local_size=64)        # behind the gate: the wait below spins first
+  ticket = dev.timeline_value - 1
+  gate.value = 1
+  dev.wait_timeline(ticket)
+  assert seen and seen[-1] >= ticket - dev.timeline_base and np.frombuffer(out.cpu(), np.uint32)[0] == 9
+  for wait in (lambda: dev.wait_timeline(ticket), lambda: gate.wait(1)):   # already there: the fence still runs
+    n = len(seen)
+    wait()
+    assert len(seen) == n + 1
+
+
 def test_copy_in_and_out_of_every_buffer_kind(dev):
   data = np.arange(1000, dtype=np.uint16)
   buf = dev.alloc(data.nbytes)

@@ -278,6 +278,20 @@ def test_hdp_flush_through_the_remapped_page(system):
   finally: it.close()
 
 
+def test_where_the_cpu_has_no_load_fence_vram_gets_no_cpu_view(system, monkeypatch):
+  """amdgpu maps VRAM write-combined, whose loads need a fence after a wait (rawgpu.drivers.cpufence): without one,
+  VRAM with a CPU view is refused with the reason, and VRAM without one and host memory are still there."""
+  from rawgpu.drivers.kfd import KFDIface, iface as kfd_iface
+  monkeypatch.setattr(kfd_iface, "fence_or_none", lambda: (None, "no CPU load fence is known for riscv64"))
+  it = KFDIface(0, system)
+  try:
+    with pytest.raises(RawGPUError, match="write-combined.*load fence: no CPU load fence is known for riscv64.*without CPU access"):
+      it.alloc(4096, cpu_access=True)
+    assert it.alloc(4096, cpu_access=False).cpu is None and it.alloc(4096, host=True).cpu is not None
+    it.read_fence()   # nothing to fence: no VRAM view exists
+  finally: it.close()
+
+
 def test_without_a_remap_page_vram_copies_take_the_copy_engine(system, monkeypatch):
   """A kernel that gives no MMIO_REMAP page (64 KiB pages: EINVAL): nothing can flush the HDP from the CPU, so
   flush_hdp says so, a small copy into CPU-visible VRAM goes through the copy engine, and every submission on either

@@ -18,6 +18,7 @@ from rawgpu.drivers.am.regs import Regs
 from rawgpu.drivers.am.sdma import SDMA
 from rawgpu.drivers.am.smu import SMU
 from rawgpu.drivers.am.soc import SOC
+from rawgpu.drivers.cpufence import fence_or_none
 from rawgpu.drivers.pci import PCIDevice
 from rawgpu.drivers.system import SYSTEM, System
 from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, RawGPUError
@@ -25,8 +26,13 @@ from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, RawGPUError
 BOOT_MARKER = 0x72670001        # "rg" + version: written to GC SCRATCH_REG7 by a clean fini
 RESERVED_TOP = 16 << 20         # top of VRAM left alone: discovery and the firmware's own reservations
 BOOT_SIZE = 48 << 20            # boot memory below it: same addresses on every boot, so a warm boot finds it
+
 SUPPORTED_GC = {(11, 0, 0), (11, 0, 2), (11, 0, 3), (12, 0, 0), (12, 0, 1)}
 VRAM_BAR, DOORBELL_BAR, MMIO_BAR = 0, 2, 5
+
+
+def _ordered() -> None:
+  """The read fence of uncached VRAM: uncached loads are performed in order, there is nothing to fence."""
 
 
 class AMDevice:
@@ -61,8 +67,14 @@ class AMDevice:
     if not probe: p.enable_bus_master()
     self.bar_size = p.bar_size(VRAM_BAR)
     # VRAM write-combined where Linux offers it (as amdgpu maps it): CPU copies stream; an uncached view stores a word per bus
-    # write. The uncached register and doorbell writes that follow drain the CPU's WC buffers (Intel SDM vol. 3A 11.3.1)
-    self.vram_wc = p.can_write_combine(VRAM_BAR)
+    # write. The uncached register and doorbell writes that follow drain the CPU's WC buffers (Intel SDM vol. 3A 11.3.1);
+    # reads need a load fence after the flag that says the data is there (read_fence; cpufence), else VRAM maps uncached
+    fence, no_fence = fence_or_none()
+    self.vram_wc = p.can_write_combine(VRAM_BAR) and fence is not None
+    self.vram_uncached_why = "" if self.vram_wc else (
+      f"{p.path}/resource{VRAM_BAR}_wc is not offered (VFIO, a BAR that is not prefetchable, or no WC on this architecture)"
+      if not p.can_write_combine(VRAM_BAR) else f"reads of write-combined VRAM need a load fence: {no_fence}")
+    self.read_fence = fence if self.vram_wc else _ordered   # orders the CPU's VRAM reads after the one that said they are ready
     self.vram_bar = p.map_bar(VRAM_BAR, write_combine=self.vram_wc)
     self.doorbells, self.mmio = p.map_bar(DOORBELL_BAR), p.map_bar(MMIO_BAR)
     self.vram_size = self.mmio.read(F.RCC_CONFIG_MEMSIZE * 4) << 20

@@ -79,6 +79,7 @@ class IH(Block):
     """Consume every pending IV entry; returns them decoded (client, source, ring, vmid, src_data)."""
     out = []
     wptr = self._wptr()
+    if self.rptr != wptr: self.dev.read_fence()   # the entries, read after the write pointer that says they are there
     while self.rptr != wptr:
       dw = struct.unpack_from("<8I", self.dev.vram(self.ring + self.rptr, ENTRY))
       out.append({"client_id": dw[0] & 0xff, "src_id": (dw[0] >> 8) & 0xff, "ring_id": (dw[0] >> 16) & 0xff,

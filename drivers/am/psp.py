@@ -108,6 +108,7 @@ class PSP(Block):
     self.msg(67).write((wptr + F.PSP_RB_FRAME.size // 4) % (RING_SIZE // 4))
     fence = d.vram(self.fence, 4)
     d.wait(lambda: struct.unpack("<I", fence)[0] == self.fence_value, f"PSP command {cmd_id}", timeout=5.0)
+    d.read_fence()   # the response, read after the fence that says it is written
     resp = F.PSP_RESP.parse(bytes(d.vram(self.cmd + F.PSP_CMD.resp.offset, F.PSP_RESP.size)))
     if resp["status"] != 0:
       what = f" (firmware type {fields['fw_type']})" if "fw_type" in fields else ""

@@ -44,7 +44,9 @@ class SMU(Block):
     if r != F.PPSMC_RESULT["PPSMC_Result_OK"]:
       raise DeviceFault(f"{self.dev.bus}: SMU answered {msg} ({num:#x}, arg {arg:#x}) with {RESULTS.get(r, hex(r))}; "
                         "the power firmware is in a bad state: power-cycle or reset the board")
-    return self.mb(82).read()
+    out = self.mb(82).read()
+    self.dev.read_fence()   # what the message left in VRAM (a table) is read after its answer
+    return out
 
   def alive(self) -> bool:
     try: self.send("PPSMC_MSG_GetSmuVersion", timeout=0.1)
