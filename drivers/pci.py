@@ -2,7 +2,7 @@
 from __future__ import annotations
 import errno, os, re, tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 from rawgpu.autogen import pci as regs
 from rawgpu.drivers.mmio import MMIO, MemMMIO
 from rawgpu.drivers.system import HUGE_PAGE, PAGE, SYSTEM, System
@@ -132,6 +132,10 @@ def _rebar_sizes(cap: int) -> tuple[int, ...]:
   return tuple(1 << (n + 20) for n in range(28) if mask >> n & 1)
 
 
+def _check_part(bus: str, n: int, full: int, offset: int, size: int) -> None:
+  if offset < 0 or size <= 0 or offset + size > full: raise RawGPUError(f"{bus}: BAR{n} is {full:#x} bytes, cannot map {offset:#x}+{size:#x}")
+
+
 class PCIDevice:
   """A PCI function over sysfs (config file, resourceN), or over VFIO with `use_vfio=True` (regions of the device fd,
   interrupts through eventfds)."""
@@ -140,6 +144,7 @@ class PCIDevice:
     self.path = f"{SYSFS_PCI}/{bus}"
     self.info = info(bus, system)
     self._cfg_fd: int | None = None
+    self._bar_fds: list[int] = []   # BAR files bar_mapper keeps open
     self.closed = False
     self.vfio: VFIODevice | None = None
     self.lock = DeviceLock(lock_prefix, bus, system) if lock_prefix else None
@@ -192,18 +197,38 @@ class PCIDevice:
     """Map BAR n (or `size` bytes of it from `offset`). Uncached by default: every store is its own bus write, in order.
     write_combine: stores may merge into bursts and reach the device late and out of order, until an uncached access
     or a fence drains them (for memory such as VRAM; never for registers)."""
-    full = self.bar_size(n)
+    full = self._check_mappable(n, write_combine)
     size = full - offset if size is None else size
-    if full == 0 or offset + size > full: raise RawGPUError(f"{self.bus}: BAR{n} is {full:#x} bytes, cannot map {offset:#x}+{size:#x}")
+    _check_part(self.bus, n, full, offset, size)
+    if self.vfio is not None: return self.vfio.map_bar(n, offset, size)
+    fd = self._open_bar(n, write_combine)
+    try: return self.system.mmap(fd, size, offset)
+    finally: self.system.close(fd)
+
+  def bar_mapper(self, n: int, write_combine: bool = False) -> Callable[[int, int], MMIO]:
+    """map(offset, size): mappings of parts of BAR n as map_bar makes them, each its own (System.munmap takes one
+    away), with the checks done and the file opened once (it stays open until close): for a mapping per allocation."""
+    full = self._check_mappable(n, write_combine)
+    if self.vfio is not None: return lambda offset, size: self.vfio.map_bar(n, offset, size)   # type: ignore[union-attr]
+    fd = self._open_bar(n, write_combine)
+    self._bar_fds.append(fd)
+    def map_part(offset: int, size: int) -> MMIO:
+      _check_part(self.bus, n, full, offset, size)
+      return self.system.mmap(fd, size, offset)
+    return map_part
+
+  def _check_mappable(self, n: int, write_combine: bool) -> int:
+    """BAR n's size, once it is known it can be mapped so."""
+    full = self.bar_size(n)
     if write_combine and not self.can_write_combine(n):
       why = "through VFIO, rawgpu maps BARs uncached (vfio-pci's mmap default)" if self.vfio is not None else f"{self.path}/resource{n}_wc does not exist (the BAR is not prefetchable, or this architecture cannot map write-combined)"
       raise RawGPUError(f"{self.bus}: BAR{n} cannot be mapped write-combined: {why}")
-    if self.vfio is not None: return self.vfio.map_bar(n, offset, size)
+    return full
+
+  def _open_bar(self, n: int, write_combine: bool) -> int:
     node = f"{self.path}/resource{n}" + ("_wc" if write_combine else "")
-    try: fd = self.system.open(node, os.O_RDWR | os.O_SYNC)
+    try: return self.system.open(node, os.O_RDWR | os.O_SYNC)
     except PermissionError as e: raise PermissionProblem(f"{self.bus}: cannot open BAR{n} ({node}): mapping BARs needs root (CAP_SYS_ADMIN)") from e
-    try: return self.system.mmap(fd, size, offset)
-    finally: self.system.close(fd)
 
   def require_bar(self, n: int, need: int, what: str = "the driver") -> None:
     """DeviceSpecError when BAR n is smaller than `need` bytes (a small BAR): how to get a larger one."""
@@ -337,5 +362,7 @@ class PCIDevice:
   def close(self) -> None:
     self.closed = True
     if self._cfg_fd is not None: self.system.close(self._cfg_fd); self._cfg_fd = None
+    for fd in self._bar_fds: self.system.close(fd)
+    self._bar_fds.clear()
     if self.vfio is not None: self.vfio.close(); self.vfio = None
     if self.lock: self.lock.release()

@@ -102,8 +102,7 @@ class System:
       self._vmaps[m] = vf
       return m
     if offset >= 1 << 63: return _mmap_signed_offset(fd, size, offset)
-    m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
-    return MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
+    return map_file(fd, size, offset)
 
   def munmap(self, m: MMIO) -> None:
     """End a mapping `mmap` made, so the file stops holding what it maps (amdgpu keeps a freed BO's memory while a
@@ -114,7 +113,7 @@ class System:
       if (unmap := getattr(vf, "munmap", None)) is not None: unmap(m)
       return
     if not isinstance(m, MemMMIO) or m.addr is None: raise RawGPUError("munmap of a view that System.mmap did not make")
-    _libc_mmap(m.addr, m.size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED | getattr(mmap, "MAP_NORESERVE", 0), -1, 0)
+    zero_pages(m)
 
   def flock(self, fd: int, exclusive: bool = True, blocking: bool = False) -> None:
     if (vf := self.vfds.get(fd)) is not None:
@@ -221,6 +220,18 @@ def _mmap_signed_offset(fd: int, size: int, offset: int) -> MemMMIO:
   return MemMMIO(buf, addr)
 
 
+def map_file(fd: int, size: int, offset: int) -> MemMMIO:
+  """A shared read-write mapping of `size` bytes of a file from `offset`, with its address."""
+  m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
+  return MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
+
+
+def zero_pages(m: MemMMIO) -> None:
+  """Put private zero pages where mapping `m` was (System.munmap): views of it read zeros from now on."""
+  assert m.addr is not None
+  _libc_mmap(m.addr, m.size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED | getattr(mmap, "MAP_NORESERVE", 0), -1, 0)
+
+
 def _libc_munmap(addr: int, size: int) -> None:
   libc = _c()
   libc.munmap.restype, libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
@@ -259,9 +270,7 @@ class _RealFile:
     if not data: os.ftruncate(self.fd, offset); return 0
     return os.pwrite(self.fd, data, offset)
   def ioctl(self, request: int, buf) -> int: return fcntl.ioctl(self.fd, request, buf, True)
-  def mmap(self, size: int, offset: int) -> MMIO:
-    m = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
-    return MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
+  def mmap(self, size: int, offset: int) -> MMIO: return map_file(self.fd, size, offset)
   def close(self) -> None: os.close(self.fd)
 
 

@@ -77,8 +77,8 @@ class Buffer:
     the GPU polls while it runs. Use copyin/copyout for ordered copies."""
     self._check_alive()
     self.dev.check_open()
-    if self.mem.cpu is None: raise RawGPUError(f"{self.dev}: buffer at {self.va:#x} is not CPU-visible")
-    return self.mem.cpu.view(self.offset, self.size).cast("B")
+    if (view := self.dev.iface.cpu_view(self.mem)) is None: raise RawGPUError(f"{self.dev}: buffer at {self.va:#x} is not CPU-visible")
+    return view.view(self.offset, self.size).cast("B")
 
   def numpy(self, dtype=np.uint8) -> np.ndarray:
     """A copy of the buffer as a 1-D array of dtype."""

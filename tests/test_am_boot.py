@@ -128,6 +128,29 @@ def test_vram_is_mapped_uncached_where_the_cpu_has_no_load_fence(fw, board, monk
   finally: it.close()
 
 
+def test_a_cpu_view_kept_past_free_never_reaches_the_next_owner(fw, board):
+  """The CPU view users get of a VRAM allocation (cpu_view: hcq's Buffer.cpu) is a mapping of its own, which free
+  takes away: a view kept past free reads zeros and its writes go nowhere, while the allocation that gets the same VRAM
+  next keeps its data (GPU side too). The view is made once, at the first ask."""
+  vb, bus, b, fake = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    old = it.alloc(0x2000)
+    view = it.cpu_view(old)
+    assert it.cpu_view(old) is view and view is not old.cpu
+    stale = view.mem
+    view.write(0x10, 0xdead_beef)
+    assert old.cpu.read(0x10) == 0xdead_beef and b.gmc.gc.read32(0, old.va + 0x10) == 0xdead_beef
+    it.free(old)
+    new = it.alloc(0x2000)
+    assert new.meta[1] == old.meta[1]   # the same VRAM
+    it.cpu_view(new).write(0x10, 0x600d_f00d)
+    assert bytes(stale[0x10:0x14]) == bytes(4)
+    stale[0x10:0x14] = b"\x11" * 4
+    assert it.cpu_view(new).read(0x10) == 0x600d_f00d and b.gmc.gc.read32(0, new.va + 0x10) == 0x600d_f00d
+  finally: it.close()
+
+
 def test_warm_boot_skips_firmware(fw, board):
   vb, bus, b, fake = board
   AMIface(bus, vb.system, **FAST).close()

@@ -65,6 +65,28 @@ def test_the_virtual_bus_offers_write_combined_files_for_prefetchable_bars_only(
     board.close()
 
 
+def test_each_mapping_of_the_virtual_vram_bar_is_its_own_and_munmap_takes_it_away():
+  """As Linux maps a BAR: two mappings of VRAM alias the board's memory; munmap of one leaves private zero pages
+  behind (a view kept past it reads zeros and its writes go nowhere), the other mapping and the board unchanged."""
+  from rawgpu.drivers.emu.amd.board import AMDBoard
+  from rawgpu.drivers.emu.pcibus import VirtualBus
+  vb = VirtualBus()
+  board = AMDBoard(arch="gfx1100", host=vb.host)
+  try:
+    dev = pci.PCIDevice(vb.plug(board), vb.system)
+    whole, part = dev.map_bar(0, write_combine=True), dev.map_bar(0, 0x3000, 0x1000)
+    part.write(8, 0x1234_5678)
+    assert whole.read(0x3008) == 0x1234_5678 and board.vram[0x3008:0x300c].tobytes() == (0x1234_5678).to_bytes(4, "little")
+    stale = part.mem
+    vb.system.munmap(part)
+    assert bytes(stale[:16]) == bytes(16)
+    stale[8:12] = b"\xff" * 4
+    assert whole.read(0x3008) == 0x1234_5678 and board.vram[0x3008:0x300c].tobytes() == (0x1234_5678).to_bytes(4, "little")
+    dev.close()
+  finally:
+    board.close()
+
+
 def test_missing_device_and_bad_bus(fake_pci):
   system = fake_pci(BOARDS)
   with pytest.raises(DeviceNotFound): pci.PCIDevice("0000:09:00.0", system)

@@ -19,6 +19,7 @@ from rawgpu.drivers.am.sdma import SDMA
 from rawgpu.drivers.am.smu import SMU
 from rawgpu.drivers.am.soc import SOC
 from rawgpu.drivers.cpufence import fence_or_none
+from rawgpu.drivers.mmio import MMIO
 from rawgpu.drivers.pci import PCIDevice
 from rawgpu.drivers.system import SYSTEM, System
 from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, RawGPUError
@@ -76,6 +77,7 @@ class AMDevice:
       if not p.can_write_combine(VRAM_BAR) else f"reads of write-combined VRAM need a load fence: {no_fence}")
     self.read_fence = fence if self.vram_wc else _ordered   # orders the CPU's VRAM reads after the one that said they are ready
     self.vram_bar = p.map_bar(VRAM_BAR, write_combine=self.vram_wc)
+    self._map_vram = p.bar_mapper(VRAM_BAR, write_combine=self.vram_wc)
     self.doorbells, self.mmio = p.map_bar(DOORBELL_BAR), p.map_bar(MMIO_BAR)
     self.vram_size = self.mmio.read(F.RCC_CONFIG_MEMSIZE * 4) << 20
     if self.vram_size == 0 or self.vram_size == 0xffffffff << 20:
@@ -213,6 +215,11 @@ class AMDevice:
     """CPU view of VRAM through BAR0."""
     if paddr + size > self.bar_size: raise RawGPUError(f"{self.bus}: VRAM {paddr:#x}+{size:#x} lies beyond the {self.bar_size >> 20} MiB BAR")
     return self.vram_bar.view(paddr, size).cast("B")
+
+  def map_vram(self, paddr: int, size: int) -> MMIO:
+    """A CPU mapping of its own of VRAM [paddr, paddr + size) through BAR0 (page-aligned), mapped as vram_bar is; an
+    allocation's view, which System.munmap takes away when it is freed."""
+    return self._map_vram(paddr, size)
 
   def read_vram(self, paddr: int, size: int) -> bytes:
     """Bytes of VRAM anywhere: through BAR0 when it reaches, else the MM_INDEX/MM_DATA window (amdgpu_device_mm_access)."""

@@ -5,6 +5,7 @@ from typing import Literal
 from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.device import AMDevice
 from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
+from rawgpu.drivers.mmio import MMIO
 from rawgpu.drivers.system import SYSTEM, System
 from rawgpu.errors import DeviceBusy, RawGPUError
 
@@ -45,6 +46,7 @@ class AMIface(PeerMaps):
     self.dev, self.xcc, self.closed = d, xcc, False
     self.rings: list[tuple[HWRing, object]] = []
     self.mems: dict[int, Mem] = {}   # va -> this device's live allocations (freed when it closes before its board does)
+    self.user_views: dict[int, MMIO] = {}   # va -> the CPU mapping of that VRAM allocation users were given (cpu_view)
     self._init_peers()
     self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
                              name=d.board.name + (f" XCC {xcc}" if d.gc9 else ""), pci_bus=bus, compute_units=d.gfx.active_cus(xcc), shader_engines=d.disc.gc_info["gc_num_se"],
@@ -82,6 +84,14 @@ class AMIface(PeerMaps):
     self.mems[va] = mem
     return mem
 
+  def cpu_view(self, mem: Mem) -> MMIO | None:
+    """The CPU view users get (hcq's Buffer.cpu). For VRAM a mapping of its own, made when first asked for, which free
+    takes away: a view kept past free then reads zeros, never the data of the memory's next owner. (The driver's own
+    copies use mem.cpu, part of the one BAR mapping, and never outlive the memory.)"""
+    if mem.cpu is None or mem.host: return mem.cpu
+    if (view := self.user_views.get(mem.va)) is None: view = self.user_views[mem.va] = self.dev.map_vram(mem.meta[1], mem.size)  # type: ignore[index]
+    return view
+
   def free(self, mem: Mem) -> None:
     if self.mems.pop(mem.va, None) is not mem: return   # freed already (with its device, if that closed first)
     kind, backing, m = mem.meta  # type: ignore[misc]
@@ -89,7 +99,9 @@ class AMIface(PeerMaps):
     self.dev.pt.unmap(m)
     self.dev.gmc.flush_tlb()
     if kind == "host": self.dev.system.free_host(backing.view)
-    else: self.dev.pfree(backing)
+    else:
+      if (view := self.user_views.pop(mem.va, None)) is not None: self.dev.system.munmap(view)   # see cpu_view
+      self.dev.pfree(backing)
     mm.VA.free(mem.va)
 
   # ---- peer-to-peer: another board's memory in this board's page tables, at the same VA (one VA space per process)

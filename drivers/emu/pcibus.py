@@ -9,7 +9,7 @@ import atexit, ctypes, mmap, os, shutil, tempfile, threading
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 from rawgpu.drivers.mmio import HookMMIO, MMIO, MemMMIO
-from rawgpu.drivers.system import PAGE, System
+from rawgpu.drivers.system import PAGE, System, map_file, zero_pages
 
 SYSFS_PCI = "/sys/bus/pci/devices"
 PCI_COMMAND, PCI_COMMAND_MEMORY = 0x04, 0x02   # include/uapi/linux/pci_regs.h
@@ -24,6 +24,8 @@ class BusError(Exception):
 class Bar:
   size: int
   mem: memoryview | None = None                               # memory-backed BAR (VRAM): plain shared memory
+  fd: int | None = None                                       # ... whose bytes are this file's from offset 0 (a memfd):
+                                                              # then each mmap maps the file, as Linux maps a BAR
   read: Callable[[int, int], int] | None = None               # register BAR: read(offset, width)
   write: Callable[[int, int, int], None] | None = None        # register BAR: write(offset, width, value)
   prefetch: bool = False
@@ -121,9 +123,14 @@ class _ResourceFile(_TextFile):
   def __init__(self, bar: Bar): super().__init__(); self.bar = bar
   def mmap(self, size: int, offset: int) -> MMIO:
     if offset + size > self.bar.size: raise OSError(22, "mapping beyond the BAR")
+    if self.bar.fd is not None: return map_file(self.bar.fd, size, offset)   # a mapping of its own, which munmap takes away
     if self.bar.mem is not None: return MemMMIO(self.bar.mem[offset:offset + size])
     assert self.bar.read and self.bar.write
     return HookMMIO(size, self.bar.read, self.bar.write, offset)
+
+  def munmap(self, m: MMIO) -> None:
+    """As Linux unmaps a BAR mapping: where it was, a view left over reads zeros and writes go nowhere."""
+    if self.bar.fd is not None: zero_pages(m)   # type: ignore[arg-type]
 
 
 class BoardSysfs:

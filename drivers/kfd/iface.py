@@ -281,6 +281,10 @@ class KFDIface(PeerMaps):
     m.cpu = cpu_mem
     return m
 
+  def cpu_view(self, mem: Mem):
+    """Users get the BO's own mapping, which free unmaps: a view kept past free then reads zeros (System.munmap)."""
+    return mem.cpu
+
   def free(self, mem: Mem) -> None:
     handle, mapped, own_va, size, cpu_view = mem.meta  # type: ignore[misc]
     if mem not in self.mems: return

@@ -5,7 +5,7 @@ Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines ru
 doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
 """
 from __future__ import annotations
-import _thread, mmap, sys, threading, time
+import _thread, mmap, os, sys, threading, time, weakref
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
@@ -35,12 +35,16 @@ class AMDBoard:
     self.vram_size = vram_size
     self.host = host
     self.deterministic = deterministic
-    self.vram_map = mmap.mmap(-1, vram_size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+    # VRAM is a memfd, so that each mapping of BAR0 is a mapping of its own (one the driver can unmap), as on Linux
+    self.vram_fd = os.memfd_create(f"amdboard-{arch}-vram", os.MFD_CLOEXEC)
+    weakref.finalize(self, os.close, self.vram_fd)
+    os.ftruncate(self.vram_fd, vram_size)
+    self.vram_map = mmap.mmap(self.vram_fd, vram_size, mmap.MAP_SHARED)
     self.vram = memoryview(self.vram_map)
     bar0 = min(bar0_size or vram_size, vram_size)
     if bar0 & (bar0 - 1) or bar0 < (1 << 20): raise ValueError("bar0_size must be a power of two >= 1 MiB")
     self.bars: dict[int, Bar] = {
-      0: Bar(bar0, mem=self.vram[:bar0], prefetch=True),
+      0: Bar(bar0, mem=self.vram[:bar0], fd=self.vram_fd, prefetch=True),
       2: Bar(DOORBELL_BAR_SIZE, read=self._db_read, write=self._db_write, prefetch=True),
       5: Bar(REG_BAR_SIZE, read=self._reg_read, write=self._reg_write, is64=False),
     }

@@ -10,6 +10,7 @@ from rawgpu.autogen import kfd as K
 from rawgpu.autogen.amd import ih as IH
 from rawgpu.drivers.am import facts as F, mm
 from rawgpu.drivers.kfd.sizes import PAGE, align, queue_sizes
+from rawgpu.drivers.system import zero_pages
 from rawgpu.drivers.emu.mockkfd import hw
 
 MMAP_TYPE_SHIFT, GPU_ID_SHIFT = 62, 46
@@ -674,15 +675,17 @@ class RenderFile:
     else:
       d = self.gpu.dev
       if bo.backing + size > d.bar_size: raise OSError(errno.EINVAL, "VRAM BO beyond the CPU-visible BAR")
-      view = d.vram_bar.view(bo.backing, size)
+      view = d.map_vram(bo.backing, size)   # a mapping of its own, as the kernel makes one per mmap
     bo.cpu_maps += 1
     self.gpu.cpu_views[id(view)] = (view, bo)
     return view
   def munmap(self, view) -> None:
-    """The mapping goes; a BO freed meanwhile goes with its last one. (A stale view still aliases the memory here:
-    the kernel's zero-page replacement is rawgpu's System, not the board's.)"""
+    """The mapping goes (as System.munmap leaves it on Linux: private zero pages where a Python view outlives it); a
+    BO freed meanwhile goes with its last one. (A GTT BO's stale view still aliases its memory here: emulated host RAM
+    is one mapping.)"""
     with self.gpu.lock:
       _, bo = self.gpu.cpu_views.pop(id(view))
+      if bo.domain != K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: zero_pages(view)
       bo.cpu_maps -= 1
       if bo.freed: bo.gpu.put(bo)
   def close(self) -> None: pass
