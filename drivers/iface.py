@@ -64,6 +64,7 @@ class Iface(Protocol):
   def check_faults(self) -> None: ...                # raise DeviceFault for a pending page fault / shader error
   def flush_hdp(self) -> bool: ...                   # make CPU writes to VRAM through the BAR visible to the engines; False: no way to here
   read_fence: Callable[[], None]                     # orders the CPU's later VRAM reads after a read that said they are ready (cpufence)
+  write_fence: Callable[[], None]                    # makes the CPU's VRAM writes visible before its later stores (a signal)
   def close(self) -> None: ...
 
 

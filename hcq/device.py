@@ -46,6 +46,7 @@ class Device:
       iface = open_ifaces(spec)[0]
     self.iface, self.props = iface, iface.props
     self.read_fence = iface.read_fence   # after a wait, reads of VRAM through CPU views see what the GPU wrote before the signal
+    self.write_fence = iface.write_fence # before a signal the CPU sets, its writes to VRAM through CPU views are visible
     self._rings: dict[str, Ring] = {}
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self.stalled = False                    # the last wait timed out

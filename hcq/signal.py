@@ -20,7 +20,10 @@ class Signal:
   @property
   def value(self) -> int: return self._q[0]
   @value.setter
-  def value(self, v: int) -> None: self._q[0] = check_u64(v, f"{self.name} value")
+  def value(self, v: int) -> None:
+    v = check_u64(v, f"{self.name} value")
+    self.dev.write_fence()   # what the CPU wrote into VRAM before it is visible when the GPU sees the new value
+    self._q[0] = v
   @property
   def timestamp(self) -> int: return self._q[1]
   @property

@@ -111,17 +111,17 @@ def test_vram_is_mapped_write_combined_where_linux_offers_it(fw):
       dev.close(); b.close()
 
 
-def test_vram_is_mapped_uncached_where_the_cpu_has_no_load_fence(fw, board, monkeypatch):
-  """Reading write-combined VRAM back needs a load fence (rawgpu.drivers.cpufence); where the CPU has none, AM maps
+def test_vram_is_mapped_uncached_where_the_cpu_has_no_fences(fw, board, monkeypatch):
+  """Write-combined VRAM needs CPU fences (rawgpu.drivers.cpufence); where the CPU has none, AM maps
   the prefetchable BAR0 uncached and says why."""
   from rawgpu.drivers.am import device as amdevice
-  monkeypatch.setattr(amdevice, "fence_or_none", lambda: (None, "no CPU load fence is known for riscv64"))
+  monkeypatch.setattr(amdevice, "fences_or_none", lambda: (None, "no CPU fences are known for riscv64"))
   vb, bus, b, fake = board
   assert b.bars[0].prefetch
   it = AMIface(bus, vb.system, **FAST)
   try:
     assert not it.props.vram_write_combined and not it.dev.vram_wc
-    assert it.props.vram_uncached_why == "reads of write-combined VRAM need a load fence: no CPU load fence is known for riscv64"
+    assert it.props.vram_uncached_why == "write-combined VRAM needs CPU fences: no CPU fences are known for riscv64"
     m = it.alloc(0x1000)
     m.cpu.write(8, 0x1234)
     assert m.cpu.read(8) == 0x1234 and b.gmc.gc.read32(0, m.va + 8) == 0x1234

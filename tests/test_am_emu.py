@@ -318,7 +318,8 @@ def test_vram_reads_after_the_flag_that_says_they_are_ready_are_fenced(board, mo
     log.append(paddr)
     return real_vram(self, paddr, size)
   monkeypatch.setattr(amdevice.AMDevice, "vram", vram)
-  monkeypatch.setattr(amdevice, "fence_or_none", lambda: (lambda: log.append("fence"), None))
+  from rawgpu.drivers.cpufence import Fences
+  monkeypatch.setattr(amdevice, "fences_or_none", lambda: (Fences(load=lambda: log.append("fence"), store=lambda: None), None))
   vb, bus, b = board
   it = AMIface(bus, vb.system, **FAST)
   try:

@@ -871,8 +871,8 @@ def test_a_wait_that_sees_its_value_fences_the_cpus_later_vram_reads(dev, monkey
   """VRAM views are write-combined here, and write-combined loads may pass older loads (rawgpu.drivers.cpufence): once a
   wait has seen its value, the device's read fence runs before the wait returns, so a read of what the kernel wrote
   through a cpu() view comes after the signal. Both the waits that find their value at once and those that spin."""
-  from rawgpu.drivers.cpufence import fence_or_none
-  assert dev.props.vram_write_combined and dev.read_fence is dev.iface.read_fence is fence_or_none()[0]
+  from rawgpu.drivers.cpufence import fences
+  assert dev.props.vram_write_combined and dev.read_fence is dev.iface.read_fence is fences().load
   fill, out = prog(dev, "fill", "fill_u32"), dev.alloc(4096, cpu_access=True)
   seen: list[int] = []
   monkeypatch.setattr(dev, "read_fence", lambda: seen.append(dev.timeline.value))
@@ -887,6 +887,18 @@ def test_a_wait_that_sees_its_value_fences_the_cpus_later_vram_reads(dev, monkey
     n = len(seen)
     wait()
     assert len(seen) == n + 1
+
+
+def test_a_signal_the_cpu_sets_is_stored_after_a_store_fence(dev, monkeypatch):
+  """Stores to write-combined VRAM may still sit in the CPU's write-combining buffers when a later store to host
+  memory is visible (rawgpu.drivers.cpufence): setting a signal's value fences first, so a queue waiting on the
+  signal reads what cpu() wrote into VRAM before it (as in the memory-barrier tests)."""
+  from rawgpu.drivers.cpufence import fences
+  assert dev.write_fence is dev.iface.write_fence is fences().store
+  gate, seen = dev.new_signal("gate"), []
+  monkeypatch.setattr(dev, "write_fence", lambda: seen.append(gate.value))
+  gate.value = 5
+  assert seen == [0] and gate.value == 5
 
 
 def test_a_cpu_view_kept_past_free_never_reaches_the_next_owner(dev):

@@ -278,17 +278,17 @@ def test_hdp_flush_through_the_remapped_page(system):
   finally: it.close()
 
 
-def test_where_the_cpu_has_no_load_fence_vram_gets_no_cpu_view(system, monkeypatch):
-  """amdgpu maps VRAM write-combined, whose loads need a fence after a wait (rawgpu.drivers.cpufence): without one,
+def test_where_the_cpu_has_no_fences_vram_gets_no_cpu_view(system, monkeypatch):
+  """amdgpu maps VRAM write-combined, which needs CPU fences (rawgpu.drivers.cpufence): without them,
   VRAM with a CPU view is refused with the reason, and VRAM without one and host memory are still there."""
   from rawgpu.drivers.kfd import KFDIface, iface as kfd_iface
-  monkeypatch.setattr(kfd_iface, "fence_or_none", lambda: (None, "no CPU load fence is known for riscv64"))
+  monkeypatch.setattr(kfd_iface, "fences_or_none", lambda: (None, "no CPU fences are known for riscv64"))
   it = KFDIface(0, system)
   try:
-    with pytest.raises(RawGPUError, match="write-combined.*load fence: no CPU load fence is known for riscv64.*without CPU access"):
+    with pytest.raises(RawGPUError, match="write-combined.*CPU fences.*: no CPU fences are known for riscv64.*without CPU access"):
       it.alloc(4096, cpu_access=True)
     assert it.alloc(4096, cpu_access=False).cpu is None and it.alloc(4096, host=True).cpu is not None
-    it.read_fence()   # nothing to fence: no VRAM view exists
+    it.read_fence(); it.write_fence()   # nothing to fence: no VRAM view exists
   finally: it.close()
 
 

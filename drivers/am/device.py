@@ -18,7 +18,7 @@ from rawgpu.drivers.am.regs import Regs
 from rawgpu.drivers.am.sdma import SDMA
 from rawgpu.drivers.am.smu import SMU
 from rawgpu.drivers.am.soc import SOC
-from rawgpu.drivers.cpufence import fence_or_none
+from rawgpu.drivers.cpufence import fences_or_none
 from rawgpu.drivers.mmio import MMIO
 from rawgpu.drivers.pci import PCIDevice
 from rawgpu.drivers.system import SYSTEM, System
@@ -33,7 +33,7 @@ VRAM_BAR, DOORBELL_BAR, MMIO_BAR = 0, 2, 5
 
 
 def _ordered() -> None:
-  """The read fence of uncached VRAM: uncached loads are performed in order, there is nothing to fence."""
+  """The fences of uncached VRAM: uncached accesses are performed in program order, there is nothing to fence."""
 
 
 class AMDevice:
@@ -69,13 +69,14 @@ class AMDevice:
     self.bar_size = p.bar_size(VRAM_BAR)
     # VRAM write-combined where Linux offers it (as amdgpu maps it): CPU copies stream; an uncached view stores a word per bus
     # write. The uncached register and doorbell writes that follow drain the CPU's WC buffers (Intel SDM vol. 3A 11.3.1);
-    # reads need a load fence after the flag that says the data is there (read_fence; cpufence), else VRAM maps uncached
-    fence, no_fence = fence_or_none()
-    self.vram_wc = p.can_write_combine(VRAM_BAR) and fence is not None
+    # a read after the flag that says the data is there needs a load fence, a host-memory flag set after VRAM writes a
+    # store fence (read_fence, write_fence; cpufence): without them VRAM maps uncached
+    fences, no_fences = fences_or_none()
+    self.vram_wc = p.can_write_combine(VRAM_BAR) and fences is not None
     self.vram_uncached_why = "" if self.vram_wc else (
       f"{p.path}/resource{VRAM_BAR}_wc is not offered (VFIO, a BAR that is not prefetchable, or no WC on this architecture)"
-      if not p.can_write_combine(VRAM_BAR) else f"reads of write-combined VRAM need a load fence: {no_fence}")
-    self.read_fence = fence if self.vram_wc else _ordered   # orders the CPU's VRAM reads after the one that said they are ready
+      if not p.can_write_combine(VRAM_BAR) else f"write-combined VRAM needs CPU fences: {no_fences}")
+    self.read_fence, self.write_fence = (fences.load, fences.store) if fences is not None and self.vram_wc else (_ordered, _ordered)
     self.vram_bar = p.map_bar(VRAM_BAR, write_combine=self.vram_wc)
     self._map_vram = p.bar_mapper(VRAM_BAR, write_combine=self.vram_wc)
     self.doorbells, self.mmio = p.map_bar(DOORBELL_BAR), p.map_bar(MMIO_BAR)

@@ -54,7 +54,7 @@ class AMIface(PeerMaps):
                              lds_size=64 << 10, vram_size=d.vram_size, bar_size=d.bar_size, vram_write_combined=d.vram_wc, vram_uncached_why=d.vram_uncached_why,
                              ip_versions={k: tuple(v) for k, v in d.ips.items()}, emulated=system.host_memory is not None, xcc=xcc if d.gc9 else None,
                              ip_bases={n: d.disc.find(n).bases for n in ("gc", "mmhub", "osssys", "hdp", "nbif") if d.disc.has(n)})
-    self.read_fence = d.read_fence
+    self.read_fence, self.write_fence = d.read_fence, d.write_fence
     if "nbif" in self.props.ip_bases: self.props.ip_bases["nbio"] = self.props.ip_bases["nbif"]   # hcq's in-stream HDP flushes read NBIO
 
   # ---- memory

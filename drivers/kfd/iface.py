@@ -8,7 +8,7 @@ from __future__ import annotations
 import atexit, ctypes, errno, math, os, weakref
 from typing import Literal
 from rawgpu.autogen import kfd
-from rawgpu.drivers.cpufence import fence_or_none
+from rawgpu.drivers.cpufence import fences_or_none
 from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
 from rawgpu.drivers.kfd import topology
 from rawgpu.drivers.kfd.sizes import PAGE, QueueSizes, align, queue_sizes
@@ -65,7 +65,7 @@ _PROCESSES: weakref.WeakKeyDictionary[System, _Process] = weakref.WeakKeyDiction
 
 
 def _nothing_to_fence() -> None:
-  """The read fence where the CPU has none: alloc then maps no VRAM for the CPU."""
+  """The fences where the CPU has none: alloc then maps no VRAM for the CPU."""
 
 
 class KFDIface(PeerMaps):
@@ -142,10 +142,10 @@ class KFDIface(PeerMaps):
                              vram_size=topology.vram_size(n), bar_size=topology.bar_size(n),
                              vram_write_combined=True,   # amdgpu maps VRAM BOs write-combined (cached where xGMI joins it to the CPU)
                              ip_versions=versions, ip_bases=bases, emulated=emulated)
-    # amdgpu maps VRAM write-combined: the CPU's reads of it after a signal need a load fence; where there is none,
-    # alloc refuses VRAM with a CPU view, and there is nothing to fence
-    fence, self.no_fence = fence_or_none()
-    self.read_fence = fence or _nothing_to_fence
+    # amdgpu maps VRAM write-combined: the CPU's reads of it after a signal need a load fence, a signal set after its
+    # writes a store fence; where there are none, alloc refuses VRAM with a CPU view, and there is nothing to fence
+    fences, self.no_fence = fences_or_none()
+    self.read_fence, self.write_fence = (fences.load, fences.store) if fences is not None else (_nothing_to_fence, _nothing_to_fence)
     self._setup_events()
     self._setup_hdp()
 
@@ -267,8 +267,8 @@ class KFDIface(PeerMaps):
                           "GPU's VRAM as private (its BAR is smaller than VRAM): allocate it without CPU access (copies go through "
                           "the copy engine) or in host memory, or enable Resizable BAR (Above 4G decoding) in the firmware setup")
       if cpu_access and self.no_fence:
-        raise RawGPUError(f"{self.props.iface}+AMD {self.node.pci_bus}: amdgpu maps VRAM write-combined, and reading it after a wait "
-                          f"needs a CPU load fence: {self.no_fence}; allocate it without CPU access (copies go through the copy "
+        raise RawGPUError(f"{self.props.iface}+AMD {self.node.pci_bus}: amdgpu maps VRAM write-combined, which needs CPU fences "
+                          f"(a read after a wait, a signal after writes): {self.no_fence}; allocate it without CPU access (copies go through the copy "
                           "engine) or in host memory")
       if cpu_access: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC
       if contiguous and self.version[1] >= 16: flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_CONTIGUOUS
