@@ -113,7 +113,7 @@ class System:
       if (unmap := getattr(vf, "munmap", None)) is not None: unmap(m)
       return
     if not isinstance(m, MemMMIO) or m.addr is None: raise RawGPUError("munmap of a view that System.mmap did not make")
-    zero_pages(m)
+    zero_pages(m.addr, m.size)
 
   def flock(self, fd: int, exclusive: bool = True, blocking: bool = False) -> None:
     if (vf := self.vfds.get(fd)) is not None:
@@ -226,10 +226,9 @@ def map_file(fd: int, size: int, offset: int) -> MemMMIO:
   return MemMMIO(m, ctypes.addressof(ctypes.c_char.from_buffer(m)))
 
 
-def zero_pages(m: MemMMIO) -> None:
-  """Put private zero pages where mapping `m` was (System.munmap): views of it read zeros from now on."""
-  assert m.addr is not None
-  _libc_mmap(m.addr, m.size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED | getattr(mmap, "MAP_NORESERVE", 0), -1, 0)
+def zero_pages(addr: int, size: int) -> None:
+  """Put private zero pages where a mapping was (System.munmap): Python views of it read zeros from now on."""
+  _libc_mmap(addr, size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_FIXED | getattr(mmap, "MAP_NORESERVE", 0), -1, 0)
 
 
 def _libc_munmap(addr: int, size: int) -> None:

@@ -227,7 +227,9 @@ class Device:
     try:
       if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else 10_000)   # drain: the public waits refuse a closed device
     except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
-    finally: self.iface.close()
+    finally:
+      self.timeline._q = memoryview(array("Q", self.timeline._q))   # its memory goes with the device: later waits read what it last said
+      self.iface.close()
 
   def __enter__(self) -> "Device": return self
   def __exit__(self, *exc) -> None: self.close()

@@ -57,6 +57,29 @@ def test_virtual_bus_presents_board_like_sysfs():
   assert [i.bus for i in pci.scan(system=vb.system)] == [bus1]
 
 
+def test_emulated_host_ram_maps_each_allocation_on_its_own():
+  """Each allocation of emulated host RAM is a mapping of its own of the RAM the bus reaches: physical addresses
+  follow it, an alias shares its pages, and freeing (or unmapping an alias) leaves zero pages behind, so a stale view
+  never reaches the memory's next owner."""
+  ram = HostRAM(1 << 22)
+  a = ram.alloc(8192)
+  a.write32(4100, 0x1234)
+  pa = ram.phys(a.addr + 4096)
+  assert pa == ram.phys(a.addr) + 4096 and bytes(ram.dma(pa + 4, 4)) == (0x1234).to_bytes(4, "little")
+  alias = ram.alias(a)
+  assert alias.addr != a.addr and alias.read32(4100) == 0x1234 and ram.phys(alias.addr) == ram.phys(a.addr)
+  ram.unmap(alias)
+  assert alias.read32(4100) == 0 and a.read32(4100) == 0x1234 and ram.phys(alias.addr) is None
+  stale = a.mem
+  ram.free(a)
+  b = ram.alloc(8192)
+  assert ram.phys(b.addr) == pa - 4096 and ram.phys(a.addr) is None   # the same RAM, another mapping
+  b.write32(4100, 0x600d)
+  stale[4100:4104] = b"\xff" * 4
+  assert bytes(stale[4100:4104]) == b"\xff" * 4 and b.read32(4100) == 0x600d and bytes(ram.dma(pa + 4, 4)) == (0x600d).to_bytes(4, "little")
+  with pytest.raises(ValueError, match="not the start of a mapping"): ram.unmap(a)
+
+
 def test_mmap_offset_beyond_2_63_reaches_the_kernel():
   # /dev/zero accepts any offset: what matters is that the 64-bit value is passed, not refused by Python's mmap
   fd = SYSTEM.open("/dev/zero", os.O_RDWR)

@@ -901,21 +901,22 @@ def test_a_signal_the_cpu_sets_is_stored_after_a_store_fence(dev, monkeypatch):
   assert seen == [0] and gate.value == 5
 
 
-def test_a_cpu_view_kept_past_free_never_reaches_the_next_owner(dev):
+@pytest.mark.parametrize("host", [False, True], ids=["vram", "host"])
+def test_a_cpu_view_kept_past_free_never_reaches_the_next_owner(dev, host):
   """A cpu() view used after its buffer was freed (a user's mistake) must not read or write the memory of whatever
-  is allocated there next: the view's own mapping (AM's per-allocation one, KFD's BO mapping) became zero pages."""
-  old = dev.alloc(4096, cpu_access=True)
+  is allocated there next: the view's own mapping (AM's per-allocation one, KFD's BO mapping, an emulated host
+  RAM allocation) became zero pages."""
+  old = dev.alloc(4096, cpu_access=True, host=host)
   stale = np.frombuffer(old.cpu(), np.uint32)
   stale[:] = 0xdead
   old.free()
-  new = [dev.alloc(4096, cpu_access=True) for _ in range(4)]   # one of them may well take the freed memory
+  new = [dev.alloc(4096, cpu_access=True, host=host) for _ in range(4)]   # one of them may well take the freed memory
   for b in new: b.copyin(np.full(1024, 0x600d, np.uint32))
   assert 0x600d not in stale and not stale.any()
   stale[:] = 0x5a5a
   for b in new:
     assert np.all(b.numpy(np.uint32) == 0x600d) and np.all(np.frombuffer(b.cpu(), np.uint32) == 0x600d)
     b.free()
-
 
 def test_copy_in_and_out_of_every_buffer_kind(dev):
   data = np.arange(1000, dtype=np.uint16)

@@ -5,7 +5,7 @@ resourceN_wc) and reaches the board only through config space, BAR mappings and 
 allocated.
 """
 from __future__ import annotations
-import atexit, ctypes, mmap, os, shutil, tempfile, threading
+import atexit, bisect, ctypes, mmap, os, shutil, tempfile, threading, weakref
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 from rawgpu.drivers.mmio import HookMMIO, MMIO, MemMMIO
@@ -44,15 +44,24 @@ class Board(Protocol):
 
 
 class HostRAM:
-  """Emulated host RAM: anonymous mappings for DMA come from here, with made-up but stable physical addresses."""
+  """Emulated host RAM: anonymous mappings for DMA come from here, with made-up but stable physical addresses.
+
+  The RAM is a memfd: the bus reaches all of it through one mapping (`mem`), and each allocation is a mapping of its
+  own, as each of a process's anonymous mappings is on Linux, so that free can take it away (zero pages stay where a
+  Python view outlives it: a stale view never reaches the memory's next owner)."""
   PHYS_BASE = 0x1_0000_0000  # above 4 GiB, like most of a real machine's RAM
 
   def __init__(self, size: int = 1 << 30):
     self.size = size
-    self.buf = mmap.mmap(-1, size, mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+    self.fd = os.memfd_create("hostram", os.MFD_CLOEXEC)
+    weakref.finalize(self, os.close, self.fd)
+    os.ftruncate(self.fd, size)
+    self.buf = mmap.mmap(self.fd, size, mmap.MAP_SHARED)
     self.mem = memoryview(self.buf)
     self.vbase = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
     self.lock, self.next, self.free_list = threading.Lock(), 0, []
+    self.maps: list[tuple[int, int, int]] = []   # (CPU address, RAM offset, size) of the live mappings, by address
+    self._last = (0, 0, 0)                       # the one _lookup found last
     self.peer: Callable[[int, int], memoryview | None] | None = None   # the bus's routing to boards' BARs (VirtualBus)
 
   def alloc(self, size: int, align: int = PAGE) -> MemMMIO:
@@ -69,11 +78,47 @@ class HostRAM:
         if start > self.next: self.free_list.append((self.next, start - self.next))
         off, self.next = start, start + size
     self.mem[off:off + size] = bytes(size)
-    return MemMMIO(self.mem[off:off + size], self.vbase + off)
+    return self._map(off, size)
+
+  def alias(self, m: MemMMIO) -> MemMMIO:
+    """Another mapping of the RAM an allocation maps (a second mmap of the same pages, as a driver hands a process)."""
+    return self._map(self._offset(m), m.size)
 
   def free(self, m: MemMMIO) -> None:
+    """Give back an allocation: its mapping becomes zero pages and its RAM may be handed out again."""
+    off = self.unmap(m)
+    with self.lock: self.free_list.append((off, m.size))
+
+  def unmap(self, m: MemMMIO) -> int:
+    """End a mapping alloc or alias made, given it or a view from its start (zero pages take its place); returns its
+    RAM offset."""
+    with self.lock:
+      entry = next((e for e in self.maps if e[0] == m.addr), None)
+      if entry is None: raise ValueError(f"{m.addr:#x} is not the start of a mapping of emulated host RAM")
+      self.maps.remove(entry)
+      self._last = (0, 0, 0)
+    zero_pages(entry[0], entry[2])
+    return entry[1]
+
+  def _map(self, off: int, size: int) -> MemMMIO:
+    m = map_file(self.fd, size, off)
+    with self.lock: bisect.insort(self.maps, (m.addr, off, size))
+    return m
+
+  def _offset(self, m: MemMMIO) -> int:
     assert m.addr is not None
-    with self.lock: self.free_list.append((m.addr - self.vbase, m.size))
+    if (off := self._lookup(m.addr)) is None: raise ValueError(f"{m.addr:#x} is not a mapping of emulated host RAM")
+    return off
+
+  def _lookup(self, vaddr: int) -> int | None:
+    """The RAM offset a CPU address of a live mapping reaches, or None."""
+    addr, off, size = self._last   # pagemap asks page by page: most asks fall in the mapping found last
+    if addr <= vaddr < addr + size: return off + vaddr - addr
+    with self.lock:
+      i = bisect.bisect_right(self.maps, (vaddr, 1 << 64, 0)) - 1
+      if i < 0 or not (e := self.maps[i])[0] <= vaddr < e[0] + e[2]: return None
+      self._last = e
+    return e[1] + vaddr - e[0]
 
   @property
   def free_bytes(self) -> int:
@@ -81,7 +126,8 @@ class HostRAM:
 
   def phys(self, vaddr: int) -> int | None:
     off = vaddr - self.vbase
-    return self.PHYS_BASE + off if 0 <= off < self.size else None
+    if not 0 <= off < self.size: off = self._lookup(vaddr)   # type: ignore[assignment]
+    return None if off is None else self.PHYS_BASE + off
 
   # the device side: bus addresses
   def dma(self, addr: int, size: int) -> memoryview:
@@ -130,7 +176,7 @@ class _ResourceFile(_TextFile):
 
   def munmap(self, m: MMIO) -> None:
     """As Linux unmaps a BAR mapping: where it was, a view left over reads zeros and writes go nowhere."""
-    if self.bar.fd is not None: zero_pages(m)   # type: ignore[arg-type]
+    if self.bar.fd is not None: zero_pages(m.addr, m.size)   # type: ignore[attr-defined]
 
 
 class BoardSysfs:

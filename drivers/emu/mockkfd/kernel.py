@@ -671,7 +671,9 @@ class RenderFile:
     if bo is None or size > align(bo.size, PAGE): raise OSError(errno.EINVAL, f"no BO at mmap offset {offset:#x} of size {size:#x}")
     if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR: raise OSError(errno.EPERM, "a userptr BO is mapped where its memory is (amdgpu_gem_mmap)")
     if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL: raise OSError(errno.EINVAL, "CPU mappings of doorbell BOs through the render node are not emulated")
-    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: view = bo.backing.view.view(0, size)
+    if bo.domain == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT:   # a mapping of its own of the BO's pages, as the kernel makes one per mmap
+      host = self.gpu.dev.system.host_memory
+      view = host.alias(bo.backing.view).view(0, size) if host is not None else bo.backing.view.view(0, size)
     else:
       d = self.gpu.dev
       if bo.backing + size > d.bar_size: raise OSError(errno.EINVAL, "VRAM BO beyond the CPU-visible BAR")
@@ -681,11 +683,12 @@ class RenderFile:
     return view
   def munmap(self, view) -> None:
     """The mapping goes (as System.munmap leaves it on Linux: private zero pages where a Python view outlives it); a
-    BO freed meanwhile goes with its last one. (A GTT BO's stale view still aliases its memory here: emulated host RAM
-    is one mapping.)"""
+    BO freed meanwhile goes with its last one."""
     with self.gpu.lock:
       _, bo = self.gpu.cpu_views.pop(id(view))
-      if bo.domain != K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: zero_pages(view)
+      host = self.gpu.dev.system.host_memory
+      if bo.domain != K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: zero_pages(view.addr, view.size)
+      elif host is not None: host.unmap(view)
       bo.cpu_maps -= 1
       if bo.freed: bo.gpu.put(bo)
   def close(self) -> None: pass
