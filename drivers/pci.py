@@ -11,7 +11,7 @@ if TYPE_CHECKING: from rawgpu.drivers.vfio import VFIODevice
 
 SYSFS_PCI = "/sys/bus/pci/devices"
 BUS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-PCI_COMMAND, PCI_COMMAND_MEMORY, PCI_COMMAND_MASTER = 0x04, 0x2, 0x4  # from pci_regs.h
+PCI_COMMAND, PCI_COMMAND_MEMORY, PCI_COMMAND_MASTER, PCI_COMMAND_INTX_DISABLE = 0x04, 0x2, 0x4, 0x400  # from pci_regs.h
 
 
 def check_bus(bus: str) -> str:
@@ -175,8 +175,10 @@ class PCIDevice:
     self.system.write(self._cfg(), value.to_bytes(size, "little"), off)
 
   def enable_bus_master(self) -> None:
+    """Memory decode and bus mastering on; legacy INTx off: a userspace driver polls, and an interrupt line the board
+    held asserted with no handler would make the kernel disable that line for every device sharing it."""
     cmd = self.config_read(PCI_COMMAND, 2)
-    self.config_write(PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER, 2)
+    self.config_write(PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER | PCI_COMMAND_INTX_DISABLE, 2)
 
   def resources(self) -> list[tuple[int, int, int]]:
     """(start, end, flags) per BAR from the sysfs `resource` file."""

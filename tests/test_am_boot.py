@@ -163,6 +163,22 @@ def test_warm_boot_skips_firmware(fw, board):
   finally: it.close()
 
 
+def test_warm_boot_tells_the_ih_what_it_skips(fw, board):
+  """Entries a previous owner left in the IH ring are skipped on a warm boot, and the IH is told so (IH_RB_RPTR):
+  otherwise it counts them as unread, and would overflow early."""
+  vb, bus, b, fake = board
+  it = AMIface(bus, vb.system, **FAST)
+  bad = it.alloc(0x1000).va + 0x10_0000
+  with pytest.raises(Exception): b.gmc.mm.read32(0, bad)   # an entry nobody reads before close
+  it.close()
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert it.dev.warm and it.dev.ih.rptr > 0
+    assert b.regs.get("osssys", "regIH_RB_RPTR") == it.dev.ih.rptr
+    it.check_faults()   # the old owner's fault is not this one's
+  finally: it.close()
+
+
 def test_board_left_by_another_driver_is_reset(fw):
   vb, bus, b, fake = make_board("gfx1100", sos_alive=True)
   try:

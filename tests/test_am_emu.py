@@ -338,3 +338,39 @@ def test_vram_reads_after_the_flag_that_says_they_are_ready_are_fenced(board, mo
     table = [i for i, e in enumerate(log) if e == d.smu.driver_table]
     assert table and all(log[i - 1] == "fence" for i in table)
   finally: it.close()
+
+
+def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
+  """What amdgpu's gfx/ih hw_init programs, AM programs on a cold boot (Linux 6.12, the values its code writes):
+  each MEC pipe's firmware start from the MEC file's header as gfx_v11_0/v12_0_config_gfx_rs64 computes it
+  (lo >> 2 | hi << 30, hi >> 2) then taken at a pipe reset; GC's S2A doorbell routes (gc_doorbell_init's 0x30000007 and
+  0x3000000d); CP_PQ_STATUS.DOORBELL_ENABLE (kiq_init_register); the queue's MQD with PRIV_STATE and PRELOAD_REQ (the
+  registers' defaults, amdkfd's init_mqd); no IH dummy reads and non-snooped requests for a VRAM ring (nbio_v4_3_ih_control's
+  comments); INTx off in the PCI command register (AM polls)."""
+  import ctypes, os
+  from rawgpu.autogen.amd import ucode
+  from rawgpu.drivers.pci import PCI_COMMAND, PCI_COMMAND_INTX_DISABLE
+  vb, bus, b = board
+  gc_ver = {"gfx1100": "11_0_0", "gfx1201": "12_0_1"}[b.arch]
+  with open(os.path.join(firmware_dir, f"gc_{gc_ver}_mec.bin"), "rb") as f: hdr = ucode.gfx_firmware_header_v2_0.from_buffer_copy(f.read(ctypes.sizeof(ucode.gfx_firmware_header_v2_0)))
+  start = (hdr.ucode_start_addr_lo >> 2 | hdr.ucode_start_addr_hi << 30) & 0xffffffff
+  start_hi = hdr.ucode_start_addr_hi >> 2
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    g, regs = b.gfx, b.regs
+    a_hi = regs.addr("gc", "regCP_MEC_RS64_PRGRM_CNTR_START_HI")
+    assert [(g.pc_banks[p][g.a_pc_start], g.pc_banks[p][a_hi]) for p in range(4)] == [(start, start_hi)] * 4
+    assert g.pipe_started == [True] * len(g.pipes)
+    nb, s2a = ("nbio", "regS2A_DOORBELL_ENTRY_{}_CTRL") if b.arch == "gfx1100" else ("nbif", "regGDC_S2A0_S2A_DOORBELL_ENTRY_{}_CTRL")
+    assert [regs.get(nb, s2a.format(n)) for n in (0, 3)] == [0x30000007, 0x3000000d]
+    ring = it.create_ring("compute", 0x1000)
+    assert regs.vals[g.a_pq_status] & g.pq_doorbells
+    q = next(iter(it.dev.gfx.queues.values()))
+    m = it.dev.gfx.build_mqd(q)
+    mqd_control, persistent = regs.reg("gc", "regCP_MQD_CONTROL"), regs.reg("gc", "regCP_HQD_PERSISTENT_STATE")
+    assert mqd_control.decode(m.cp_mqd_control)["PRIV_STATE"] == 1 and persistent.decode(m.cp_hqd_persistent_state)["PRELOAD_REQ"] == 1
+    intr = regs.reg(nb, "regBIF_BX0_INTERRUPT_CNTL").decode(regs.get(nb, "regBIF_BX0_INTERRUPT_CNTL"))
+    assert (intr["IH_DUMMY_RD_OVERRIDE"], intr["IH_DUMMY_RD_EN"], intr["IH_REQ_NONSNOOP_EN"]) == (1, 0, 1)
+    assert it.dev.pci.config_read(PCI_COMMAND, 2) & PCI_COMMAND_INTX_DISABLE
+    assert ring.kind == "compute"
+  finally: it.close()

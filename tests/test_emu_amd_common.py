@@ -195,14 +195,21 @@ def gc_system_aperture(d: Dev) -> int:
 class ComputeRing:
   """A MEC1 pipe 0 compute queue programmed through its HQD registers (the path gfx_v11_0_kiq_init_register and
   tinygrad's AM take), ring and report words in VRAM."""
-  def __init__(self, d: Dev, ring_off: int = 0x200000, ring_bytes: int = 0x1000, db: int = 8, queue: int = 0, rptr_off: int = 0x1ff000):
+  def __init__(self, d: Dev, ring_off: int = 0x200000, ring_bytes: int = 0x1000, db: int = 8, queue: int = 0, rptr_off: int = 0x1ff000,
+               doorbells: bool = True, start_pipe: bool = True):
     self.d, self.ring_off, self.ndw, self.db, self.wptr, self.queue = d, ring_off, ring_bytes // 4, db, 0, queue
     fb = gc_system_aperture(d)
     self.fb, self.rptr_off = fb, rptr_off
     d.wr("nbio", "regRCC_DEV0_EPF0_RCC_DOORBELL_APER_EN", 1)
     d.wr("gc", "regCP_MEC_DOORBELL_RANGE_LOWER", 0)
     d.wr("gc", "regCP_MEC_DOORBELL_RANGE_UPPER", 0x1000)
+    if start_pipe:   # gfx_v11_0_config_gfx_rs64: the pipe's firmware start, taken when its reset is released
+      d.wr("gc", "regGRBM_GFX_CNTL", MEID=1, PIPEID=0)
+      d.wr("gc", "regCP_MEC_RS64_PRGRM_CNTR_START", 0x3000 >> 2)
+      d.wr("gc", "regGRBM_GFX_CNTL", 0)
+      d.wr("gc", "regCP_MEC_RS64_CNTL", MEC_PIPE0_RESET=1, MEC_HALT=1)
     d.wr("gc", "regCP_MEC_RS64_CNTL", MEC_PIPE0_ACTIVE=1)
+    if doorbells: d.wr("gc", "regCP_PQ_STATUS", DOORBELL_ENABLE=1)
     d.wr("gc", "regGRBM_GFX_CNTL", MEID=1, PIPEID=0, QUEUEID=queue)
     ring = fb + ring_off
     d.wr("gc", "regCP_HQD_PQ_BASE", (ring >> 8) & 0xffffffff); d.wr("gc", "regCP_HQD_PQ_BASE_HI", ring >> 40)

@@ -173,6 +173,30 @@ def test_mec_halted_queue_does_not_run(d, P):
   assert d.vram.read32(0x360000) == 5
 
 
+def test_a_pipe_never_given_its_firmware_start_runs_nothing(d, P):
+  """A MEC pipe starts the firmware where PRGRM_CNTR_START pointed when its reset was released
+  (gfx_v11_0_config_gfx_rs64); released without a start the driver wrote, it runs none."""
+  q = ComputeRing(d, start_pipe=False)
+  dst = q.mc(0x368000)
+  q.submit(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 5]))
+  q.run()
+  assert d.vram.read32(0x368000) == 0
+
+
+def test_doorbells_reach_no_queue_until_cp_pq_status_enables_them(d, P):
+  """CP_PQ_STATUS.DOORBELL_ENABLE is 0 at reset; kiq_init_register sets it last: until then a doorbell moves no
+  queue's write pointer."""
+  q = ComputeRing(d, doorbells=False)
+  dst = q.mc(0x36c000)
+  q.submit(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 5]))
+  q.run()
+  assert d.vram.read32(0x36c000) == 0 and q.hqd("regCP_HQD_PQ_WPTR_LO") == 0
+  d.wr("gc", "regCP_PQ_STATUS", DOORBELL_ENABLE=1)
+  q.submit([], ring_doorbell=True)
+  q.run()
+  assert d.vram.read32(0x36c000) == 5
+
+
 def test_doorbell_outside_mec_range_is_ignored(d, P):
   q = ComputeRing(d, db=0x800)                          # dword 0x800 = byte 0x2000 > range upper 0x1000
   dst = q.mc(0x370000)

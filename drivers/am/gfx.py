@@ -58,11 +58,13 @@ class GFX(Block):
       d.step("gfx: rlc autoload", lambda: d.wait(lambda: self.gc("regCP_STAT").read() == 0 and
                                                  self.gc("regRLC_RLCS_BOOTLOAD_STATUS").fields()["BOOTLOAD_COMPLETE"] == 1,
                                                  "RLC autoload of the GFX firmware", timeout=10.0))
+      self.config_mec_start()   # a warm boot follows AM's own clean fini: the pipes keep the start it gave them
     # address mode and apertures for VMID 0 (gfx_v11_0_constants_init)
     self.grbm_select(vmid=0)
     self.gc("regSH_MEM_CONFIG").write(ADDRESS_MODE=F.SH_MEM_ADDRESS_MODE_64, ALIGNMENT_MODE=F.SH_MEM_ALIGNMENT_MODE_UNALIGNED, INITIAL_INST_PREFETCH=3)
     self.gc("regSH_MEM_BASES").write(PRIVATE_BASE=F.PRIVATE_APERTURE_START >> 48, SHARED_BASE=F.SHARED_APERTURE_START >> 48)
     self.grbm_select()
+    d.soc.gc_doorbell_init()
     # MEC doorbell window, then un-halt the MEC pipes
     self.gc("regCP_MEC_DOORBELL_RANGE_LOWER").write((F.AMDGPU_NAVI10_DOORBELL_KIQ * 2) << 2)
     self.gc("regCP_MEC_DOORBELL_RANGE_UPPER").write((F.AMDGPU_NAVI10_DOORBELL_USERQUEUE_END * 2) << 2)
@@ -70,6 +72,20 @@ class GFX(Block):
     # end-of-pipe timestamps and queue errors of pipe 0 raise interrupts (gfx_v11_0_set_*_state for ME1 pipe 0)
     self.gc("regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1, OPCODE_ERROR_INT_ENABLE=1, PRIV_REG_INT_ENABLE=1)
     for q in list(self.queues.values()): self.program_hqd(q)
+
+  def config_mec_start(self) -> None:
+    """Where each MEC pipe starts the RS64 firmware the PSP loaded (gfx_v11_0/v12_0_config_gfx_rs64): the image's
+    entry (its header's start address, in dwords) into every pipe's program counter start, then a reset pulse, on
+    whose release the pipes take it. Their reset value is no entry of these images."""
+    start = self.dev.fw.ucode_start["mec"] >> 2
+    for p in range(4):
+      self.grbm_select(me=1, pipe=p)
+      self.gc("regCP_MEC_RS64_PRGRM_CNTR_START").write(start & 0xffffffff)
+      self.gc("regCP_MEC_RS64_PRGRM_CNTR_START_HI").write(start >> 32)
+    self.grbm_select()
+    cntl = self.gc("regCP_MEC_RS64_CNTL")
+    cntl.update(**{f"MEC_PIPE{p}_RESET": 1 for p in range(4)})
+    cntl.update(**{f"MEC_PIPE{p}_RESET": 0 for p in range(4)})
 
   def _init_gc9(self) -> None:
     """GC 9.4.3 (gfx_v9_4_3.c), on every XCC: the PSP loaded and started the RLC; each XCC a partition of its own
@@ -183,7 +199,7 @@ class GFX(Block):
     m.cp_hqd_eop_base_addr_lo, m.cp_hqd_eop_base_addr_hi = (eop >> 8) & 0xffffffff, eop >> 40
     m.cp_hqd_eop_control = gc("regCP_HQD_EOP_CONTROL").encode(EOP_SIZE=(eop_size // 4).bit_length() - 2)
     m.cp_mqd_base_addr_lo, m.cp_mqd_base_addr_hi = mc(q.mqd) & 0xfffffffc, mc(q.mqd) >> 32
-    m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0, PRIV_STATE=int(q.user is not None))   # amdkfd's init_mqd sets it
+    m.cp_mqd_control = gc("regCP_MQD_CONTROL").encode(VMID=0, PRIV_STATE=1)   # the register's default, as amdgpu and amdkfd leave it
     m.cp_hqd_pq_base_lo, m.cp_hqd_pq_base_hi = (ring >> 8) & 0xffffffff, ring >> 40
     # gfx9 (gfx_v9_4_3_xcc_mqd_init): ordered dispatch, no TUNNEL_DISPATCH field
     order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.dev.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)
@@ -195,7 +211,8 @@ class GFX(Block):
     m.cp_hqd_pq_wptr_poll_addr_lo, m.cp_hqd_pq_wptr_poll_addr_hi = poll & 0xfffffffc, (poll >> 32) & 0xffff
     m.cp_hqd_pq_doorbell_control = gc("regCP_HQD_PQ_DOORBELL_CONTROL").encode(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1)
     m.cp_hqd_vmid = q.vmid
-    m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_SIZE=0x53 if self.dev.gc9 else 0x55)
+    # amdkfd's init_mqd (v9/v11/v12): preload requested, its size (amdgpu's rings keep the register default's PRELOAD_REQ too)
+    m.cp_hqd_persistent_state = gc("regCP_HQD_PERSISTENT_STATE").encode(PRELOAD_REQ=1, PRELOAD_SIZE=0x53 if self.dev.gc9 else 0x55)
     m.cp_hqd_ib_control = gc("regCP_HQD_IB_CONTROL").encode(MIN_IB_AVAIL_SIZE=3)
     m.cp_hqd_active = 1
     return m
@@ -220,7 +237,7 @@ class GFX(Block):
       gc("regCP_PQ_WPTR_POLL_CNTL").update(EN=0)
       self._dequeue(gc)   # a queue left running: drain it first
       for reg, fld in self.HQD_FROM_MQD: gc(reg).write(getattr(m, fld))
-      if self.dev.gc9: gc("regCP_PQ_STATUS").update(DOORBELL_ENABLE=1)   # gfx_v9_4_3_xcc_kiq_init_register's last step
+      gc("regCP_PQ_STATUS").update(DOORBELL_ENABLE=1)   # kiq_init_register's last step (v9_4_3, v11, v12): doorbells reach the queue
 
   def stop_hqd(self, q: ComputeQueue) -> None:
     """Dequeue the queue's HQD and wait until the CP has let go of it."""

@@ -32,8 +32,10 @@ class IH(Block):
   def init_hw(self) -> None:
     r = lambda n: self.reg("osssys", n)
     d = self.dev
-    self.reg("nbio", "regBIF_BX0_INTERRUPT_CNTL2").write(d.gmc.mc(d.gmc.dummy_page) >> 8)
-    self.reg("nbio", "regBIF_BX0_INTERRUPT_CNTL").update(IH_DUMMY_RD_OVERRIDE=0, IH_REQ_NONSNOOP_EN=0)
+    # nbio_v4_3_ih_control: without MSI the BIF reads a dummy page (a host bus address in CNTL2) before each interrupt
+    # unless IH_DUMMY_RD_OVERRIDE hands that to IH_DUMMY_RD_EN; AM polls and takes no interrupt, so none. The ring is
+    # in VRAM: non-snooped requests (the kernel's comment for a VRAM ring)
+    self.reg("nbio", "regBIF_BX0_INTERRUPT_CNTL").update(IH_DUMMY_RD_OVERRIDE=1, IH_DUMMY_RD_EN=0, IH_REQ_NONSNOOP_EN=1)
     mc = d.gmc.mc(self.ring)
     r("regIH_RB_BASE").write(mc >> 8)
     r("regIH_RB_BASE_HI").write((mc >> 40) & 0xff)
@@ -57,8 +59,10 @@ class IH(Block):
     self.rptr = 0
 
   def sync(self) -> None:
-    """Warm boot: the ring kept running; skip what a previous owner left in it."""
+    """Warm boot: the ring kept running; skip what a previous owner left in it (and tell the IH, which would otherwise
+    count those entries as unread, and overflow early)."""
     self.rptr = self._wptr()
+    self.reg("osssys", "regIH_RB_RPTR").write(self.rptr)
 
   def _wptr(self) -> int:
     """The write pointer from its writeback slot. After an overflow (RB_OVERFLOW latched: the OSS wrote on over

@@ -2,10 +2,13 @@
 each engine is an IP instance of its own and queue 0 is the GFX ring); program() also sets up another ring queue of an
 engine (MOCKKFD's user queues, as amdkfd's hqd_sdma_load). Write pointers are in bytes."""
 from __future__ import annotations
+import time
 from dataclasses import dataclass
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
 from rawgpu.errors import RawGPUError
+
+SOFT_RESET_SETTLE_S = 100e-6   # sdma_v6_0_soft_reset's udelay(100) around the GRBM soft reset
 
 
 @dataclass
@@ -153,10 +156,15 @@ class SDMA(Block):
       if "FREEZE" in r("regSDMA0_FREEZE").reg.fields: r("regSDMA0_FREEZE").update(FREEZE=1)   # SDMA 6 only (7 leaves it)
       self.halt(e, True, reset=True)
       if has("gc", "regSDMA0_QUEUE0_PREEMPT"): r("regSDMA0_QUEUE0_PREEMPT").write(0)
+      # sdma_v6_0/v7_0_soft_reset: 100 us for the halted engine's memory requests to drain, with the reset held, and
+      # for the block to come out of it before its registers are written
+      time.sleep(SOFT_RESET_SETTLE_S)
       grbm.write(grbm.reg.encode(**{f"SOFT_RESET_SDMA{e}": 1}))
       grbm.read()                      # the read back lets the write land before the reset is released
+      time.sleep(SOFT_RESET_SETTLE_S)
       grbm.write(0)
       grbm.read()
+      time.sleep(SOFT_RESET_SETTLE_S)
     self.dev.vram(q.ring, q.size)[:] = bytes(q.size)
     self.dev.vram(q.ptrs, 0x1000)[:] = bytes(0x1000)
     self.engine_setup(e)   # the reset returned the engine's registers to their power-on values

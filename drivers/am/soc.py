@@ -23,6 +23,12 @@ class SOC(Block):
     self._hdp_flush = regs.mmio.view(off, 4).cast("I")
     self._hdp_flush[0] = 0
 
+  def gc_doorbell_init(self) -> None:
+    """The S2A routes of GC's doorbells (nbio_v4_3 / nbif_v6_3_1 gc_doorbell_init, from gfx hw_init): entries 0 and 3,
+    AWIDs 3 and 6, upper address nibble 3, no range (0x30000007 and 0x3000000d, as the kernel writes them)."""
+    self.doorbell_range(0, awid=3, offset=0, size=0, awaddr=3)
+    self.doorbell_range(3, awid=6, offset=0, size=0, awaddr=3)
+
   def ih_doorbell(self, index: int) -> None:
     """Route the IH's read-pointer doorbell (dword index) to the OSS: nbio_v7_9 also opens a BIF range for it."""
     if not self.dev.gc9: return self.doorbell_range(1, awid=0, offset=index, size=2, awaddr=0)

@@ -325,7 +325,15 @@ class GFX:
       r.vals[self.a_mec] = t["regCP_MEC_RS64_CNTL"].encode(MEC_HALT=1)        # halted until the driver starts it
       self.mec_halt = t["regCP_MEC_RS64_CNTL"].fields["MEC_HALT"][1]
       self.mec_active = [t["regCP_MEC_RS64_CNTL"].fields[f"MEC_PIPE{p}_ACTIVE"][1] for p in self.pipes]
+      # a pipe starts the firmware where its PRGRM_CNTR_START pointed when its reset was last released
+      # (gfx_v11_0_config_gfx_rs64); one that never took a start the driver wrote runs no firmware
+      self.pipe_reset = [t["regCP_MEC_RS64_CNTL"].fields[f"MEC_PIPE{p}_RESET"][1] for p in self.pipes]
+      self.pipe_started = [False] * len(self.pipes)
+      r.hook(key, "regCP_MEC_RS64_CNTL", wr=self._mec_cntl_wr)
+      self.a_pc_start = r.addr(key, "regCP_MEC_RS64_PRGRM_CNTR_START")
     self.pipe_int_cntl = {p: r.addr(key, f"regCP_ME1_PIPE{p}_INT_CNTL") for p in self.pipes}
+    # doorbells reach the queues only once CP_PQ_STATUS enables them (its default is 0; kiq_init_register sets it)
+    self.a_pq_status, self.pq_doorbells = r.addr(key, "regCP_PQ_STATUS"), t["regCP_PQ_STATUS"].fields["DOORBELL_ENABLE"][1]
     self.pipe_int_status = {p: r.addr(key, f"regCP_ME1_PIPE{p}_INT_STATUS") for p in self.pipes if f"regCP_ME1_PIPE{p}_INT_STATUS" in t}
     f = t["regCP_ME1_PIPE0_INT_CNTL"].fields
     self.ts_int_en, self.opcode_int_en = f["TIME_STAMP_INT_ENABLE"][1], f["OPCODE_ERROR_INT_ENABLE"][1]
@@ -437,6 +445,12 @@ class GFX:
   def _pc_rd(self, a: int) -> int: return self.pc_banks.get(self.sel[1], {}).get(a, 0)
   def _pc_wr(self, a: int, v: int) -> None: self.pc_banks.setdefault(self.sel[1], {})[a] = v
 
+  def _mec_cntl_wr(self, a: int, v: int) -> None:
+    vals = self.b.regs.vals
+    for p, rst in enumerate(self.pipe_reset):
+      if vals.get(a, 0) & rst and not v & rst: self.pipe_started[p] = self.a_pc_start in self.pc_banks.get(p, {})
+    vals[a] = v
+
   def _cp_stat(self, a: int) -> int: return self.cp_stat_busy if any(q.busy() for q in self.queues.values()) else 0
 
   def _soft_reset(self, a: int, v: int) -> None:
@@ -483,12 +497,13 @@ class GFX:
     c = self.b.regs.vals.get(self.a_mec, 0)
     if self.gfx9: return FW_CP_MEC in self.b.fw_loaded and pipe < len(self.pipes) and not c & self.mec_halt
     return (self.autoload_done and FW_RS64_MEC in self.b.fw_loaded and pipe < len(self.mec_active) and not c & self.mec_halt
-            and bool(c & self.mec_active[pipe]))
+            and bool(c & self.mec_active[pipe]) and self.pipe_started[pipe])
 
   # ---- engine interface
   def doorbell(self, idx: int, value: int) -> bool:
     """A doorbell write in the MEC's range: the HQD it belongs to takes it as its write pointer (True if one did)."""
     vals = self.b.regs.vals
+    if not vals.get(self.a_pq_status, 0) & self.pq_doorbells: return False
     if not vals.get(self.a_db_lo, 0) <= idx * 4 <= vals.get(self.a_db_hi, 0): return False
     for q in tuple(self.queues.values()):   # a snapshot: the worker may map a queue meanwhile
       if q.active and q.doorbell_index() == idx:
