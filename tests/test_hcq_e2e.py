@@ -491,6 +491,37 @@ def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   assert done.numpy(np.uint32)[0] == 8
 
 
+def test_closing_a_device_whose_kernel_never_ends_resets_its_waves(spare_dev):
+  """A drain (DEQUEUE_REQ DRAIN_PIPE) waits for the queue's waves, and a wave that spins forever never ends: the
+  HQD stays active. Closing the device takes its queue off with the waves reset (RESET_WAVES, as
+  gfx_v11_0_reset_kcq and amdkfd's destroy do), at once, and the board opens again."""
+  from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.device import Device
+  d = spare_dev
+  if d.props.iface != "MOCKPCI": pytest.skip("MOCKKFD's kernel owns the HQDs (its queue destroy resets the waves the same way)")
+  flag, done = d.alloc(4, host=True), d.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  prog(d, "spin")(flag, 7, done, global_size=1, local_size=32)   # never released
+  with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=200)
+  gfx = d.iface.dev.gfx
+  q = next(q for q in gfx.queues.values() if q.xcc == (d.props.xcc or 0))
+  with gfx._selected(q) as gc:
+    gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
+    time.sleep(0.05)
+    still = gc("regCP_HQD_ACTIVE").read() & 1
+    gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
+  assert still == 1   # drained it would never be
+  t0 = time.monotonic()
+  d.close()
+  assert time.monotonic() - t0 < 2
+  again = Device(f"{d.props.iface}:1+AMD::{d.props.arch}")
+  try:
+    buf = again.alloc(4096)
+    prog(again, "fill")(buf, 3, 4, local_size=4, wait=True)
+    assert list(buf.numpy(np.uint32)[:4]) == [3] * 4
+  finally: again.close()
+
+
 def _scratch_result(n: int, k: int, entries: int = 64) -> np.ndarray:
   j = (np.arange(n) * 7 + k) & (entries - 1)
   return (j * j + k).astype(np.uint32)

@@ -251,8 +251,11 @@ class GFX(Block):
     finally: self.grbm_select(xcc=q.xcc)
 
   def _dequeue(self, gc) -> None:
+    """Take the HQD off its queue with the queue's waves reset, as gfx_v11_0_reset_kcq does: AM stops a queue only
+    when it goes away or starts over, and a drain (DRAIN_PIPE) would wait for waves that may never end (a hang)."""
     if gc("regCP_HQD_ACTIVE").read() & 1:
-      gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=1)
+      gc("regCP_HQD_DEQUEUE_REQUEST").write(DEQUEUE_REQ=F.HQD_DEQUEUE_RESET_WAVES)
+      gc("regSPI_COMPUTE_QUEUE_RESET").write(RESET=1)
       self.dev.wait(lambda: (gc("regCP_HQD_ACTIVE").read() & 1) == 0, "compute queue dequeue")
       gc("regCP_HQD_DEQUEUE_REQUEST").write(0)
 

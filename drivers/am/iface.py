@@ -158,7 +158,7 @@ class AMIface(PeerMaps):
     for why in (d.sdma.reset_refusal(sq.engine) for h, sq in self.rings if h.kind == "sdma"):
       if why is not None: raise RawGPUError(why)
     if hw.kind == "sdma": return d.sdma.reset_queue(q)
-    d.gfx.stop_hqd(q)   # the CP must be off the queue before its ring and pointers change under it
+    d.gfx.stop_hqd(q)   # the CP (and the queue's waves) must be off the queue before its ring and pointers change
     for paddr, sz in ((q.ring, q.size), (q.ptrs, mm.PAGE)): d.vram(paddr, sz)[:] = bytes(sz)
     d.gfx.program_hqd(q)
 

@@ -61,6 +61,8 @@ class HostRAM:
     self.vbase = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
     self.lock, self.next, self.free_list = threading.Lock(), 0, []
     self.maps: list[tuple[int, int, int]] = []   # (CPU address, RAM offset, size) of the live mappings, by address
+    self.live: dict[int, MemMMIO] = {}           # CPU address -> that mapping: held until unmapped, so that no garbage
+                                                 # collection unmaps it (and hands its addresses to another mapping) before
     self._last = (0, 0, 0)                       # the one _lookup found last
     self.peer: Callable[[int, int], memoryview | None] | None = None   # the bus's routing to boards' BARs (VirtualBus)
 
@@ -97,12 +99,16 @@ class HostRAM:
       if entry is None: raise ValueError(f"{m.addr:#x} is not the start of a mapping of emulated host RAM")
       self.maps.remove(entry)
       self._last = (0, 0, 0)
+      mapping = self.live.pop(entry[0])
     zero_pages(entry[0], entry[2])
+    del mapping   # views of it keep the zero pages; the last one unmaps them
     return entry[1]
 
   def _map(self, off: int, size: int) -> MemMMIO:
     m = map_file(self.fd, size, off)
-    with self.lock: bisect.insort(self.maps, (m.addr, off, size))
+    with self.lock:
+      bisect.insort(self.maps, (m.addr, off, size))
+      self.live[m.addr] = m   # type: ignore[index]
     return m
 
   def _offset(self, m: MemMMIO) -> int:

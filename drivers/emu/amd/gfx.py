@@ -22,6 +22,7 @@ if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 IH_CLIENT_GRBM_CP, SRC_CP_EOP, SRC_CP_BAD_OPCODE = 0x14, 181, 183
 SRC_SQ_INTERRUPT = 0xef  # GFX_11_0_0__SRCID__SQ_INTERRUPT_ID: the shader array reports wave errors (illegal instruction, trap)
 MAX_IB_DEPTH = 2
+DRAIN_PIPE = 1           # CP_HQD_DEQUEUE_REQUEST kinds: enum hqd_dequeue_request_type (amdgpu_amdkfd_gfx_v11.c)
 
 
 PREFETCH_DW = 32       # dwords the CP hands the packet parser at once (a packet longer than that is read again whole)
@@ -68,6 +69,7 @@ class ComputeQueue:
     self.ahead = Prefetch()
     self._streams = 0                                       # IBs entered (each is a stream of its own)
     self.rptr_due = False                     # packets were consumed since the read pointer was last reported
+    self.draining = False                     # a DRAIN_PIPE dequeue waits for the running dispatch's waves
 
   # ---- HQD state
   def g(self, name: str) -> int: return self.bank.get(self.gfx.hqd_addr[name], 0)
@@ -76,7 +78,7 @@ class ComputeQueue:
   def activate(self) -> None:
     # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
-    self.inflight, self._geometry, self.rptr_due = None, None, False
+    self.inflight, self._geometry, self.rptr_due, self.draining = None, None, False, False
     self.ahead.clear()
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
@@ -199,8 +201,23 @@ class ComputeQueue:
   def busy(self) -> bool:
     return self.active and self.hung is None and (self.waiting or self.wptr != self.rptr or bool(self.ib) or self.inflight is not None)
 
+  def dequeue(self, kind: int) -> None:
+    """CP_HQD_DEQUEUE_REQUEST (amdgpu's enum hqd_dequeue_request_type): DRAIN_PIPE lets the running dispatch's waves
+    finish first (a wave that never ends keeps the queue active); RESET_WAVES ends them at once. SAVE_WAVES (CWSR)
+    is not modelled: its waves end as for a reset."""
+    if kind == DRAIN_PIPE and self.inflight is not None and self.hung is None: self.draining = True
+    else: self.deactivate()
+
+  def deactivate(self) -> None:
+    if self.inflight is not None: self.inflight.kill()
+    self.active, self.inflight, self.draining = False, None, False
+    self.bank[self.gfx.a_active] = 0
+
   def step(self) -> bool:
     if not self.active or self.hung is not None or "hung_queue" in self.board.faults and self._fault_engine() == "compute": return False
+    if self.draining and self.inflight is None:
+      self.deactivate()
+      return True
     acting_as(CID_CPC)
     addr, avail, vmid, ib = self._stream()
     if avail <= 0:
@@ -408,8 +425,7 @@ class GFX:
         if q is None: q = self.queues[key] = ComputeQueue(self, *key)
         q.activate()
       elif q is not None: q.active = False
-    elif a == self.a_dequeue and v & 0xf and q is not None:
-      q.active = False; bank[self.a_active] = 0
+    elif a == self.a_dequeue and v & 0xf and q is not None: q.dequeue(v & 0xf)
     elif a in (self.a_wptr_lo, self.a_wptr_hi) and q is not None and q.active:
       q.wptr = bank.get(self.a_wptr_lo, 0) | (bank.get(self.a_wptr_hi, 0) << 32)
 

@@ -47,12 +47,13 @@ def compute_start(dev, slot: int, ring_va: int, ring_size: int, rptr_va: int, wp
 
 
 def compute_stop(dev, q: HWQueue) -> None:
-  dev.gfx.stop_hqd(q.am)
+  dev.gfx.stop_hqd(q.am)   # waves reset, as destroy_queue_nocpsch_locked's KFD_PREEMPT_TYPE_WAVEFRONT_RESET
   dev.pfree(q.am.mqd)
 
 
 def evict(dev, q: HWQueue) -> None:
   """Take the queue off the hardware and keep its descriptor (kfd_dqm_evict_pasid); destroying it later frees it."""
+  # the kernel saves the waves (CWSR) or drains them; nothing restores an evicted queue here, so a reset looks the same
   if q.kind == "compute": dev.gfx.stop_hqd(q.am)
   else: dev.sdma.free_queue(q.am)
 
