@@ -343,7 +343,7 @@ def test_vram_reads_after_the_flag_that_says_they_are_ready_are_fenced(board, mo
 def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
   """What amdgpu's gfx/ih hw_init programs, AM programs on a cold boot (Linux 6.12, the values its code writes):
   each MEC pipe's firmware start from the MEC file's header as gfx_v11_0/v12_0_config_gfx_rs64 computes it
-  (lo >> 2 | hi << 30, hi >> 2) then taken at a pipe reset; GC's S2A doorbell routes (gc_doorbell_init's 0x30000007 and
+  (lo >> 2 | hi << 30, hi >> 2) then taken at a pipe reset; the golden settings; GC's S2A doorbell routes (gc_doorbell_init's 0x30000007 and
   0x3000000d); CP_PQ_STATUS.DOORBELL_ENABLE (kiq_init_register); the queue's MQD with PRIV_STATE and PRELOAD_REQ (the
   registers' defaults, amdkfd's init_mqd); no IH dummy reads and non-snooped requests for a VRAM ring (nbio_v4_3_ih_control's
   comments); INTx off in the PCI command register (AM polls)."""
@@ -361,6 +361,8 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
     a_hi = regs.addr("gc", "regCP_MEC_RS64_PRGRM_CNTR_START_HI")
     assert [(g.pc_banks[p][g.a_pc_start], g.pc_banks[p][a_hi]) for p in range(4)] == [(start, start_hi)] * 4
     assert g.pipe_started == [True] * len(g.pipes)
+    golden = ("regTCP_CNTL", 0x20000000) if b.arch == "gfx1100" else ("regDB_MEM_CONFIG", 0x00008000)   # golden_settings_gc_11_0 / 12_0
+    assert regs.get("gc", golden[0]) & golden[1] == golden[1]
     nb, s2a = ("nbio", "regS2A_DOORBELL_ENTRY_{}_CTRL") if b.arch == "gfx1100" else ("nbif", "regGDC_S2A0_S2A_DOORBELL_ENTRY_{}_CTRL")
     assert [regs.get(nb, s2a.format(n)) for n in (0, 3)] == [0x30000007, 0x3000000d]
     ring = it.create_ring("compute", 0x1000)
@@ -374,3 +376,17 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
     assert it.dev.pci.config_read(PCI_COMMAND, 2) & PCI_COMMAND_INTX_DISABLE
     assert ring.kind == "compute"
   finally: it.close()
+
+
+def test_gfx_programs_its_hub_once_the_rlc_autoload_brought_gfx_up(board, monkeypatch):
+  """amdgpu enables the MM hub from gmc hw_init and the GC hub from gfx hw_init, after the RLC autoload
+  (gmc_v11_0_gart_enable, gfx_v11_0_gfxhub_enable): AM programs them in that order on a cold boot."""
+  from rawgpu.drivers.am.gmc import GMC
+  vb, bus, b = board
+  seen, real = [], GMC.init_hub
+  def init_hub(self, hub, inst=0):
+    seen.append((hub, b.gfx.autoload_done))
+    return real(self, hub, inst)
+  monkeypatch.setattr(GMC, "init_hub", init_hub)
+  AMIface(bus, vb.system, **FAST).close()
+  assert seen == [("MM", False), ("GC", True)]

@@ -110,5 +110,9 @@ CACHE_READ_POLICY_L2__DEFAULT, CACHE_WRITE_POLICY_L2__DEFAULT = 2, 3
 AMDGPU_MAX_USEC_TIMEOUT = 100000                       # amdgpu.h: adev->usec_timeout; SDMA's hang watchdog counts it in 100 ms units
 KFD_QUEUE_DOORBELL_MIRROR_OFFSET = 512                 # kfd_priv.h: SDMA queues 2i and 2i+1 of an engine, this many doorbells apart
 GFX11_MEC_HPD_SIZE = 2048
+# golden settings amdgpu programs on every gfx hw_init, (register, and-mask, or-mask) as soc15_program_register_sequence
+# applies them (gfx_v11_0.c golden_settings_gc_11_0, gfx_v12_0.c golden_settings_gc_12_0); the bits have no names in the
+# register headers. Not taken: gc_11_0_1's (APUs) and gc_12_0_rev0's (first-revision silicon)
+GOLDEN_GC = {11: (("regTCP_CNTL", 0x20000000, 0x20000000),), 12: (("regDB_MEM_CONFIG", 0x00008000, 0x00008000),)}
 SH_MEM_ADDRESS_MODE_64, SH_MEM_ALIGNMENT_MODE_UNALIGNED = 0, 3
 PRIVATE_APERTURE_START, SHARED_APERTURE_START = 0x1000000000000000, 0x2000000000000000

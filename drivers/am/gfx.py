@@ -58,6 +58,9 @@ class GFX(Block):
       d.step("gfx: rlc autoload", lambda: d.wait(lambda: self.gc("regCP_STAT").read() == 0 and
                                                  self.gc("regRLC_RLCS_BOOTLOAD_STATUS").fields()["BOOTLOAD_COMPLETE"] == 1,
                                                  "RLC autoload of the GFX firmware", timeout=10.0))
+      d.gmc.init_hub("GC")      # GFX's hub, now that GFX is up (gfx_v11_0_gfxhub_enable); a warm boot keeps it
+      d.gmc.flush_tlb()
+      self.golden()
       self.config_mec_start()   # a warm boot follows AM's own clean fini: the pipes keep the start it gave them
     # address mode and apertures for VMID 0 (gfx_v11_0_constants_init)
     self.grbm_select(vmid=0)
@@ -72,6 +75,12 @@ class GFX(Block):
     # end-of-pipe timestamps and queue errors of pipe 0 raise interrupts (gfx_v11_0_set_*_state for ME1 pipe 0)
     self.gc("regCP_ME1_PIPE0_INT_CNTL").update(TIME_STAMP_INT_ENABLE=1, OPCODE_ERROR_INT_ENABLE=1, PRIV_REG_INT_ENABLE=1)
     for q in list(self.queues.values()): self.program_hqd(q)
+
+  def golden(self) -> None:
+    """amdgpu's golden settings for this GC (facts.GOLDEN_GC), each a read-modify-write of the masked bits."""
+    for name, and_mask, or_mask in F.GOLDEN_GC.get(self.dev.ips["gc"][0], ()):
+      r = self.gc(name)
+      r.write(or_mask if and_mask == 0xffffffff else (r.read() & ~and_mask) | (or_mask & and_mask))
 
   def config_mec_start(self) -> None:
     """Where each MEC pipe starts the RS64 firmware the PSP loaded (gfx_v11_0/v12_0_config_gfx_rs64): the image's

@@ -47,9 +47,10 @@ class GMC(Block):
     return ip, "reg", range(self.dev.disc.count("gc" if hub == "GC" else "mmhub"))
 
   def init_hw(self) -> None:
-    for hub in ("MM", "GC"):
+    """The MM hub(s); on gfx9 (gmc_v9_0_gart_enable) the GC hubs too. On gfx11/12 GFX programs its hub once the RLC
+    autoload has brought GFX up (gfx_v11_0/v12_0_gfxhub_enable, from gfx hw_init), as amdgpu does."""
+    for hub in ("MM", "GC") if self.dev.gc9 else ("MM",):
       for inst in self.hubs(hub)[2]: self.init_hub(hub, inst)
-    self.hub_ready = {"MM": True, "GC": True}
 
   def init_hub(self, hub: str, inst: int = 0) -> None:
     ip, p, _ = self.hubs(hub)
