@@ -345,7 +345,7 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
   each MEC pipe's firmware start from the MEC file's header as gfx_v11_0/v12_0_config_gfx_rs64 computes it
   (lo >> 2 | hi << 30, hi >> 2) then taken at a pipe reset; the golden settings; GC's S2A doorbell routes (gc_doorbell_init's 0x30000007 and
   0x3000000d); CP_PQ_STATUS.DOORBELL_ENABLE (kiq_init_register); the queue's MQD with PRIV_STATE and PRELOAD_REQ (the
-  registers' defaults, amdkfd's init_mqd); no IH dummy reads and non-snooped requests for a VRAM ring (nbio_v4_3_ih_control's
+  registers' defaults, amdkfd's init_mqd); the hubs' fault settings and the MM hub's private invalidation; no IH dummy reads and non-snooped requests for a VRAM ring (nbio_v4_3_ih_control's
   comments); INTx off in the PCI command register (AM polls)."""
   import ctypes, os
   from rawgpu.autogen.amd import ucode
@@ -374,6 +374,14 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
     intr = regs.reg(nb, "regBIF_BX0_INTERRUPT_CNTL").decode(regs.get(nb, "regBIF_BX0_INTERRUPT_CNTL"))
     assert (intr["IH_DUMMY_RD_OVERRIDE"], intr["IH_DUMMY_RD_EN"], intr["IH_REQ_NONSNOOP_EN"]) == (1, 0, 1)
     assert it.dev.pci.config_read(PCI_COMMAND, 2) & PCI_COMMAND_INTX_DISABLE
+    # the hubs (gfxhub_v3_0 / mmhub_v3_0 and their gfx12 twins): the fault default page is VRAM's, not out to system
+    # memory; ECO_BITS cleared; a CP fetch fault does not halt the CP; the MM hub's flush ends with a private invalidation
+    for ip, pfx in (("gc", "regGC"), ("mmhub", "regMM")):
+      f = lambda n: regs.reg(ip, pfx + n).decode(regs.get(ip, pfx + n))
+      assert f("VM_L2_CNTL")["ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY"] == 0 and f("MC_VM_MX_L1_TLB_CNTL")["ECO_BITS"] == 0
+    assert regs.reg("gc", "regCP_DEBUG").decode(regs.get("gc", "regCP_DEBUG"))["CPG_UTCL1_ERROR_HALT_DISABLE"] == 1
+    cid2 = regs.reg("mmhub", "regMMVM_L2_BANK_SELECT_RESERVED_CID2")
+    assert cid2.decode(regs.get("mmhub", "regMMVM_L2_BANK_SELECT_RESERVED_CID2"))["RESERVED_CACHE_PRIVATE_INVALIDATION"] == 1
     assert ring.kind == "compute"
   finally: it.close()
 

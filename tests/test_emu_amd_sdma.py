@@ -77,6 +77,30 @@ def test_copy_fill_write_fence_and_rptr_writeback(d, S):
   assert d.vram.read64(q.rptr_off) == q.wptr                                  # 64-bit byte read pointer
 
 
+def test_sdma7_copy_with_cpv_carries_its_compression_parameter_dword(d, S):
+  """SDMA 7 (gfx12): sdma_v7_0_emit_copy_buffer sets the header's cpv and writes an 8th dword (the compression
+  parameters; 0: none); the engine takes it as part of the packet, so the FENCE after it runs. Without cpv the packet
+  is 7 dwords (Mesa's radv_sdma form), on SDMA 6 too."""
+  q = SDMARing(d)
+  src, dst, fence = 0x700000, 0x710000, 0x740000
+  data = bytes(range(256)) * 4
+  d.vram.writebytes(src, data)
+  from rawgpu.drivers.emu.amd.asic import SDMA0_HWID
+  cpv = d.board.asic.version(SDMA0_HWID)[0] >= 7
+  copy = [hdr(S, "COPY", "COPY_LINEAR", SDMA_PKT_COPY_LINEAR_HEADER_cpv_shift=int(cpv)), len(data) - 1, 0,
+          q.mc(src) & 0xffffffff, q.mc(src) >> 32, q.mc(dst) & 0xffffffff, q.mc(dst) >> 32] + [0] * cpv
+  plain = [hdr(S, "COPY", "COPY_LINEAR"), len(data) - 1, 0, q.mc(src) & 0xffffffff, q.mc(src) >> 32,
+           q.mc(dst + 0x1000) & 0xffffffff, q.mc(dst + 0x1000) >> 32]
+  q.submit(copy + plain + [hdr(S, "FENCE"), q.mc(fence) & 0xffffffff, q.mc(fence) >> 32, 0xfeedf00d])
+  q.run()
+  assert d.vram.readbytes(dst, len(data)) == data and d.vram.readbytes(dst + 0x1000, len(data)) == data
+  assert d.vram.read32(fence) == 0xfeedf00d and d.vram.read64(q.rptr_off) == q.wptr
+  if cpv:   # cpv set but no parameter dword: the next packet's header is taken for it, and that FENCE never runs
+    q.submit(copy[:7] + [hdr(S, "FENCE"), q.mc(fence + 8) & 0xffffffff, q.mc(fence + 8) >> 32, 0xfeedf00d])
+    q.run()
+    assert d.vram.read32(fence + 8) != 0xfeedf00d
+
+
 def test_trap_raises_ih_entry(d, S):
   ring, wb = setup_ih(d)
   q = SDMARing(d)

@@ -39,7 +39,9 @@ def test_copy_linear(dst, src, n, tmz, version):
           S.SDMA_PKT_COPY_LINEAR_COUNT_COUNT(n - 1), 0,
           S.SDMA_PKT_COPY_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0(lo(src)), S.SDMA_PKT_COPY_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32(hi(src)),
           S.SDMA_PKT_COPY_LINEAR_DST_ADDR_LO_DST_ADDR_31_0(lo(dst)), S.SDMA_PKT_COPY_LINEAR_DST_ADDR_HI_DST_ADDR_63_32(hi(dst))]
+  want += [0] * (version >= (7, 0))   # sdma_v7_0_emit_copy_buffer: with cpv, the compression-parameter dword (none)
   assert sdma.copy_linear(dst, src, n, version, tmz=tmz) == want
+  assert [p.name for p in sdma.decode_sdma(want + sdma.fence(0x1000, 1, version=version), version)] == ["COPY_LINEAR", "FENCE"]
 
 
 @pytest.mark.parametrize("version", [(5, 0), (6, 0)])

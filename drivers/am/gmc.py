@@ -66,9 +66,11 @@ class GMC(Block):
     w64("VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", "VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", (self.dummy_page + self.vram_base_offset) >> 12)
     r("VM_L2_PROTECTION_FAULT_CNTL2").update(ACTIVE_PAGE_MIGRATION_PTE_READ_RETRY=1)
     # L1 TLB and L2 cache
+    eco = {"ECO_BITS": 0} if "ECO_BITS" in r("MC_VM_MX_L1_TLB_CNTL").reg.fields else {}   # gfxhub_v3_0/mmhub_v3_0 clear them
     r("MC_VM_MX_L1_TLB_CNTL").update(ENABLE_L1_TLB=1, SYSTEM_ACCESS_MODE=3, ENABLE_ADVANCED_DRIVER_MODEL=1,
-                                     SYSTEM_APERTURE_UNMAPPED_ACCESS=0, MTYPE=3)
-    r("VM_L2_CNTL").update(ENABLE_L2_CACHE=1, ENABLE_L2_FRAGMENT_PROCESSING=0, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=1,
+                                     SYSTEM_APERTURE_UNMAPPED_ACCESS=0, MTYPE=3, **eco)
+    # the fault default page is a VRAM page: not "out to system memory", where amdgpu's (a host DMA page) is
+    r("VM_L2_CNTL").update(ENABLE_L2_CACHE=1, ENABLE_L2_FRAGMENT_PROCESSING=0, ENABLE_DEFAULT_PAGE_OUT_TO_SYSTEM_MEMORY=0,
                            L2_PDE0_CACHE_TAG_GENERATION_MODE=0, PDE_FAULT_CLASSIFICATION=0, CONTEXT1_IDENTITY_ACCESS_MODE=1,
                            IDENTITY_MODE_FRAGMENT_SIZE=0)
     r("VM_L2_CNTL2").update(INVALIDATE_ALL_L1_TLBS=1, INVALIDATE_L2_CACHE=1)
@@ -83,6 +85,8 @@ class GMC(Block):
     w64("VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_LO32", "VM_L2_CONTEXT1_IDENTITY_APERTURE_HIGH_ADDR_HI32", 0)
     w64("VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_LO32", "VM_L2_CONTEXT_IDENTITY_PHYSICAL_OFFSET_HI32", 0)
     for eng in range(18): w64(f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_LO32", f"VM_INVALIDATE_ENG{eng}_ADDR_RANGE_HI32", 0x1f_ffff_ffff)
+    # gfxhub_v3_0/v12_0_set_fault_enable_default: a page fault of the CP's fetches does not halt the CP (it reports)
+    if hub == "GC" and not self.dev.gc9: self.reg("gc", "regCP_DEBUG").update(CPG_UTCL1_ERROR_HALT_DISABLE=1)
     self.hub_ready[hub] = True
 
   def set_context(self, vmid: int, root: int | None, start: int = mm.VA_BASE, end: int = mm.VA_BASE + mm.VA_SIZE) -> None:
@@ -122,11 +126,18 @@ class GMC(Block):
         req = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_REQ", inst)
         sem = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_SEM", inst) if hub == "MM" and not self.dev.gc9 else None
         if sem is not None: self.dev.wait(lambda: sem.read() & 1, f"{hub} hub invalidation semaphore")
-        req.write(PER_VMID_INVALIDATE_REQ=1 << vmid, FLUSH_TYPE=0, INVALIDATE_L2_PTES=1, INVALIDATE_L2_PDE0=1,
-                  INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1, CLEAR_PROTECTION_FAULT_STATUS_ADDR=0)
-        ack = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_ACK", inst)
-        self.dev.wait(lambda: ack.read() & (1 << vmid), f"{hub} hub {inst} TLB invalidation")
-        if sem is not None: sem.write(0)
+        try:
+          req.write(PER_VMID_INVALIDATE_REQ=1 << vmid, FLUSH_TYPE=0, INVALIDATE_L2_PTES=1, INVALIDATE_L2_PDE0=1,
+                    INVALIDATE_L2_PDE1=1, INVALIDATE_L2_PDE2=1, INVALIDATE_L1_PTES=1, CLEAR_PROTECTION_FAULT_STATUS_ADDR=0)
+          ack = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_ACK", inst)
+          self.dev.wait(lambda: ack.read() & (1 << vmid), f"{hub} hub {inst} TLB invalidation")
+        finally:
+          if sem is not None: sem.write(0)   # released even after a timeout, or every later flush would wait on it
+        if hub == "MM" and not self.dev.gc9:
+          # gmc_v11_0_flush_vm_hub: the MM hub's reserved-bank clients get a private invalidation too (MMHUB 3.0, 4.1)
+          cid2 = self.reg(ip, f"{p}VM_L2_BANK_SELECT_RESERVED_CID2", inst)
+          cid2.update(RESERVED_CACHE_PRIVATE_INVALIDATION=1)
+          cid2.read()   # read back: the invalidation is done
 
   def _status_reg(self, hub: str, inst: int):
     ip, p, _ = self.hubs(hub)
@@ -136,6 +147,7 @@ class GMC(Block):
   def fault_status(self, hub: str, inst: int = 0) -> dict[str, int]:
     """Decode and clear the hub's L2 protection fault status (the IH entry carries the address)."""
     ip, p, _ = self.hubs(hub)
+    if hub == "GC": self._status_reg(hub, inst).read()   # gmc_v11_0_process_interrupt: a dummy read first (the GRBM's fast path)
     fields = self._status_reg(hub, inst).fields()
     self.reg(ip, p + "VM_L2_PROTECTION_FAULT_CNTL", inst).update(CLEAR_PROTECTION_FAULT_STATUS_ADDR=1)
     return fields

@@ -71,7 +71,7 @@ class Layout:
   op: int
   sub_op: int
   dwords: tuple[str, ...]  # dword names in order; a trailing data/count tail is described by `tail`
-  tail: str = ""  # "write": DW_3 count+1 data dwords follow; "nop": count dwords follow
+  tail: str = ""  # "write": DW_3 count+1 data dwords follow; "nop": count dwords follow; "cpv": one more if cpv is set
   fields: tuple[Field, ...] = ()
 
 
@@ -84,7 +84,7 @@ def _layouts(M) -> list[Layout]:
   """The packets used here, from generated header M (sdma_v6 for SDMA 5-7, sdma_v4 for SDMA 4)."""
   return [
     _layout(M, "COPY_LINEAR", M.SDMA_OP_COPY, M.SDMA_SUBOP_COPY_LINEAR,
-            ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST_ADDR_LO", "DST_ADDR_HI")),
+            ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST_ADDR_LO", "DST_ADDR_HI"), "cpv"),
     _layout(M, "CONSTANT_FILL", M.SDMA_OP_CONST_FILL, 0, ("HEADER", "DST_ADDR_LO", "DST_ADDR_HI", "DATA", "COUNT")),
     _layout(M, "FENCE", M.SDMA_OP_FENCE, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "DATA")),
     _layout(M, "POLL_REGMEM", M.SDMA_OP_POLL_REGMEM, 0, ("HEADER", "ADDR_LO", "ADDR_HI", "VALUE", "MASK", "DW5")),
@@ -131,9 +131,12 @@ def copy_linear(dst: int, src: int, nbytes: int, version: Version = (6, 0), tmz:
   for off in range(0, nbytes, step):
     n = min(step, nbytes - off)
     s, d = src + off, dst + off
-    cpv = {"cpv": int(version >= (7, 0))} if version >= (5, 0) else {}  # SDMA 4's header has no cpv bit
+    # SDMA 7 as sdma_v7_0_emit_copy_buffer: cpv set and the compression-parameter dword after the packet (0: none);
+    # with cpv set the engine reads that dword, without it the packet has none (SDMA 4's header has no cpv bit)
+    cpv = {"cpv": int(version >= (7, 0))} if version >= (5, 0) else {}
     out += _pack("COPY_LINEAR", version, tmz=int(tmz), count=n - 1, **cpv,  # count is bytes-1 (SDMA 4+)
                  src_addr_31_0=s & MASK32, src_addr_63_32=s >> 32, dst_addr_31_0=d & MASK32, dst_addr_63_32=d >> 32)
+    if cpv.get("cpv"): out.append(0)
   return out
 
 
@@ -222,6 +225,8 @@ def _length(lay: Layout, words: list[int], i: int) -> int | None:
   count = next((f for f in lay.fields if f.name == "count"), None)
   if lay.tail == "nop": return 1 + count.get(words[i:i + 1])
   if lay.tail == "write": return n + count.get(words[i:i + n]) + 1
+  if lay.tail == "cpv":   # + its compression-parameter dword where the header says it is there (SDMA 4 has no such bit)
+    return n + next((f.get(words[i:i + 1]) for f in lay.fields if f.name == "cpv"), 0)
   return n
 
 

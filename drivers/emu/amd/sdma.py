@@ -177,7 +177,7 @@ class SDMAQueue:
 
   def _length(self, op: int, sub: int, hdr: int) -> int | None:
     if op == OP_NOP: return 1 + ((hdr >> 16) & 0x3fff)
-    if op == OP_COPY and sub == SUB_COPY_LINEAR: return 7
+    if op == OP_COPY and sub == SUB_COPY_LINEAR: return 7 + bool(hdr & self.e.copy_cpv)   # cpv: a compression-parameter dword follows
     if op == OP_WRITE and sub == SUB_WRITE_LINEAR:
       c = self._read(4)
       return None if c is None else 4 + (c[3] & 0xfffff) + 1
@@ -250,6 +250,9 @@ class SDMAEngine:
     # are reserved, and the engine reads none of them
     v = S4 if self.v4 else S
     self.copy_count, self.fill_count = v.SDMA_PKT_COPY_LINEAR_COUNT_count_mask, v.SDMA_PKT_CONSTANT_FILL_COUNT_count_mask
+    # SDMA 7: a COPY_LINEAR whose header sets cpv carries a compression-parameter dword after its addresses
+    # (sdma_v7_0_emit_copy_buffer writes it, "update the packet format accordingly")
+    self.copy_cpv = S.SDMA_PKT_COPY_LINEAR_HEADER_CPV(1) if board.asic.version(SDMA0_HWID)[0] >= 7 else 0
     self.ip = instance_key("sdma", i) if self.v4 else "gc"
     pfx = "regSDMA_" if self.v4 else f"regSDMA{i}_"
     self.halt_name = "F32_CNTL" if r.has(self.ip, f"{pfx}F32_CNTL") else "MCU_CNTL"
