@@ -151,6 +151,25 @@ def test_a_cpu_view_kept_past_free_never_reaches_the_next_owner(fw, board):
   finally: it.close()
 
 
+def test_pointing_a_vmid_at_new_tables_drops_what_the_hubs_cached(fw, board):
+  """A VMID given a new page-table root is flushed too: the hubs' TLBs may still hold the old tables' translations."""
+  from rawgpu.drivers.am import mm
+  vb, bus, b, fake = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    d, vmid, va = it.dev, 9, 0x40_0000_0000
+    pages = [d.valloc_phys(mm.PAGE) for _ in range(2)]
+    for n, paddr in enumerate(pages): d.vram(paddr, 4)[:] = (0x1111 * (n + 1)).to_bytes(4, "little")
+    tables = [mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags, base=0) for _ in pages]
+    for pt, paddr in zip(tables, pages): pt.map(va, [(paddr + d.gmc.vram_base_offset, mm.PAGE)])
+    d.gmc.set_context(vmid, tables[0].root, 0, 1 << 47)
+    assert b.gmc.gc.read32(vmid, va) == 0x1111          # now in the hub's TLB
+    d.gmc.set_context(vmid, tables[1].root, 0, 1 << 47)
+    assert b.gmc.gc.read32(vmid, va) == 0x2222          # the new tables, not the cached translation
+    d.gmc.set_context(vmid, None)
+  finally: it.close()
+
+
 def test_warm_boot_skips_firmware(fw, board):
   vb, bus, b, fake = board
   AMIface(bus, vb.system, **FAST).close()

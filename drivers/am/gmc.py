@@ -91,10 +91,11 @@ class GMC(Block):
 
   def set_context(self, vmid: int, root: int | None, start: int = mm.VA_BASE, end: int = mm.VA_BASE + mm.VA_SIZE) -> None:
     """Point VMID's context on every hub at 4-level tables rooted at `root` (a VRAM address) over [start, end), or
-    disable it (None)."""
+    disable it (None). Its translations are flushed either way: the hubs may hold ones of the tables before
+    (gmc_v11_0_emit_flush_gpu_tlb invalidates after every new page-table base)."""
     for hub in ("MM", "GC"):
       for inst in self.hubs(hub)[2]: self._context(hub, inst, vmid, root, start, end)
-    if root is None: self.flush_tlb(vmid)
+    self.flush_tlb(vmid)
 
   def _context(self, hub: str, inst: int, vmid: int, root: int | None, start: int, end: int) -> None:
     """The tables over the process VA window, every protection fault reported and redirected to the dummy page
