@@ -316,6 +316,22 @@ def test_sdma_copies_on_the_board(mi300_device):
   assert any(q.rptr for e in board.sdma.engines[:4] for q in e.queues) and not board.errors
 
 
+def test_every_sdma_engine_gets_the_kernels_settings(mi300_device):
+  """sdma_v4_4_2_inst_start on every engine: UTC L1 on ("set utc l1 enable flag always to 1"), the context-empty
+  interrupt, the semaphore-wait timer off, the page-fault timeout 0x00800080; a ring's F32 write-pointer polling off
+  (doorbells on bare metal)."""
+  dev, board = mi300_device
+  d, regs = dev.iface.dev, board.regs
+  dev.copy_queue()   # a ring exists
+  for e in d.sdma.all_engines():
+    cntl = d.sdma.r(e, "regSDMA0_CNTL").fields()
+    assert (cntl["UTC_L1_ENABLE"], cntl["CTXEMPTY_INT_ENABLE"]) == (1, 1)
+    assert d.sdma.r(e, "regSDMA0_UTCL1_TIMEOUT").read() == 0x00800080 and d.sdma.r(e, "regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL").read() == 0
+  for q in d.sdma.queues.values():
+    assert d.sdma.r(q.engine, "regSDMA0_QUEUE0_RB_WPTR_POLL_CNTL", q.queue).fields()["F32_POLL_ENABLE"] == 0
+  assert not board.errors
+
+
 def test_sdma_4_counts_copies_in_22_bits(mi300_device):
   """SDMA 4's COPY_LINEAR count is 22 bits (sdma_v4_4_2_pkt_open.h; 30 from SDMA 5.2 on): a count with bit 22 set
   copies what its low 22 bits say, as hcq's 4 MiB chunking (copy_max_bytes) expects."""

@@ -168,6 +168,7 @@ class AMDevice:
     self.step("gmc: tlb", self.gmc.flush_tlb)
     self.step("ih", self.ih.init_hw)
     self.step("gfx", self.gfx.init_hw)
+    self.step("sdma", self.sdma.init_hw)   # every engine's settings (sdma_v4_4_2_inst_start); a warm boot keeps them
     self.step("boot done (cold)", lambda: None)
 
   def fini(self) -> None:

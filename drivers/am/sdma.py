@@ -59,9 +59,14 @@ class SDMA(Block):
   def engine_setup(self, e: int) -> None:
     """Engine e's settings as sdma_v6_0/v7_0 gfx_resume leaves every engine: the queue-hang watchdog at
     usec_timeout in 100 ms units, responses for non-copy addresses, and the L2 policies of its reads and writes
-    (bits 15:12 and 31:24 cleared first; SDMA 6 also keeps its writes out of the last-level cache). SDMA 4.4.2 sets
-    none of these."""
-    if self.v4: return
+    (bits 15:12 and 31:24 cleared first; SDMA 6 also keeps its writes out of the last-level cache). SDMA 4.4.2
+    (sdma_v4_4_2_inst_start): its UTC L1 on ("set utc l1 enable flag always to 1"), the context-empty interrupt, the
+    semaphore-wait timer off, and a longer page-fault timeout ("to avoid interrupt storm")."""
+    if self.v4:
+      self.r(e, "regSDMA0_CNTL").update(UTC_L1_ENABLE=1, CTXEMPTY_INT_ENABLE=1)
+      self.r(e, "regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL").write(0)
+      self.r(e, "regSDMA0_UTCL1_TIMEOUT").write(RD_XNACK_LIMIT=0x80, WR_XNACK_LIMIT=0x80)   # the kernel's 0x00800080
+      return
     self.r(e, "regSDMA0_WATCHDOG_CNTL").update(QUEUE_HANG_COUNT=max(F.AMDGPU_MAX_USEC_TIMEOUT // 100000, 1))
     self.r(e, "regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
     page = self.r(e, "regSDMA0_UTCL1_PAGE")
@@ -105,7 +110,9 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_RB_WPTR_POLL_ADDR_HI").write(wptr >> 32)
     r("regSDMA0_QUEUE0_RB_RPTR_ADDR_HI").write(rptr >> 32)
     r("regSDMA0_QUEUE0_RB_RPTR_ADDR_LO").write(rptr & 0xfffffffc)
-    if self.v4: v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1)   # SDMA 4 keeps its write-pointer polling in RB_WPTR_POLL_CNTL
+    if self.v4:   # SDMA 4 keeps its write-pointer polling in RB_WPTR_POLL_CNTL: off on bare metal (doorbells), as the kernel
+      v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1)
+      r("regSDMA0_QUEUE0_RB_WPTR_POLL_CNTL").update(F32_POLL_ENABLE=0)
     else:
       poll = "F32_WPTR_POLL_ENABLE" if "F32_WPTR_POLL_ENABLE" in cntl.reg.fields else "MCU_WPTR_POLL_ENABLE"   # SDMA 7 renamed it
       v = cntl.reg.modify(v, RPTR_WRITEBACK_ENABLE=1, WPTR_POLL_ENABLE=0, **{poll: 1})
