@@ -61,8 +61,8 @@ class HostRAM:
     self.vbase = ctypes.addressof(ctypes.c_char.from_buffer(self.buf))
     self.lock, self.next, self.free_list = threading.Lock(), 0, []
     self.maps: list[tuple[int, int, int]] = []   # (CPU address, RAM offset, size) of the live mappings, by address
-    self.live: dict[int, MemMMIO] = {}           # CPU address -> that mapping: held until unmapped, so that no garbage
-                                                 # collection unmaps it (and hands its addresses to another mapping) before
+    self.live: dict[int, MemMMIO] = {}           # CPU address -> that mapping, held until unmap: garbage collection must not
+                                                 # unmap it first (its addresses could then go to another mapping)
     self._last = (0, 0, 0)                       # the one _lookup found last
     self.peer: Callable[[int, int], memoryview | None] | None = None   # the bus's routing to boards' BARs (VirtualBus)
 
