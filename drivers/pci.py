@@ -180,6 +180,24 @@ class PCIDevice:
     cmd = self.config_read(PCI_COMMAND, 2)
     self.config_write(PCI_COMMAND, cmd | PCI_COMMAND_MEMORY | PCI_COMMAND_MASTER | PCI_COMMAND_INTX_DISABLE, 2)
 
+  HEADER_DWORDS = 16   # the type-0 header: what pci_save_state keeps of it, and what unprivileged sysfs reads reach
+
+  def save_config(self) -> list[int]:
+    """The configuration header as it is now, for restore_config after a reset that may clear it (mode 1)."""
+    return [self.config_read(4 * i, 4) for i in range(self.HEADER_DWORDS)]
+
+  def restore_config(self, saved: list[int]) -> None:
+    """Write back what save_config read, last dword first so the command register (memory decode, bus mastering)
+    comes after the BARs, and only what differs (pci_restore_config_space). The status half of dword 1 is
+    write-one-to-clear and is left alone."""
+    for i in range(self.HEADER_DWORDS - 1, 0, -1):
+      if i == 1:
+        if self.config_read(PCI_COMMAND, 2) != saved[1] & 0xffff: self.config_write(PCI_COMMAND, saved[1] & 0xffff, 2)
+      elif self.config_read(4 * i, 4) != saved[i]: self.config_write(4 * i, saved[i], 4)
+
+  def disable_bus_master(self) -> None:
+    self.config_write(PCI_COMMAND, self.config_read(PCI_COMMAND, 2) & ~PCI_COMMAND_MASTER, 2)
+
   def resources(self) -> list[tuple[int, int, int]]:
     """(start, end, flags) per BAR from the sysfs `resource` file."""
     lines = self.system.read_text(f"{self.path}/resource").splitlines()

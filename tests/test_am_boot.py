@@ -63,6 +63,11 @@ def test_cold_boot(fw, arch):
     cmds = [c for k, c in fake.log if k == "psp"]
     assert cmds[0] == P.GFX_CMD_ID_LOAD_TOC and cmds[-1] == P.GFX_CMD_ID_AUTOLOAD_RLC
     assert (P.GFX_CMD_ID_SETUP_TMR in cmds) == want_fw["setup_tmr"]    # PSP 14.0.2/3 set their TMR up at boot
+    # amdgpu's order (psp_hw_start, psp_load_non_psp_fw): the SMU's image is the first LOAD_IP_FW, and on MP0 13.0.0,
+    # whose PMFW manages the DF C-states, it goes before SETUP_TMR; the SMU gets its first message after the autoload
+    if want_fw["setup_tmr"]: assert cmds.index(P.GFX_CMD_ID_LOAD_IP_FW) < cmds.index(P.GFX_CMD_ID_SETUP_TMR) < cmds.index(P.GFX_CMD_ID_LOAD_IP_FW, cmds.index(P.GFX_CMD_ID_SETUP_TMR))
+    first_smu = next(i for i, e in enumerate(fake.log) if e[0] == "smu")
+    assert fake.log.index(("psp", P.GFX_CMD_ID_AUTOLOAD_RLC)) < first_smu
     # bootloader: key database before the system driver before the secure OS, each image from the SOS file
     bl = [c for c, _ in fake.bl_cmds]
     assert bl.index(0x80000) < bl.index(0x10000) < bl.index(0x20000) and bl[-1] == 0x20000
@@ -173,10 +178,11 @@ def test_pointing_a_vmid_at_new_tables_drops_what_the_hubs_cached(fw, board):
 def test_warm_boot_skips_firmware(fw, board):
   vb, bus, b, fake = board
   AMIface(bus, vb.system, **FAST).close()
-  n_psp, n_bl = len(fake.log), len(fake.bl_cmds)
+  psp = lambda: [e for e in fake.log if e[0] == "psp"]
+  n_psp, n_bl = len(psp()), len(fake.bl_cmds)
   it = AMIface(bus, vb.system, **FAST)
   try:
-    assert it.dev.warm and len(fake.log) == n_psp and len(fake.bl_cmds) == n_bl and fake.resets == 0
+    assert it.dev.warm and len(psp()) == n_psp and len(fake.bl_cmds) == n_bl and fake.resets == 0
     ring = it.create_ring("compute", 0x4000)
     assert ring.kind == "compute"
   finally: it.close()
@@ -205,6 +211,62 @@ def test_board_left_by_another_driver_is_reset(fw):
     assert fake.resets == 1 and not it.dev.warm and fake.loaded
     it.close()
   finally: b.close()
+
+
+def test_mode1_reset_saves_the_pci_header_and_masters_no_dma_meanwhile(fw, monkeypatch):
+  """amdgpu_device_mode1_reset: bus mastering is off while the board resets, and the configuration header is written
+  back afterwards, here after a reset that cleared the command register and a BAR while the driver waited."""
+  from rawgpu.drivers.am import smu as amsmu
+  vb, bus, b, fake = make_board("gfx1100", sos_alive=True)
+  before, during = bytes(b.cfg.b[:64]), []
+  reset = fake._mode1
+  fake._mode1 = lambda: (during.append(b.cfg.bus_master), reset())
+  real_sleep = time.sleep
+  def reset_wait(s: float) -> None:   # the ASIC goes down after its answer: the header with it
+    if fake.resets == 1 and not during[1:]: b.cfg.b[4:6] = bytes(2); b.cfg.b[0x18:0x1c] = bytes(4); during.append("cleared")
+    real_sleep(s)
+  monkeypatch.setattr(amsmu.time, "sleep", reset_wait)
+  try:
+    it = AMIface(bus, vb.system, **FAST)
+    assert fake.resets == 1 and during == [False, "cleared"] and not it.dev.warm
+    assert b.cfg.bus_master and bytes(b.cfg.b[0x10:0x40]) == before[0x10:0x40]
+    it.close()
+  finally: b.close()
+
+
+def test_smu_message_waits_for_the_previous_answer(fw, board):
+  """A message goes to the SMU only after the previous one was answered (smu_cmn.c polls the response first); one
+  still pending is a clear timeout, not an overwritten mailbox."""
+  vb, bus, b, fake = board
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    n = len(fake.smu_msgs)
+    b.regs.set("mp1", "regMP1_SMN_C2PMSG_90", 0)   # the last message still has no answer
+    it.dev.timeout_scale = 0.05
+    with pytest.raises(DeviceTimeout, match="SMU to finish the message before PPSMC_MSG_GetSmuVersion"): it.dev.smu.send("PPSMC_MSG_GetSmuVersion")
+    assert len(fake.smu_msgs) == n
+    b.regs.set("mp1", "regMP1_SMN_C2PMSG_90", 1)
+    assert it.dev.smu.send("PPSMC_MSG_GetSmuVersion") and len(fake.smu_msgs) == n + 1
+  finally: it.close()
+
+
+def test_psp_ring_starts_with_a_clear_fence_and_handshake_delays(fw, board, monkeypatch):
+  """psp_v13_0/v14_0 wait 20 ms after starting the sOS and after the ring command; a fence value a last owner left
+  in the fence buffer must not pass for this boot's first answer."""
+  from rawgpu.drivers.am import psp as amp
+  vb, bus, b, fake = board
+  sleeps = []
+  real_sleep = amp.time.sleep
+  monkeypatch.setattr(amp.time, "sleep", lambda s: (sleeps.append(s), real_sleep(s)))
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert sleeps.count(amp.HANDSHAKE_S) >= 2
+    psp = it.dev.psp
+    psp.ring_stop()
+    it.dev.vram(psp.fence, 4)[:] = (7).to_bytes(4, "little")
+    psp.ring_create()
+    assert bytes(it.dev.vram(psp.fence, 4)) == bytes(4) and psp.fence_value == 0
+  finally: it.close()
 
 
 def test_forced_cold_boot_after_clean_fini(fw, board, monkeypatch):

@@ -98,6 +98,7 @@ class FakeFirmware:
   def _smu(self, a: int, v: int) -> None:
     self.r.vals[a] = v
     self.smu_msgs.append((v, self.r.get("mp1", "regMP1_SMN_C2PMSG_82")))
+    self.log.append(("smu", v))
     if "smu_timeout" in self.b.faults: return
     if (e := self.b.faults.get("smu_error")): self.r.set("mp1", "regMP1_SMN_C2PMSG_90", e["response"] if isinstance(e, dict) else 0xff); return
     if v == 0x2: self.r.set("mp1", "regMP1_SMN_C2PMSG_82", 0x00504100)    # GetSmuVersion

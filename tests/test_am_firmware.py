@@ -196,6 +196,19 @@ def test_corrupt_files(tmp_path, monkeypatch, damage):
   with pytest.raises(FirmwareError, match="gc_11_0_0_mec.bin"): fw.parse_cp(fw.read_file("gc_11_0_0_mec.bin"), "mec")
 
 
+def test_rlc_header_2_4_is_refused_not_read_as_2_3():
+  """v2.4 (GC 10.3's tap delays) follows 2.3's layout, but amdgpu reads the RLC_P/RLC_V fields only for 2.3: a real
+  v2.4 file is refused with its version, its RLC_P/V words never become images."""
+  d = _dir("20250410-2")
+  path = os.path.join(d, "sienna_cichlid_rlc.bin")
+  if not os.path.exists(path): pytest.skip(f"sienna_cichlid_rlc.bin is not in {d}")
+  data = open(path, "rb").read()
+  assert data[8:12] == bytes([2, 0, 4, 0])   # header 2.4
+  with pytest.raises(FirmwareError, match=r"header version 2\.4 is not the expected 2\.1/2/3"):
+    fw.parse_rlc(fw.FwFile("sienna_cichlid_rlc.bin", path, data, None))
+  assert fw.parse_rlc(fw.FwFile("gc_11_0_0_rlc.bin", "gc_11_0_0_rlc.bin", open(os.path.join(d, "gc_11_0_0_rlc.bin"), "rb").read(), None))
+
+
 def test_xz_compressed_files(tmp_path, monkeypatch):
   import lzma
   d = _dir("20250410-2")

@@ -222,6 +222,19 @@ def test_autoload_without_rlc_firmware_fails(d):
   assert d.f("gc", "regRLC_RLCS_BOOTLOAD_STATUS", d.rd("gc", "regRLC_RLCS_BOOTLOAD_STATUS"), "BOOTLOAD_COMPLETE") == 0
 
 
+def test_tmr_waits_for_the_pmfw_where_it_manages_the_df_cstates(d):
+  """MP0 13.0.0 (PMFW-centralized DF C-states): SETUP_TMR before the SMU's image is refused, and accepted after it."""
+  if d.board.arch != "gfx1100": pytest.skip("MP0 14.0.3 sets its TMR up at boot: the driver sends no SETUP_TMR")
+  comps = sos_components(need("gfx1100", f"psp_{ARCH_FW['gfx1100']['psp']}_sos.bin"))
+  p = PSPDriver(d)
+  p.boot_sos(comps)
+  assert p.ring_create() == 0x80000000
+  r = p.load_toc(comps[U.PSP_FW_TYPE_PSP_TOC])
+  assert p.setup_tmr(r.resp.tmr_size) == 0xFFFF0007                      # TEE_ERROR_BAD_STATE: the PMFW is not loaded yet
+  assert p.load_ip_fw(*ip_images("gfx1100")[0]) == 0
+  assert p.setup_tmr(r.resp.tmr_size) == 0
+
+
 def test_psp_timeout_and_error_injection(d):
   comps = sos_components(need(d.board.arch, f"psp_{ARCH_FW[d.board.arch]['psp']}_sos.bin"))
   p = PSPDriver(d)

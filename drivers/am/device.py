@@ -126,9 +126,10 @@ class AMDevice:
         self.step("mode1 reset", self.smu.mode1_reset)
       self.fw = self.step("firmware", lambda: firmware.load(self.ips, self.system))
       self.regs.reg("gc", "regSCRATCH_REG7").write(0)
-      for b in (self.soc, self.gmc, self.ih, self.psp, self.smu):
+      for b in (self.soc, self.gmc, self.ih, self.psp):
         self.step(b.name, b.init_hw)
-      self.step("psp: gfx firmware + rlc autoload", self.psp.load_gfx_firmware)
+      self.step("psp: firmware + rlc autoload", self.psp.load_non_psp_firmware)
+      self.step("smu", self.smu.init_hw)   # amdgpu starts the SMU after the PSP has loaded every firmware
     else: self._resume_warm()
     for b in (self.gfx, self.sdma): self.step(b.name, b.init_hw)
     self.step(f"boot done ({'warm' if self.warm else 'cold'})", lambda: None)
@@ -161,8 +162,8 @@ class AMDevice:
     self.step("soc", self.soc.init_hw)
     self.step("soc: sdma doorbells", self.soc.sdma_doorbell_ranges)
     self.step("psp: ring", self.psp.ring_create)
-    self.step("psp: tmr", self.psp.setup_tmr)
-    self.step("psp: firmware", lambda: [self.psp.load_ip_fw(u.fw_type, u.data) for u in self.fw.images])
+    self.step("psp: tmr", self.psp.tmr_load)   # the boot-time TMR (no buffer)
+    self.step("psp: firmware", self.psp.load_non_psp_firmware)
     self.step("smu", self.smu.init_hw)
     self.step("gmc", self.gmc.init_hw)
     self.step("gmc: tlb", self.gmc.flush_tlb)

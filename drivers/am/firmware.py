@@ -181,7 +181,9 @@ def parse_imu(f: FwFile) -> list[Ucode]:
 
 def parse_rlc(f: FwFile) -> list[Ucode]:
   minor = F.COMMON_HDR.parse(f.data, what=f.path)["header_version_minor"]
-  h = _hdr(f, F.RLC_HDR_V2_3 if minor >= 3 else F.RLC_HDR_V2_2 if minor == 2 else F.RLC_HDR_V2_1, 2, (1, 2, 3, 4, 5))
+  # 2.3 adds RLC_P/RLC_V; 2.4 (GC 10.3's tap delays) extends 2.3's layout but amdgpu reads only its own fields there
+  # (amdgpu_gfx_rlc_init_microcode): no AM board has it, so it is refused rather than read as 2.3
+  h = _hdr(f, F.RLC_HDR_V2_3 if minor == 3 else F.RLC_HDR_V2_2 if minor == 2 else F.RLC_HDR_V2_1, 2, (1, 2, 3))
   out = []
   for typ, off, size in (("RLC_RESTORE_LIST_SRM_CNTL", "save_restore_list_cntl_offset_bytes", "save_restore_list_cntl_size_bytes"),
                          ("RLC_RESTORE_LIST_GPM_MEM", "save_restore_list_gpm_offset_bytes", "save_restore_list_gpm_size_bytes"),

@@ -1,16 +1,18 @@
 """PSP: the security processor that loads every other firmware (psp_v13_0.c / psp_v14_0.c, amdgpu_psp.c).
 
 Cold boot: hand the bootloader each SOS component through the 1 MiB private buffer (C2PMSG_35/36), start the
-GPCOM ring (C2PMSG_64/67/69/70/71), load the TOC to learn the TMR size, set up the TMR, then load SMU and every GFX
-and SDMA image with LOAD_IP_FW, and finish with AUTOLOAD_RLC so the RLC boots the CP, IMU and SDMA engines.
+GPCOM ring (C2PMSG_64/67/69/70/71), load the TOC to learn the TMR size, set up the TMR (after the SMU's image where
+the PMFW manages the DF C-states), then load the SMU's and every GFX and SDMA image with LOAD_IP_FW, and finish with
+AUTOLOAD_RLC so the RLC boots the CP, IMU and SDMA engines.
 """
 from __future__ import annotations
-import ctypes, struct
+import ctypes, struct, time
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
 from rawgpu.errors import DeviceTimeout, FirmwareError
 
 RING_SIZE = 0x1000
+HANDSHAKE_S = 0.02   # psp_v13_0/v14_0 wait 20 ms after starting the sOS and after a ring command ("handshake issue")
 FW_TYPE = F.PSP_FW_TYPE
 # bootloader order (psp_hw_start): key database, SPL, system driver, SOC/INTF/DBG/RAS/IPKEYMGR drivers, then SOS
 BL_ORDER = (("PSP_FW_TYPE_PSP_KDB", "PSP_BL__LOAD_KEY_DATABASE"), ("PSP_FW_TYPE_PSP_SPL", "PSP_BL__LOAD_TOS_SPL_TABLE"),
@@ -28,7 +30,8 @@ class PSP(Block):
     self.ring = d.boot_alloc(RING_SIZE)
     self.cmd = d.boot_alloc(0x1000)
     self.fence = d.boot_alloc(0x1000)
-    self.tmr: int | None = None
+    self.tmr: int | None = None   # the TMR the driver allocated (none where the PSP set one up at boot)
+    self.tmr_size = 0
     self.fence_value = 0
 
   def msg(self, n: int):
@@ -66,6 +69,7 @@ class PSP(Block):
         self._load_component(data, F.PSP_BL[cmd], comp)
         self._wait_bootloader(comp)
     self._load_component(sos[FW_TYPE["PSP_FW_TYPE_PSP_SOS"]], F.PSP_BL["PSP_BL__LOAD_SOSDRV"], "SOS")
+    time.sleep(HANDSHAKE_S)
     self.dev.wait(lambda: self.msg(81).read() != 0, "PSP secure OS start (C2PMSG_81)", timeout=10.0)
 
   # ---- GPCOM ring
@@ -73,16 +77,20 @@ class PSP(Block):
     self.dev.wait(lambda: self.msg(64).read() & 0x80000000, "PSP ready for ring creation")
     mc = self.dev.gmc.mc(self.ring)
     self.dev.vram(self.ring, RING_SIZE)[:] = bytes(RING_SIZE)
+    self.dev.vram(self.fence, 4)[:] = bytes(4)   # a fence a last owner left could match this boot's first value
+    self.fence_value = 0
     self.msg(69).write(mc & 0xffffffff)
     self.msg(70).write(mc >> 32)
     self.msg(71).write(RING_SIZE)
     self.msg(64).write(F.PSP_RING_TYPE__KM << 16)
+    time.sleep(HANDSHAKE_S)
     self.dev.wait(lambda: self.msg(64).read() & 0x80000000, "PSP ring creation")
     if (st := self.msg(64).read() & 0xffff) != 0:
       raise DeviceTimeout(f"{self.dev.bus}: PSP refused to create its ring (status {st:#x}); reset the board (rawgpu resets it on the next open)")
 
   def ring_stop(self) -> None:
     self.msg(64).write(F.GFX_CTRL_CMD_ID_DESTROY_RINGS)
+    time.sleep(HANDSHAKE_S)
     self.dev.wait(lambda: self.msg(64).read() & 0x80000000, "PSP ring destroy")
 
   def submit(self, cmd_id: str, member: str | None = None, **fields) -> dict:
@@ -127,31 +135,61 @@ class PSP(Block):
     self.submit("GFX_CMD_ID_LOAD_IP_FW", "cmd_load_ip_fw", fw_phy_addr_lo=mc & 0xffffffff, fw_phy_addr_hi=mc >> 32,
                 fw_size=len(data), fw_type=fw_type)
 
-  def setup_tmr(self) -> None:
-    if self.dev.ips["mp0"] == (13, 0, 6):   # boot-time TMR without autoload: SETUP_TMR names no buffer (psp_prep_tmr_cmd_buf)
-      self.submit("GFX_CMD_ID_SETUP_TMR", "cmd_setup_tmr", buf_size=0, bitfield__virt_phy_addr=1)
-      return
+  # Which MP0 does what, from amdgpu_psp.c (psp_early_init, psp_check_pmfw_centralized_cstate_management):
+  # - boot-time TMR: the PSP set its TMR up itself; the driver allocates none.
+  # - RLC autoload: the PSP loads the GFX images and the RLC boots the engines from them (every AM target but MI300).
+  # - DF C-state management centralized in the PMFW: the SMU firmware must be loaded before SETUP_TMR.
+  BOOT_TIME_TMR = {(13, 0, 6), (13, 0, 14), (14, 0, 2), (14, 0, 3)}
+  NO_AUTOLOAD = {(13, 0, 6), (13, 0, 14)}
+  PMFW_CENTRALIZED = {(13, 0, 0), (13, 0, 2), (13, 0, 7)}
+
+  @property
+  def boot_time_tmr(self) -> bool: return self.dev.ips["mp0"] in self.BOOT_TIME_TMR
+  @property
+  def autoload(self) -> bool: return self.dev.ips["mp0"] not in self.NO_AUTOLOAD
+  @property
+  def pmfw_centralized(self) -> bool: return self.dev.ips["mp0"] in self.PMFW_CENTRALIZED
+
+  def tmr_init(self) -> None:
+    """The TOC tells the PSP what it will load and how much TMR that takes; the driver allocates it unless the PSP
+    set its own up at boot (psp_tmr_init)."""
+    if self.boot_time_tmr and not self.autoload: return
     size = F.PSP_TMR_SIZE
     if (toc := self.dev.fw.sos.get(FW_TYPE["PSP_FW_TYPE_PSP_TOC"])) is not None:
       mc = self._copy(toc)
       resp = self.submit("GFX_CMD_ID_LOAD_TOC", "cmd_load_toc", toc_phy_addr_lo=mc & 0xffffffff, toc_phy_addr_hi=mc >> 32, toc_size=len(toc))
       size = resp["tmr_size"] or size
-    if self.tmr is None: self.tmr = self.dev.boot_alloc(size, align=F.PSP_TMR_ALIGNMENT)
-    # PSP 14.0.2/14.0.3 set the TMR up at boot time themselves (amdgpu_psp.c psp_early_init: boot_time_tmr stays true)
-    if self.dev.ips["mp0"][:2] == (14, 0): return
+    if self.tmr is None and not self.boot_time_tmr: self.tmr, self.tmr_size = self.dev.boot_alloc(size, align=F.PSP_TMR_ALIGNMENT), size
+
+  def tmr_load(self) -> None:
+    """SETUP_TMR (psp_tmr_load): the driver's TMR; with a boot-time TMR and no autoload (MI300) the command names no
+    buffer; a boot-time TMR with autoload (MP0 14.0.2/14.0.3) needs no command at all."""
+    if self.boot_time_tmr and self.autoload: return
+    if self.tmr is None:
+      self.submit("GFX_CMD_ID_SETUP_TMR", "cmd_setup_tmr", buf_size=0, bitfield__virt_phy_addr=1)
+      return
     mc = self.dev.gmc.mc(self.tmr)
     pa = self.tmr + self.dev.gmc.vram_base_offset
     self.submit("GFX_CMD_ID_SETUP_TMR", "cmd_setup_tmr", buf_phy_addr_lo=mc & 0xffffffff, buf_phy_addr_hi=mc >> 32,
-                buf_size=size, bitfield__virt_phy_addr=1, system_phy_addr_lo=pa & 0xffffffff, system_phy_addr_hi=pa >> 32)
+                buf_size=self.tmr_size, bitfield__virt_phy_addr=1, system_phy_addr_lo=pa & 0xffffffff,
+                system_phy_addr_hi=pa >> 32)
+
+  def load_smu_firmware(self) -> None:
+    fw = self.dev.fw.smu
+    if fw is None: raise FirmwareError(f"{self.dev.bus}: no SMU firmware was found for MP1 {self.dev.ips['mp1']}")
+    self.load_ip_fw(fw.fw_type, fw.data)
 
   def init_hw(self) -> None:
+    """psp_hw_start: the bootloader stages, the ring, the TMR (the PMFW first where it manages the DF C-states)."""
     self.dev.step("psp: bootloader", self.boot_sos)
     self.dev.step("psp: ring", self.ring_create)
-    self.dev.step("psp: tmr", self.setup_tmr)
-    fw = self.dev.fw
-    assert fw.smu is not None
-    self.dev.step("psp: smu firmware", lambda: self.load_ip_fw(fw.smu.fw_type, fw.smu.data))
+    self.dev.step("psp: tmr", self.tmr_init)
+    if self.pmfw_centralized: self.dev.step("psp: smu firmware", self.load_smu_firmware)
+    self.dev.step("psp: tmr setup", self.tmr_load)
 
-  def load_gfx_firmware(self) -> None:
+  def load_non_psp_firmware(self) -> None:
+    """psp_load_non_psp_fw: the SMU's image first (unless it went before the TMR), then every other image in the
+    order amdgpu loads them, then (with autoload) the RLC boots the engines from them."""
+    if self.autoload and not self.pmfw_centralized: self.load_smu_firmware()
     for u in self.dev.fw.images: self.load_ip_fw(u.fw_type, u.data)
-    self.submit("GFX_CMD_ID_AUTOLOAD_RLC")
+    if self.autoload: self.submit("GFX_CMD_ID_AUTOLOAD_RLC")

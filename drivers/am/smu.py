@@ -12,7 +12,7 @@ from rawgpu.errors import DeviceFault, DeviceTimeout
 
 MSG = F.PPSMC_MSG
 RESULTS = {v: k for k, v in F.PPSMC_RESULT.items()}
-MODE1_RESET_WAIT_S = 0.5       # SMU13_MODE1_RESET_WAIT_TIME_IN_MS
+MODE1_RESET_WAIT_S = {13: 0.5, 14: 1.0}   # SMU13_MODE1_RESET_WAIT_TIME_IN_MS; smu_v14_0_2_ppt.c waits a full second
 
 
 class SMU(Block):
@@ -20,6 +20,7 @@ class SMU(Block):
 
   def init_sw(self) -> None:
     self._version: int | None = None
+    self._fresh = True   # no message sent yet: the response register holds whatever the PMFW or a last owner left there
     self.driver_table = self.dev.boot_alloc(0x4000)
 
   def driver_if(self):
@@ -35,6 +36,9 @@ class SMU(Block):
     elif self.dev.ips["mp1"] == (13, 0, 6): num = getattr(self.driver_if(), msg, None) or F.PPSMC_MSG_13_0_6_AFTER_6_12[msg]
     else: num = MSG[msg] if msg in MSG else getattr(self.driver_if(), msg)
     resp = self.mb(90)
+    if not self._fresh:   # the previous message must have its answer first, or this one would overwrite it (smu_cmn.c)
+      self.dev.wait(lambda: resp.read() != 0, f"the SMU to finish the message before {msg}", timeout=timeout)
+    self._fresh = False
     resp.write(0)
     self.mb(82).write(arg)
     self.mb(66).write(num)
@@ -76,11 +80,17 @@ class SMU(Block):
         raise DeviceFault(f"{self.dev.bus}: the SMU wrote no metrics (AccumulationCounter 0); power-cycle the board")
 
   def mode1_reset(self) -> None:
-    if self.dev.ips["mp1"][0] >= 14:
+    """amdgpu_device_mode1_reset: the configuration header is saved and bus mastering turned off (the board must not
+    DMA while it resets), the SMU resets the ASIC, the header is written back (mastering on again), then the board
+    is out of reset once its straps read back and the sOS is gone."""
+    d = self.dev
+    saved = d.pci.save_config()
+    d.pci.disable_bus_master()
+    if d.ips["mp1"][0] >= 14:
       self.mb(53).write(0); self.mb(75).write(F.DEBUGSMC_MSG_Mode1Reset); self.mb(54).write(0)
     else: self.send(F.PPSMC_MSG_Mode1Reset_V13)
-    time.sleep(self.dev.reset_wait_s if self.dev.reset_wait_s is not None else MODE1_RESET_WAIT_S)
-    # out of reset when the straps read back (amdgpu_device_mode1_reset polls get_memsize) and the sOS is gone
-    d = self.dev
+    time.sleep(d.reset_wait_s if d.reset_wait_s is not None else MODE1_RESET_WAIT_S[d.ips["mp1"][0]])
+    d.pci.restore_config(saved)
+    self._fresh = True
     d.wait(lambda: d.mmio.read(F.RCC_CONFIG_MEMSIZE * 4) not in (0, 0xffffffff) and not d.psp.sos_alive(), "the board to leave mode 1 reset",
            timeout=5.0)

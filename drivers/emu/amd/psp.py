@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes, struct
 from typing import TYPE_CHECKING
 from rawgpu.autogen.amd import psp as G
+from rawgpu.drivers.emu.amd.asic import MP0_HWID
 from rawgpu.drivers.emu.pcibus import BusError
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
@@ -32,7 +33,11 @@ GFX_CMD_ID_SRIOV_SPATIAL_PART = G.GFX_CMD_ID_SRIOV_SPATIAL_PART
 PARTITION_MODE = {1: 0, 2: 1, 3: 2, 4: 3}   # SPX, DPX, TPX, QPX; one partition per XCC is CPX (4)
 CPX_PARTITION_MODE = 4
 TEE_SUCCESS, TEE_ERROR_NOT_SUPPORTED, PSP_ERR_UNKNOWN_COMMAND = G.TEE_SUCCESS, G.TEE_ERROR_NOT_SUPPORTED, G.PSP_ERR_UNKNOWN_COMMAND
-TEE_ERROR_BAD_FORMAT, TEE_ERROR_BAD_PARAMETERS, TEE_ERROR_SECURITY = 0xFFFF0005, 0xFFFF0006, 0xFFFF000F   # GlobalPlatform TEE
+TEE_ERROR_BAD_FORMAT, TEE_ERROR_BAD_PARAMETERS, TEE_ERROR_BAD_STATE, TEE_ERROR_SECURITY = 0xFFFF0005, 0xFFFF0006, 0xFFFF0007, 0xFFFF000F   # GlobalPlatform TEE
+# MP0s whose PMFW manages the DF C-states: the TMR is set up only after the SMU's firmware is loaded (amdgpu_psp.c,
+# psp_check_pmfw_centralized_cstate_management and psp_hw_start). What the part does otherwise is not public; the
+# model refuses the command (TEE_ERROR_BAD_STATE), so a driver that gets the order wrong learns it here.
+PMFW_CENTRALIZED = {(13, 0, 0), (13, 0, 2), (13, 0, 7)}
 SIG = b"$PS1"
 RESP_OFF, CMD_SIZE, FRAME_SIZE = G.psp_gfx_cmd_resp.resp.offset, ctypes.sizeof(G.psp_gfx_cmd_resp), ctypes.sizeof(G.psp_gfx_rb_frame)
 TMR_SIZE, TMR_ALIGN = 0x1000000, 0x100000
@@ -183,6 +188,7 @@ class PSP:
       addr, size = (u[1] << 32) | u[0], u[2]
       if size == 0 and self.b.asic.boot_time_tmr: pass   # keeps the TMR it set up at boot (psp_tmr_load without a buffer)
       elif addr % TMR_ALIGN or size < TMR_SIZE: st = TEE_ERROR_BAD_PARAMETERS
+      elif self.b.asic.version(MP0_HWID) in PMFW_CENTRALIZED and FW_SMU not in self.b.fw_loaded: st = TEE_ERROR_BAD_STATE
       else: self.tmr = (addr, size)
     elif cmd_id == GFX_CMD_ID_DESTROY_TMR: self.tmr = None if not self.b.asic.boot_time_tmr else self.tmr
     elif cmd_id == GFX_CMD_ID_LOAD_IP_FW: st = self._load_ip_fw((u[1] << 32) | u[0], u[2], u[3])
