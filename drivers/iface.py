@@ -3,6 +3,7 @@
 hcq never knows which interface it has: it allocates GPU memory, creates hardware rings and waits, through this.
 """
 from __future__ import annotations
+import platform
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Protocol
 from rawgpu.drivers.mmio import MMIO
@@ -27,7 +28,15 @@ class DeviceProps:
   ip_versions: dict[str, tuple[int, int, int]] = field(default_factory=dict)   # "gc", "sdma", "mmhub", ...
   ip_bases: dict[str, tuple[int, ...]] = field(default_factory=dict)          # register segment bases (dwords) per IP, instance 0
   emulated: bool = False
+  apu: bool = False                    # the GPU shares the CPU's memory (KFD: a node with CPU cores and SIMDs)
   xcc: int | None = None               # MI300 through AM: the XCC this device is (a CPX partition); None: the whole board
+
+
+def hdp_bypassed(p: DeviceProps) -> bool:
+  """An APU on x86-64: the CPU reaches the GPU's memory as its own, not through the HDP, and amdgpu flushes no HDP
+  there, in rings or from the CPU (amdgpu_device_flush_hdp); NBIO 7.7 (Phoenix) has no flush registers in rawgpu's
+  tables, and NBIO 7.11 (Strix) flushes through PF1's."""
+  return p.apu and platform.machine() in ("x86_64", "AMD64")
 
 
 @dataclass

@@ -327,7 +327,7 @@ class _HostOnlyIface:
 def _gfx9_backend(ip_bases: dict):
 
   from rawgpu.hcq.amd.backend import AMDBackend
-  props = SimpleNamespace(ip_versions={"gc": (9, 4, 3), "sdma": (4, 4, 2)}, ip_bases=ip_bases, vram_write_combined=False)
+  props = SimpleNamespace(ip_versions={"gc": (9, 4, 3), "sdma": (4, 4, 2)}, ip_bases=ip_bases, vram_write_combined=False, apu=False)
   return AMDBackend(SimpleNamespace(props=props, iface=_HostOnlyIface()))
 
 

@@ -324,6 +324,43 @@ def test_without_a_remap_page_vram_copies_take_the_copy_engine(system, monkeypat
   finally: dev.close()
 
 
+def test_an_apu_flushes_no_hdp(system, monkeypatch):
+  """An APU node (CPU cores and SIMDs, kfd_topology's APU) on x86-64: amdgpu flushes no HDP there, from the CPU or in
+  a ring (amdgpu_device_flush_hdp), and Phoenix's NBIO 7.7 has no flush registers rawgpu knows: the device opens
+  without an NBIO entry, takes no remap page, and its kernels and copies still see what the CPU wrote."""
+  import platform
+  from rawgpu.drivers.kfd import KFDIface, topology
+  from rawgpu.hcq.device import Device
+  if platform.machine() not in ("x86_64", "AMD64"): pytest.skip("amdgpu skips the HDP flush of APUs on x86-64 only")
+  nodes, discovery = topology.gpu_nodes, topology.ip_discovery
+  def apu_nodes(sysm):
+    out = nodes(sysm)
+    for n in out: n.props = dict(n.props, cpu_cores_count=8)
+    return out
+  def no_nbio(sysm, minor):
+    versions, bases = discovery(sysm, minor)
+    return {k: v for k, v in versions.items() if k != "nbio"}, {k: v for k, v in bases.items() if k != "nbio"}
+  monkeypatch.setattr(topology, "gpu_nodes", apu_nodes)
+  monkeypatch.setattr(topology, "ip_discovery", no_nbio)
+  dev = Device(iface=KFDIface(0, system))
+  try:
+    assert dev.props.apu and dev.iface.hdp is None and dev.iface.flush_hdp() is True
+    assert dev.backend.hdp_flush is None and dev.ring("compute").hw.before_doorbell is None
+    board = next(iter(MACHINES[id(system)].vbus.boards.values()))
+    # (the emulated kernel's own TLB flushes flush the HDP too, as amdgpu's do: only the rings' requests are counted)
+    done = board.nbio.a_done   # each flush a ring requests reads back here
+    board.regs.vals[done] = 0
+    buf, out = dev.alloc(4096, cpu_access=True), dev.alloc(4096)
+    new = np.arange(1024, dtype=np.uint32) * 3
+    np.frombuffer(buf.cpu(), np.uint32)[:] = new
+    code = kernels.path(dev.props.arch, "copy").read_bytes()
+    dev.compute_queue().memory_barrier().submit(dev)
+    dev.program(code, "copy_u32")(buf, out, 1024, global_size=16, local_size=64, wait=True)
+    dev.copy_queue().memory_barrier().submit(dev)
+    assert np.array_equal(out.numpy(np.uint32), new) and board.regs.vals[done] == 0   # no ring asked for a flush
+  finally: dev.close()
+
+
 def test_userptr_memory_reaches_the_gpu(dev):
   # host memory the process already has, registered with USERPTR; the copy engine reads it by its GPU VA
   from rawgpu.hcq.buffer import Buffer

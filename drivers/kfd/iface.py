@@ -9,7 +9,7 @@ import atexit, ctypes, errno, math, os, weakref
 from typing import Literal
 from rawgpu.autogen import kfd
 from rawgpu.drivers.cpufence import fences_or_none
-from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
+from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps, hdp_bypassed
 from rawgpu.drivers.kfd import topology
 from rawgpu.drivers.kfd.sizes import PAGE, QueueSizes, align, queue_sizes
 from rawgpu.drivers.system import SYSTEM, System
@@ -141,7 +141,8 @@ class KFDIface(PeerMaps):
                              wave_size=p.get("wave_front_size", 32) or 32, lds_size=p.get("lds_size_in_kb", 64) << 10,
                              vram_size=topology.vram_size(n), bar_size=topology.bar_size(n),
                              vram_write_combined=True,   # amdgpu maps VRAM BOs write-combined (cached where xGMI joins it to the CPU)
-                             ip_versions=versions, ip_bases=bases, emulated=emulated)
+                             ip_versions=versions, ip_bases=bases, emulated=emulated,
+                             apu=p.get("cpu_cores_count", 0) > 0 and p.get("simd_count", 0) > 0)   # kfd_topology's APU node
     # amdgpu maps VRAM write-combined: the CPU's reads of it after a signal need a load fence, a signal set after its
     # writes a store fence; where there are none, alloc refuses VRAM with a CPU view, and there is nothing to fence
     fences, self.no_fence = fences_or_none()
@@ -152,6 +153,7 @@ class KFDIface(PeerMaps):
   def _setup_hdp(self) -> None:
     # the HDP flush register page (MMIO_REMAP): CPU writes to VRAM through the BAR reach the GPU once it is written
     self.hdp = None
+    if hdp_bypassed(self.props): return   # an x86-64 APU: the CPU writes the GPU's memory directly
     try: self.hdp = self._alloc(PAGE, F.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP | F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT,
                                 cpu=True, host=False, map_gpu=False, exact=True)
     except IoctlError as e:
@@ -160,7 +162,7 @@ class KFDIface(PeerMaps):
   def flush_hdp(self) -> bool:
     """Make CPU writes to VRAM visible to the GPU (HDP_MEM_FLUSH_CNTL in the remapped page); False where the kernel
     gave no remap page."""
-    if self.hdp is None: return False
+    if self.hdp is None: return hdp_bypassed(self.props)
     self.hdp.cpu.write(HDP_MEM_FLUSH_CNTL, 0)
     return True
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 from rawgpu.autogen.regs import ip_regs
+from rawgpu.drivers.iface import hdp_bypassed
 from rawgpu.errors import RawGPUError
 from rawgpu.hcq.amd import pm4
 from rawgpu.hcq.amd.queues import AMDComputeQueue, AMDCopyQueue
@@ -83,11 +84,13 @@ class AMDBackend:
     if (wake := getattr(dev.iface, "wake", None)) is not None: self.wake = wake
     # the compute barrier flushes the HDP in the stream (NBIO's request/done pair, MEC1 pipe 0's bit), so what the CPU
     # wrote into VRAM after a submit, behind a signal the queue waits on, is what the kernels after the barrier read
-    nbio_version = p.ip_versions.get("nbio", pm4.NBIO_HDP_VERSION if self.gfx < 10 else None)
-    if "nbio" not in p.ip_bases or nbio_version is None:
-      raise RawGPUError(f"{dev}: the interface reported no NBIO register base and version (the barrier's HDP flush needs them)")
-    self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0, nbio_version=nbio_version)
-    self.sdma_hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], nbio_version=nbio_version, sdma_engine=0)   # the copy queue's barrier
+    self.hdp_flush = self.sdma_hdp_flush = None
+    if not hdp_bypassed(p):
+      nbio_version = p.ip_versions.get("nbio", pm4.NBIO_HDP_VERSION if self.gfx < 10 else None)
+      if "nbio" not in p.ip_bases or nbio_version is None:
+        raise RawGPUError(f"{dev}: the interface reported no NBIO register base and version (the barrier's HDP flush needs them)")
+      self.hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], me=1, pipe=0, nbio_version=nbio_version)
+      self.sdma_hdp_flush = pm4.hdp_flush_regs(p.ip_bases["nbio"], nbio_version=nbio_version, sdma_engine=0)   # the copy queue's barrier
     self.timestamp_hz = 100_000_000  # the GPU's 100 MHz reference clock counts RELEASE_MEM timestamps
     self.kernargs = KernargRing(dev, KERNARG_RING)
     self.cpu_flush = dev.iface.flush_hdp()   # False: a KFD kernel without a remap page (64 KiB pages) leaves the CPU no way
@@ -101,7 +104,7 @@ class AMDBackend:
   def ring_prefix(self, engine: str) -> list[int] | None:
     """Packets every submission on the engine's ring starts with: where the CPU cannot flush the HDP before the
     doorbell, the engine flushes it first thing, so what cpu() wrote into VRAM before the submit is what it reads."""
-    if self.cpu_flush: return None
+    if self.cpu_flush or self.hdp_flush is None: return None
     if engine == "compute": return pm4.hdp_flush(*self.hdp_flush, gen=self.gfx)
     from rawgpu.hcq.amd import sdma
     return sdma.hdp_flush(*self.sdma_hdp_flush, version=self.sdma_version)

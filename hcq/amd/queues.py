@@ -154,7 +154,8 @@ class AMDCopyQueue(HWQueue):
     """Flush the HDP (SDMA 0's request bit), so the copies after read what the CPU wrote into VRAM through cpu()
     after the submit, behind a signal the queue waits on."""
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.hdp_flush, *self.be.sdma_hdp_flush, version=self.be.sdma_version)
+    if (hdp := self.be.sdma_hdp_flush) is None: return self   # an APU: nothing between the CPU and memory to flush
+    return self._add(sdma.hdp_flush, *hdp, version=self.be.sdma_version)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
     """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address)."""
