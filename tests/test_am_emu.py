@@ -371,6 +371,8 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
     m = it.dev.gfx.build_mqd(q)
     mqd_control, persistent = regs.reg("gc", "regCP_MQD_CONTROL"), regs.reg("gc", "regCP_HQD_PERSISTENT_STATE")
     assert mqd_control.decode(m.cp_mqd_control)["PRIV_STATE"] == 1 and persistent.decode(m.cp_hqd_persistent_state)["PRELOAD_REQ"] == 1
+    # the queue control from regCP_HQD_PQ_CONTROL_DEFAULT (0x00308509): MIN_AVAIL_SIZE 3, then the queue's own fields
+    assert regs.reg("gc", "regCP_HQD_PQ_CONTROL").decode(m.cp_hqd_pq_control)["MIN_AVAIL_SIZE"] == 3
     intr = regs.reg(nb, "regBIF_BX0_INTERRUPT_CNTL").decode(regs.get(nb, "regBIF_BX0_INTERRUPT_CNTL"))
     assert (intr["IH_DUMMY_RD_OVERRIDE"], intr["IH_DUMMY_RD_EN"], intr["IH_REQ_NONSNOOP_EN"]) == (1, 0, 1)
     assert it.dev.pci.config_read(PCI_COMMAND, 2) & PCI_COMMAND_INTX_DISABLE

@@ -214,8 +214,11 @@ class GFX(Block):
     order = dict(UNORD_DISPATCH=0, ROQ_PQ_IB_FLIP=0) if self.dev.gc9 else dict(UNORD_DISPATCH=1, TUNNEL_DISPATCH=0)
     # AM's own rings are the kernel's (privileged); a process's queue is not (amdkfd's init_mqd: only the HIQ is)
     kernel = int(q.user is None)
+    # a kernel queue starts from the register's reset value (amdgpu's regCP_HQD_PQ_CONTROL_DEFAULT on gfx11/12: fetch
+    # once 3 units are free, MIN_AVAIL_SIZE); amdkfd builds a process's from zero
+    avail = dict(MIN_AVAIL_SIZE=3) if kernel and not self.dev.gc9 else {}
     m.cp_hqd_pq_control = gc("regCP_HQD_PQ_CONTROL").encode(QUEUE_SIZE=(q.size // 4).bit_length() - 2,
-      RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, PRIV_STATE=kernel, KMD_QUEUE=kernel, **order)
+      RPTR_BLOCK_SIZE=(0x1000 // 4).bit_length() - 2, PRIV_STATE=kernel, KMD_QUEUE=kernel, **order, **avail)
     m.cp_hqd_pq_rptr_report_addr_lo, m.cp_hqd_pq_rptr_report_addr_hi = rptr & 0xfffffffc, (rptr >> 32) & 0xffff
     m.cp_hqd_pq_wptr_poll_addr_lo, m.cp_hqd_pq_wptr_poll_addr_hi = poll & 0xfffffffc, (poll >> 32) & 0xffff
     m.cp_hqd_pq_doorbell_control = gc("regCP_HQD_PQ_DOORBELL_CONTROL").encode(DOORBELL_OFFSET=q.doorbell, DOORBELL_EN=1)
