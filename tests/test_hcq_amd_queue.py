@@ -66,6 +66,17 @@ def test_signal_and_wait_slots():
   assert pm4.decode_pm4(q.words())[1].words[5:7] == [5, 2]
 
 
+@pytest.mark.parametrize("version", [(6, 0), (7, 0), (4, 4)])
+def test_copy_timestamp_waits_for_the_copies_before(version):
+  """A NOP, which makes SDMA wait for its pending copies (Mesa's ac_emit_sdma_nop), goes before every timestamp."""
+  from rawgpu.hcq.amd import sdma
+  from rawgpu.hcq.amd.queues import AMDCopyQueue
+  be = SimpleNamespace(sdma_version=version)
+  q = AMDCopyQueue(be).copy(0x10_0000, 0x20_0000, 4096).timestamp(0x5000_0048)
+  names = [p.name for p in sdma.decode_sdma(q.words(), version)]
+  assert names[-2:] == ["NOP", "TIMESTAMP_GET_GLOBAL"] and "COPY_LINEAR" in names
+
+
 def test_user_data_order_with_dispatch_ptr_and_id():
   prg = SimpleNamespace(user_sgprs=[("user_sgpr_dispatch_ptr", 0, 2), ("user_sgpr_kernarg_segment_ptr", 2, 2), ("user_sgpr_dispatch_id", 4, 2)])
   assert _user_data(prg, 0xaaaa_0000_1111, 0xbbbb_0000_2222, 0xcccc_0000_3333) == [0x2222, 0xbbbb, 0x1111, 0xaaaa, 0x3333, 0xcccc]

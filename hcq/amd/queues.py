@@ -158,6 +158,9 @@ class AMDCopyQueue(HWQueue):
     return self._add(sdma.hdp_flush, *hdp, version=self.be.sdma_version)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
-    """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address)."""
+    """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address). The
+    NOP before it is what makes the engine wait for its copies in flight (Mesa's ac_emit_sdma_nop): without it the
+    stamp after a copy could be taken while the copy still writes."""
     from rawgpu.hcq.amd import sdma
+    self._add(sdma.nop, version=self.be.sdma_version)
     return self._add(sdma.timestamp, addr=signal if isinstance(signal, (int, Var)) else signal.timestamp_va, version=self.be.sdma_version)
