@@ -417,6 +417,19 @@ def test_firmware_processor_failures(fw, board, kind, err, match):
   it.close()
 
 
+def test_a_psp_status_left_on_commands_that_worked_is_a_warning(fw, board, capfd):
+  """Some PSP firmware leaves a non-zero status on commands it carried out; amdgpu warns and goes on
+  (psp_cmd_submit_buf), and so does AM: the board boots, and each such answer is said."""
+  vb, bus, b, fake = board
+  b.inject("psp_stale_status")
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert it.dev.psp.rejected and all("status 0x1" in r for r in it.dev.psp.rejected)
+    assert "warning: PSP answered GFX_CMD_ID_LOAD_TOC with status 0x1" in capfd.readouterr().err
+    it.create_ring("compute", 0x1000)
+  finally: it.close()
+
+
 @pytest.mark.parametrize("arch,cus", [("gfx1100", 84), ("gfx1201", 56)])
 def test_harvested_board_reports_the_cus_that_work(fw, arch, cus):
   """A board with WGPs fused off (as an RX 7900 XT is a Navi31 with 42 of its 48): AM counts the CUs through

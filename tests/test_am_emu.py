@@ -166,6 +166,19 @@ def test_injected_firmware_failures(board, kind, err):
   it.close()
 
 
+def test_a_psp_that_leaves_a_status_on_commands_that_worked_still_boots(board):
+  """amdgpu warns about a non-zero PSP status and goes on (psp_cmd_submit_buf: some PSP firmware leaves one); AM
+  does too, and a kernel then runs on the board it booted."""
+  vb, bus, b = board
+  b.inject("psp_stale_status")
+  it = AMIface(bus, vb.system, **FAST)
+  try:
+    assert it.dev.psp.rejected and len(it.dev.psp.rejected) == sum(1 for k, _, st in b.psp.log if k == "cmd" and st)
+    ring = it.create_ring("compute", 0x1000)
+    assert ring.kind == "compute"
+  finally: it.close()
+
+
 def _submit(ring, words):
   for i, w in enumerate(words): ring.ring.cpu.write(4 * i, w)
   ring.write_ptr[0] = len(words); ring.before_doorbell(); ring.doorbell[0] = len(words)

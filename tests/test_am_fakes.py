@@ -92,7 +92,7 @@ class FakeFirmware:
       if hasattr(self.b, "gfx"): self.b.gfx.autoload(types, need)
       elif need <= types:
         self.r.set("gc", "regRLC_RLCS_BOOTLOAD_STATUS", self.r.reg("gc", "regRLC_RLCS_BOOTLOAD_STATUS").encode(BOOTLOAD_COMPLETE=1))
-    return 0
+    return 0x1 if "psp_stale_status" in self.b.faults else 0   # done, yet a status left in the field (psp_cmd_submit_buf)
 
   # ---- SMU mailbox
   def _smu(self, a: int, v: int) -> None:

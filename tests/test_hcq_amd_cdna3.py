@@ -310,9 +310,9 @@ def test_copy_queue_emits_sdma4():
   assert w == (sdma.poll_regmem(sig.va, 3, function=PollFunction.GREATER_EQUAL, version=V44)
                + sdma.copy_linear(0x1000, 0x9_0000_0000, 0x400000 + 100, V44) + sdma.fence(sig.va, 9, version=V44)
                + sdma.fence(sig.va + 4, 1, version=V44)   # the high dword of the 64-bit value
-               + sdma.trap(version=V44) + sdma.timestamp(sig.timestamp_va, version=V44))
+               + sdma.trap(version=V44) + sdma.nop(version=V44) + sdma.timestamp(sig.timestamp_va, version=V44))
   assert [p.name for p in sdma.decode_sdma(w, V44)] == ["POLL_REGMEM", "COPY_LINEAR", "COPY_LINEAR", "FENCE", "FENCE", "TRAP",
-                                                       "TIMESTAMP_GET_GLOBAL"]
+                                                       "NOP", "TIMESTAMP_GET_GLOBAL"]
 
 
 class _HostOnlyIface:

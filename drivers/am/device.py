@@ -22,7 +22,7 @@ from rawgpu.drivers.cpufence import fences_or_none
 from rawgpu.drivers.mmio import MMIO
 from rawgpu.drivers.pci import PCIDevice
 from rawgpu.drivers.system import SYSTEM, System
-from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, RawGPUError
+from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, FirmwareError, RawGPUError
 
 BOOT_MARKER = 0x72670001        # "rg" + version: written to GC SCRATCH_REG7 by a clean fini
 RESERVED_TOP = 16 << 20         # top of VRAM left alone: discovery and the firmware's own reservations
@@ -196,6 +196,9 @@ class AMDevice:
         if self.pci.config_read(0, 2) == 0xffff:
           raise DeviceNotFound(f"{self.bus}: the board no longer answers (config space reads all ones) while waiting for {what}: "
                                "it was removed or fell off the bus")
+        if hasattr(self, "psp") and (rejected := self.psp.rejected):
+          raise FirmwareError(f"{self.bus}: timed out waiting for {what}, after the PSP rejected {'; '.join(rejected)}: the firmware "
+                              f"does not match this board ({self.fw_hint()})")
         raise DeviceTimeout(f"{self.bus}: timed out waiting for {what}; the board may be hung: rawgpu resets it on the next open "
                             "(RAWGPU_AM_RESET=1 forces it)")
       spins += 1

@@ -25,6 +25,7 @@ PSP_FW_TYPE = {k: getattr(_U, k) for k in dir(_U) if k.startswith("PSP_FW_TYPE_P
 # ---- psp_gfx_if.h: ring control, GPCOM commands, firmware types, command buffer and ring frame
 GFX_CTRL_CMD_ID_DESTROY_RINGS = _P.GFX_CTRL_CMD_ID_DESTROY_RINGS
 GFX_FLAG_RESPONSE = _P.GFX_FLAG_RESPONSE
+PSP_ERR_UNKNOWN_COMMAND = _P.PSP_ERR_UNKNOWN_COMMAND
 PSP_GFX_CMD_BUF_VERSION = _P.PSP_GFX_CMD_BUF_VERSION
 GFX_CMD_ID = {k: getattr(_P, k) for k in dir(_P) if k.startswith("GFX_CMD_ID_")}
 GFX_FW_TYPE = {k: getattr(_P, k) for k in dir(_P) if k.startswith("GFX_FW_TYPE_")}

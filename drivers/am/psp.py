@@ -6,7 +6,7 @@ the PMFW manages the DF C-states), then load the SMU's and every GFX and SDMA im
 AUTOLOAD_RLC so the RLC boots the CP, IMU and SDMA engines.
 """
 from __future__ import annotations
-import ctypes, struct, time
+import ctypes, struct, sys, time
 from rawgpu.drivers.am import facts as F
 from rawgpu.drivers.am.block import Block
 from rawgpu.errors import DeviceTimeout, FirmwareError
@@ -21,6 +21,13 @@ BL_ORDER = (("PSP_FW_TYPE_PSP_KDB", "PSP_BL__LOAD_KEY_DATABASE"), ("PSP_FW_TYPE_
             ("PSP_FW_TYPE_PSP_RAS_DRV", "PSP_BL__LOAD_RASDRV"), ("PSP_FW_TYPE_PSP_IPKEYMGR_DRV", "PSP_BL__LOAD_IPKEYMGRDRV"))
 
 
+def is_rejection(status: int) -> bool:
+  """A status that says the PSP refused the command: a GlobalPlatform TEE error (0xFFFF00xx: TEE_ERROR_SECURITY for a
+  bad signature, TEE_ERROR_NOT_SUPPORTED, ...) or psp_gfx_if.h's PSP_ERR_UNKNOWN_COMMAND. Any other value is taken as
+  the status some PSP firmware leaves on commands that worked."""
+  return status >> 8 == 0xFFFF00 or status == F.PSP_ERR_UNKNOWN_COMMAND
+
+
 class PSP(Block):
   name = "psp"
 
@@ -33,6 +40,7 @@ class PSP(Block):
     self.tmr: int | None = None   # the TMR the driver allocated (none where the PSP set one up at boot)
     self.tmr_size = 0
     self.fence_value = 0
+    self.rejected: list[str] = []   # commands the PSP answered with a non-zero status (submit)
 
   def msg(self, n: int):
     name = f"regMP0_SMN_C2PMSG_{n}"
@@ -118,10 +126,14 @@ class PSP(Block):
     d.wait(lambda: struct.unpack("<I", fence)[0] == self.fence_value, f"PSP command {cmd_id}", timeout=5.0)
     d.read_fence()   # the response, read after the fence that says it is written
     resp = F.PSP_RESP.parse(bytes(d.vram(self.cmd + F.PSP_CMD.resp.offset, F.PSP_RESP.size)))
-    if resp["status"] != 0:
+    if (st := resp["status"]) != 0:
       what = f" (firmware type {fields['fw_type']})" if "fw_type" in fields else ""
-      raise FirmwareError(f"{d.bus}: PSP rejected {cmd_id}{what} with status {resp['status']:#x}; "
-                          f"the firmware does not match this board ({self.dev.fw_hint()})")
+      if is_rejection(st):
+        raise FirmwareError(f"{d.bus}: PSP rejected {cmd_id}{what} with status {st:#x}; the firmware does not match this board ({self.dev.fw_hint()})")
+      # amdgpu only warns about a status (psp_cmd_submit_buf): some PSP firmware leaves one on commands that worked. If
+      # the engines then never start, that error names what the PSP answered here (AMDevice.wait).
+      self.rejected.append(f"{cmd_id}{what}: status {st:#x}")
+      print(f"am {d.bus}: warning: PSP answered {cmd_id}{what} with status {st:#x}; going on, as amdgpu does", file=sys.stderr)
     return resp
 
   def _copy(self, data: bytes) -> int:

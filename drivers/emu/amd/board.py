@@ -319,10 +319,11 @@ class AMDBoard:
 
   # ---- test-only fault injection
   def inject(self, kind: str, **kw: Any) -> None:
-    """Make the board misbehave the way real boards do. Kinds: psp_timeout, psp_error(status=), smu_timeout,
+    """Make the board misbehave the way real boards do. Kinds: psp_timeout, psp_error(status=), psp_stale_status (the
+    PSP carries commands out but leaves a non-zero status, which amdgpu's psp_cmd_submit_buf tolerates), smu_timeout,
     smu_error(response=), hung_queue(engine="compute"|"sdma"), page_fault(va=), surprise_removal, and
     sdma_reset_stuck (MI300: the SMU resets an SDMA engine, whose microengine then stays halted)."""
-    known = {"psp_timeout", "psp_error", "smu_timeout", "smu_error", "hung_queue", "page_fault", "surprise_removal", "sdma_reset_stuck"}
+    known = {"psp_timeout", "psp_error", "psp_stale_status", "smu_timeout", "smu_error", "hung_queue", "page_fault", "surprise_removal", "sdma_reset_stuck"}
     if kind not in known: raise ValueError(f"unknown fault {kind!r}; known: {', '.join(sorted(known))}")
     if kind == "surprise_removal": self.removed = True
     self.faults[kind] = kw or True

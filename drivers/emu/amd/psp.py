@@ -38,6 +38,7 @@ TEE_ERROR_BAD_FORMAT, TEE_ERROR_BAD_PARAMETERS, TEE_ERROR_BAD_STATE, TEE_ERROR_S
 # psp_check_pmfw_centralized_cstate_management and psp_hw_start). What the part does otherwise is not public; the
 # model refuses the command (TEE_ERROR_BAD_STATE), so a driver that gets the order wrong learns it here.
 PMFW_CENTRALIZED = {(13, 0, 0), (13, 0, 2), (13, 0, 7)}
+STALE_STATUS = 0x1   # what the psp_stale_status fault leaves in a response (the value such firmware leaves is not public)
 SIG = b"$PS1"
 RESP_OFF, CMD_SIZE, FRAME_SIZE = G.psp_gfx_cmd_resp.resp.offset, ctypes.sizeof(G.psp_gfx_cmd_resp), ctypes.sizeof(G.psp_gfx_rb_frame)
 TMR_SIZE, TMR_ALIGN = 0x1000000, 0x100000
@@ -197,6 +198,7 @@ class PSP:
     elif cmd_id in (GFX_CMD_ID_LOAD_TA, GFX_CMD_ID_LOAD_ASD): st = TEE_SUCCESS
     elif cmd_id == GFX_CMD_ID_SRIOV_SPATIAL_PART and len(self.b.xccs) > 1: st = self.spatial_partition(u[0])
     else: st = TEE_ERROR_NOT_SUPPORTED
+    if st == TEE_SUCCESS and "psp_stale_status" in self.b.faults: st = STALE_STATUS   # done, yet the field not cleared
     self.log.append(("cmd", cmd_id, st))
     return st, extra
 
