@@ -359,7 +359,7 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
   (lo >> 2 | hi << 30, hi >> 2) then taken at a pipe reset; the golden settings; GC's S2A doorbell routes (gc_doorbell_init's 0x30000007 and
   0x3000000d); CP_PQ_STATUS.DOORBELL_ENABLE (kiq_init_register); the queue's MQD with PRIV_STATE and PRELOAD_REQ (the
   registers' defaults, amdkfd's init_mqd); the hubs' fault settings and the MM hub's private invalidation; no IH dummy reads and non-snooped requests for a VRAM ring (nbio_v4_3_ih_control's
-  comments); INTx off in the PCI command register (AM polls)."""
+  comments); IH_RB_CNTL read-modify-written; INTx off in the PCI command register (AM polls)."""
   import ctypes, os
   from rawgpu.autogen.amd import ucode
   from rawgpu.drivers.pci import PCI_COMMAND, PCI_COMMAND_INTX_DISABLE
@@ -368,9 +368,13 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
   with open(os.path.join(firmware_dir, f"gc_{gc_ver}_mec.bin"), "rb") as f: hdr = ucode.gfx_firmware_header_v2_0.from_buffer_copy(f.read(ctypes.sizeof(ucode.gfx_firmware_header_v2_0)))
   start = (hdr.ucode_start_addr_lo >> 2 | hdr.ucode_start_addr_hi << 30) & 0xffffffff
   start_hi = hdr.ucode_start_addr_hi >> 2
+  ih_cntl = b.regs.reg("osssys", "regIH_RB_CNTL")
+  b.regs.set("osssys", "regIH_RB_CNTL", ih_cntl.encode(RB_USED_INT_THRESHOLD=5))   # a field AM does not set: ih_v6_0 keeps it (RMW)
   it = AMIface(bus, vb.system, **FAST)
   try:
     g, regs = b.gfx, b.regs
+    ih = ih_cntl.decode(regs.get("osssys", "regIH_RB_CNTL"))
+    assert (ih["RB_USED_INT_THRESHOLD"], ih["RB_ENABLE"], ih["MC_SPACE"]) == (5, 1, 4)
     a_hi = regs.addr("gc", "regCP_MEC_RS64_PRGRM_CNTR_START_HI")
     assert [(g.pc_banks[p][g.a_pc_start], g.pc_banks[p][a_hi]) for p in range(4)] == [(start, start_hi)] * 4
     assert g.pipe_started == [True] * len(g.pipes)

@@ -39,8 +39,8 @@ class IH(Block):
     mc = d.gmc.mc(self.ring)
     r("regIH_RB_BASE").write(mc >> 8)
     r("regIH_RB_BASE_HI").write((mc >> 40) & 0xff)
-    cntl = r("regIH_RB_CNTL")
-    cntl.write(cntl.reg.modify(0, MC_SPACE=4, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=1, RB_SIZE=(RING_SIZE // 4).bit_length() - 1,
+    cntl = r("regIH_RB_CNTL")   # read-modify-write (ih_v6_0_enable_ring), off while it is programmed (toggle_interrupts)
+    cntl.write(cntl.reg.modify(cntl.read(), RB_ENABLE=0, ENABLE_INTR=0, MC_SPACE=4, WPTR_OVERFLOW_CLEAR=1, WPTR_OVERFLOW_ENABLE=1, RB_SIZE=(RING_SIZE // 4).bit_length() - 1,
                                WPTR_WRITEBACK_ENABLE=1, MC_SNOOP=1, MC_RO=0, MC_VMID=0, RPTR_REARM=0))
     wb = d.gmc.mc(self.wptr_wb)
     d.vram(self.wptr_wb, 4)[:] = bytes(4)   # a board not reset since its last owner keeps that owner's write pointer here
