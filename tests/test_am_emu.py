@@ -179,6 +179,25 @@ def test_a_psp_that_leaves_a_status_on_commands_that_worked_still_boots(board):
   finally: it.close()
 
 
+def test_vram_at_a_gpu_physical_offset(board):
+  """A board whose VRAM starts at a GPU physical offset (MC_VM_FB_OFFSET, in both hubs, as an XGMI node's segment
+  is): every PTE and every PDE names VRAM by that address (vram_base_offset, amdgpu_gmc_get_pde_for_bo), so the
+  hub's walk reaches the tables and the kernel code, and a kernel's stores land in the buffer."""
+  import numpy as np
+  from rawgpu import kernels
+  from rawgpu.hcq.device import Device
+  vb, bus, b = board
+  for hub in (b.gmc.gc, b.gmc.mm): b.regs.vals[hub.a_fb_off] = 0x40   # 1 GiB, in 16 MiB units
+  dev = Device(iface=AMIface(bus, vb.system, **FAST))
+  try:
+    assert dev.iface.dev.gmc.vram_base_offset == 1 << 30
+    buf = dev.alloc(4096)
+    buf.copyin(np.arange(1024, dtype=np.uint32))
+    dev.program(kernels.path(b.arch, "fill").read_bytes(), "fill_u32")(buf, 7, 16, global_size=(1, 1, 1), local_size=(16, 1, 1), wait=True)
+    assert np.array_equal(buf.numpy(np.uint32), np.r_[np.full(16, 7), np.arange(16, 1024)].astype(np.uint32))
+  finally: dev.close()
+
+
 def _submit(ring, words):
   for i, w in enumerate(words): ring.ring.cpu.write(4 * i, w)
   ring.write_ptr[0] = len(words); ring.before_doorbell(); ring.doorbell[0] = len(words)

@@ -34,24 +34,28 @@ def _board(arch: str):
   except Exception as e: pytest.skip(f"the emulated {arch} board does not build yet: {e}")
 
 
+@pytest.mark.parametrize("fb_offset", [0, 1 << 30])
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx1201", "gfx942"])
-def test_page_tables_walked_by_the_board(arch):
+def test_page_tables_walked_by_the_board(arch, fb_offset):
   """gfx942 (MI300): gmc_v9_0's "translate further": hardware depth 2 with block size 9, PDB0 entries pointing at a
-  PTB marked PTE_TF, PDB1 entries PDE_BFS(9), 2 MiB pages as PDB0 entries without TF."""
+  PTB marked PTE_TF, PDB1 entries PDE_BFS(9), 2 MiB pages as PDB0 entries without TF. fb_offset: VRAM at a GPU
+  physical offset (MC_VM_FB_OFFSET): the base, every PDE and every VRAM PTE name it by that address."""
   b = _board(arch)
   r, hub = b.regs, b.gmc.gc
+  r.vals[hub.a_fb_off] = fb_offset >> 24
   nxt = [64 << 20]
   def alloc() -> int:
     nxt[0] += mm.PAGE
     return nxt[0]
   gfx9 = arch == "gfx942"
-  pt = mm.PageTables(lambda p, s: b.vram[p:p + s], alloc, lambda p: None, mm.PTEFlags(gfx12=arch.startswith("gfx12"), gfx9=gfx9))
+  pt = mm.PageTables(lambda p, s: b.vram[p:p + s], alloc, lambda p: None, mm.PTEFlags(gfx12=arch.startswith("gfx12"), gfx9=gfx9),
+                     phys_offset=fb_offset)
   # VMID 0 of the GC hub as AM's GMC programs it: range, root, 4 levels (gfx9: 3 and the last translating further)
   vm = "regVM_CONTEXT0_" if gfx9 else "regGCVM_CONTEXT0_"
   def w64(lo, hi, v): r.set("gc", f"{vm}{lo}", v & 0xffffffff); r.set("gc", f"{vm}{hi}", v >> 32)
   w64("PAGE_TABLE_START_ADDR_LO32", "PAGE_TABLE_START_ADDR_HI32", mm.VA_BASE >> 12)
   w64("PAGE_TABLE_END_ADDR_LO32", "PAGE_TABLE_END_ADDR_HI32", (mm.VA_BASE + mm.VA_SIZE - 1) >> 12)
-  w64("PAGE_TABLE_BASE_ADDR_LO32", "PAGE_TABLE_BASE_ADDR_HI32", pt.root | 1)
+  w64("PAGE_TABLE_BASE_ADDR_LO32", "PAGE_TABLE_BASE_ADDR_HI32", (pt.root + fb_offset) | 1)
   depth = dict(PAGE_TABLE_DEPTH=mm.LEVELS - 2, PAGE_TABLE_BLOCK_SIZE=9) if gfx9 else dict(PAGE_TABLE_DEPTH=mm.LEVELS - 1)
   r.set("gc", f"{vm}CNTL", r.reg("gc", f"{vm}CNTL").encode(ENABLE_CONTEXT=1, **depth))
   rng = random.Random(arch)
@@ -61,7 +65,7 @@ def test_page_tables_walked_by_the_board(arch):
     va = mm.round_up(va, 1 << 21) + rng.choice([0, 0x1000, 1 << 21])
     host = i % 3 == 2
     if host: chunks = [(0x2_0000_0000 + rng.randrange(1 << 20) * mm.PAGE, mm.PAGE) for _ in range(size // mm.PAGE)]
-    else: chunks = [(rng.randrange(1, 24) << 21, size)]
+    else: chunks = [((rng.randrange(1, 24) << 21) + fb_offset, size)]
     maps.append(pt.map(va, chunks, system=host, snooped=host))
     va += size
   assert any(m.huge for m in maps)
@@ -70,7 +74,7 @@ def test_page_tables_walked_by_the_board(arch):
     for addr, size in m.chunks:
       for off in range(0, size, 3 * mm.PAGE):
         kind, phys = hub.page(0, pos + off, False)
-        assert (kind, phys) == ((1, addr + off) if m.system else (0, addr + off)), hex(pos + off)
+        assert (kind, phys) == ((1, addr + off) if m.system else (0, addr + off - fb_offset)), hex(pos + off)
         assert pt.translate(pos + off + 0x123) == addr + off + 0x123
       pos += size
   with pytest.raises(RawGPUError): pt.map(maps[0].va, [(0, mm.PAGE)])   # already mapped

@@ -33,6 +33,7 @@ class GMC(Block):
     self.fb_base = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_BASE").read() & 0xffffff) << 24
     self.fb_top = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_TOP").read() & 0xffffff) << 24
     self.vram_base_offset = (self.reg("mmhub", f"{pfx}MC_VM_FB_OFFSET").read() & 0xffffff) << 24
+    d.pt.phys_offset = self.vram_base_offset   # the page tables' PDEs name their tables by it too
     self.scratch_page = d.boot_alloc(mm.PAGE)     # where unmapped system-aperture accesses land
     self.dummy_page = d.boot_alloc(mm.PAGE)       # where faulting accesses are redirected
     self.hub_ready = {"GC": False, "MM": False}

@@ -110,11 +110,14 @@ class Mapping:
 
 
 class PageTables:
-  """Page tables in VRAM. `mem(paddr, size)` gives a CPU view of VRAM (BAR0); tables live in `alloc`ed pages."""
+  """Page tables in VRAM. `mem(paddr, size)` gives a CPU view of VRAM (BAR0); tables live in `alloc`ed pages.
+  `phys_offset` is VRAM's GPU physical address (MC_VM_FB_OFFSET, the XGMI node's segment): a PDE names the next
+  table by it, as amdgpu_gmc_get_pde_for_bo adds vram_base_offset."""
   def __init__(self, mem: Callable[[int, int], memoryview], alloc: Callable[[], int], free: Callable[[int], None], flags: PTEFlags,
-               root: int | None = None, base: int = VA_BASE):
+               root: int | None = None, base: int = VA_BASE, phys_offset: int = 0):
     self.mem, self._alloc, self._free, self.flags = mem, alloc, free, flags
     self.base = base   # the VA the tables start at (their context's START address)
+    self.phys_offset = phys_offset
     self.root = root if root is not None else self._new_table()
 
   def _new_table(self) -> int:
@@ -134,11 +137,13 @@ class PageTables:
       if not e & F.AMDGPU_PTE_VALID:
         if not create: return None
         nt = self._new_table()
-        ents[idx] = nt | F.AMDGPU_PTE_VALID | self.flags.table(lv)
+        ents[idx] = (nt + self.phys_offset) | F.AMDGPU_PTE_VALID | self.flags.table(lv)
         e = ents[idx]
       elif self.flags.is_huge(e, lv): raise RawGPUError(f"GPU VA {va:#x}: already covered by a huge page at level {lv}")
-      table = e & ADDR_MASK
+      table = self._table_of(e)
     return table
+
+  def _table_of(self, pde: int) -> int: return (pde & ADDR_MASK) - self.phys_offset   # the VRAM offset of the table a PDE names
 
   def map(self, va: int, chunks: list[tuple[int, int]], *, system: bool = False, snooped: bool = False, uncached: bool = False,
           writeable: bool = True, executable: bool = True) -> Mapping:
@@ -164,7 +169,7 @@ class PageTables:
         n = 1 if lvl != LEVELS - 1 else max(1, min((size - off) >> 12, 512 - idx))
         if any(ents[idx + k] & F.AMDGPU_PTE_VALID for k in range(n)):
           # a page table left by 4 KiB mappings that were all unmapped gives way to a huge page
-          sub = ents[idx] & ADDR_MASK
+          sub = self._table_of(ents[idx])
           if lvl == LEVELS - 1 or self.flags.is_huge(ents[idx], lvl) or any(self._entries(sub)):
             raise RawGPUError(f"GPU VA {cur + 4096 * next(k for k in range(n) if ents[idx + k] & F.AMDGPU_PTE_VALID):#x} is already mapped")
           self._free(sub)
@@ -188,7 +193,7 @@ class PageTables:
       out = [table]
       if lv < LEVELS - 1:
         for e in self._entries(table).tolist():
-          if e & F.AMDGPU_PTE_VALID and not self.flags.is_huge(e, lv): out += tables(e & ADDR_MASK, lv + 1)
+          if e & F.AMDGPU_PTE_VALID and not self.flags.is_huge(e, lv): out += tables(self._table_of(e), lv + 1)
       return out
     for t in tables(self.root, 0): self._free(t)
 
@@ -200,5 +205,5 @@ class PageTables:
       if not e & F.AMDGPU_PTE_VALID: return None
       if lv == LEVELS - 1 or self.flags.is_huge(e, lv):
         return (e & ADDR_MASK & ~((1 << level_shift(lv)) - 1)) + (va & ((1 << level_shift(lv)) - 1))
-      table = e & ADDR_MASK
+      table = self._table_of(e)
     return None

@@ -264,7 +264,7 @@ class Process:
       used = {p.vms[d].vmid for p in self.k.processes if d in p.vms}
       vmid = next((v for v in range(FIRST_KFD_VMID_GC943 if d.gc9 else FIRST_KFD_VMID, VMIDS) if v not in used), None)
       if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID is taken (this model keeps one per process for its life)")
-      pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags, base=0)
+      pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags, base=0, phys_offset=d.pt.phys_offset)
       d.gmc.set_context(vmid, pt.root, 0, USER_VA_END)   # amdgpu's user VM: 0 .. max_pfn
       d.regs.reg("osssys", f"regIH_VMID_{vmid}_LUT").write(PASID=self.pasid)   # set_pasid_vmid_mapping: its IVs name the process
       vm = self.vms[d] = VM(vmid, pt)
