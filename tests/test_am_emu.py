@@ -389,11 +389,19 @@ def test_gfx_bring_up_follows_the_kernel(board, firmware_dir):
   start_hi = hdr.ucode_start_addr_hi >> 2
   ih_cntl = b.regs.reg("osssys", "regIH_RB_CNTL")
   b.regs.set("osssys", "regIH_RB_CNTL", ih_cntl.encode(RB_USED_INT_THRESHOLD=5))   # a field AM does not set: ih_v6_0 keeps it (RMW)
+  nb, s2a = ("nbio", "regS2A_DOORBELL_ENTRY_{}_CTRL") if b.arch == "gfx1100" else ("nbif", "regGDC_S2A0_S2A_DOORBELL_ENTRY_{}_CTRL")
+  sdma_route = b.regs.reg(nb, s2a.format(2))
+  b.regs.set(nb, s2a.format(2), sdma_route.encode(S2A_DOORBELL_PORT2_FENCE_ENABLE=1))   # kept too (sdma_doorbell_range's RMW)
   it = AMIface(bus, vb.system, **FAST)
   try:
     g, regs = b.gfx, b.regs
     ih = ih_cntl.decode(regs.get("osssys", "regIH_RB_CNTL"))
     assert (ih["RB_USED_INT_THRESHOLD"], ih["RB_ENABLE"], ih["MC_SPACE"]) == (5, 1, 4)
+    route = sdma_route.decode(regs.get(nb, s2a.format(2)))
+    assert (route["S2A_DOORBELL_PORT2_FENCE_ENABLE"], route["S2A_DOORBELL_PORT2_ENABLE"], route["S2A_DOORBELL_PORT2_AWID"]) == (1, 1, 0xe)
+    # SDMA 6 turns its context-empty interrupt on (sdma_v6_0_start: ring preemption); SDMA 7 has none to set
+    ctxempty = [regs.reg("gc", f"regSDMA{e}_CNTL").decode(regs.get("gc", f"regSDMA{e}_CNTL"))["CTXEMPTY_INT_ENABLE"] for e in range(2)]
+    assert ctxempty == ([1, 1] if b.arch == "gfx1100" else [0, 0])
     a_hi = regs.addr("gc", "regCP_MEC_RS64_PRGRM_CNTR_START_HI")
     assert [(g.pc_banks[p][g.a_pc_start], g.pc_banks[p][a_hi]) for p in range(4)] == [(start, start_hi)] * 4
     assert g.pipe_started == [True] * len(g.pipes)

@@ -168,6 +168,9 @@ def test_a_clean_fini_lets_the_next_open_boot_warm(mi300, mi300_fw):
   vbus, board, bus, pci = mi300
   pci.close()
   _open_am(bus, vbus).fini()
+  # the PSP started every SDMA engine as it loaded its image; amdgpu writes no F32_CNTL under PSP loading
+  # (sdma_v4_4_2_inst_enable), so AM's fini leaves them running for whoever comes next
+  assert all(not board.regs.vals[e.a_halt] & e.halt_bit for e in board.sdma.engines)
   psp_cmds = len(board.psp.log)
   dev = _open_am(bus, vbus)
   assert dev.warm and len(board.psp.log) == psp_cmds                       # no PSP command at all

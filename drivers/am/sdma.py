@@ -54,6 +54,9 @@ class SDMA(Block):
     for e in self.all_engines():
       self.engine_setup(e)
       self.halt(e, False)
+    # GC 11/12: one S2A route for every engine's doorbells, read-modify-written (nbio_v4_3 / nbif_v6_3_1
+    # sdma_doorbell_range for instance 0). MI300's per-AID routes are soc.sdma_doorbell_ranges'.
+    if not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=self.doorbell(0), size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3, rmw=True)
     for q in list(self.queues.values()): self.program(q)
 
   def engine_setup(self, e: int) -> None:
@@ -67,15 +70,20 @@ class SDMA(Block):
       self.r(e, "regSDMA0_SEM_WAIT_FAIL_TIMER_CNTL").write(0)
       self.r(e, "regSDMA0_UTCL1_TIMEOUT").write(RD_XNACK_LIMIT=0x80, WR_XNACK_LIMIT=0x80)   # the kernel's 0x00800080
       return
+    if self.dev.ips["sdma"][0] == 6: self.ctxempty_interrupt(e, True)   # sdma_v6_0_start ("enable sdma ring preemption"); 7 has none
     self.r(e, "regSDMA0_WATCHDOG_CNTL").update(QUEUE_HANG_COUNT=max(F.AMDGPU_MAX_USEC_TIMEOUT // 100000, 1))
     self.r(e, "regSDMA0_UTCL1_CNTL").update(RESP_MODE=3, REDO_DELAY=9)
     page = self.r(e, "regSDMA0_UTCL1_PAGE")
     nalloc = {"LLC_NOALLOC": 1} if "LLC_NOALLOC" in page.reg.fields else {}
     page.write(page.read() & 0xff0fff | page.reg.encode(RD_L2_POLICY=F.CACHE_READ_POLICY_L2__DEFAULT, WR_L2_POLICY=F.CACHE_WRITE_POLICY_L2__DEFAULT, **nalloc))
 
+  def ctxempty_interrupt(self, e: int, on: bool) -> None: self.r(e, "regSDMA0_CNTL").update(CTXEMPTY_INT_ENABLE=int(on))
+
   def halt(self, e: int, on: bool, reset: bool = False) -> None:
-    if self.v4: self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), **({"RESET": 1} if on and reset else {"RESET": 0}))
-    elif self.dev.regs.has("gc", "regSDMA0_F32_CNTL"): self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), TH1_RESET=int(on))
+    """Halt or start engine e's microengine. SDMA 4.4.2 is started by the PSP as it loads the image, and amdgpu
+    never writes its F32_CNTL under PSP loading (sdma_v4_4_2_inst_enable): nothing to do there."""
+    if self.v4: return
+    if self.dev.regs.has("gc", "regSDMA0_F32_CNTL"): self.r(e, "regSDMA0_F32_CNTL").update(HALT=int(on), TH1_RESET=int(on))
     elif on: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=1, **({"RESET": 1} if reset else {}))   # SDMA 7 renamed it
     else: self.r(e, "regSDMA0_MCU_CNTL").update(HALT=0, RESET=0)   # as sdma_v7_0_gfx_resume starts the engine
 
@@ -123,8 +131,6 @@ class SDMA(Block):
     r("regSDMA0_QUEUE0_RB_WPTR_HI").write(0)
     r("regSDMA0_QUEUE0_DOORBELL").update(ENABLE=1)
     r("regSDMA0_QUEUE0_DOORBELL_OFFSET").update(OFFSET=q.doorbell)
-    # MI300's per-AID S2A routing (nbio_v7_9_sdma_doorbell_range) is not written yet: the emulated board does not route
-    if e == 0 and not self.v4: self.dev.soc.doorbell_range(2, awid=0xe, offset=self.doorbell(0), size=F.SDMA_DOORBELL_RANGE * self.engines, awaddr=0x3)
     r("regSDMA0_QUEUE0_MINOR_PTR_UPDATE").write(0)
     self.halt(e, False)
     cntl.write(cntl.reg.modify(v, RB_ENABLE=1))
@@ -186,4 +192,6 @@ class SDMA(Block):
 
   def fini(self) -> None:
     for q in list(self.queues.values()): self.free_queue(q)
-    for e in self.all_engines(): self.halt(e, True)
+    for e in self.all_engines():
+      if self.dev.ips["sdma"][0] == 6: self.ctxempty_interrupt(e, False)   # sdma_v6_0_hw_fini
+      self.halt(e, True)

@@ -53,12 +53,14 @@ class SOC(Block):
       port, awid, awaddr = F.NBIO_7_9_SDMA_S2A[n]
       self.doorbell_range(port, awid=awid, offset=awid, size=F.SDMA_DOORBELL_RANGE, awaddr=awaddr, aid=aid)
 
-  def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int, aid: int = 0) -> None:
+  def doorbell_range(self, port: int, awid: int, offset: int, size: int, awaddr: int, aid: int = 0, rmw: bool = False) -> None:
     """An NBIO S2A doorbell routing entry: doorbells [offset, offset+size) go to the engine with this AWID (on MI300,
-    in AID `aid`'s NBIO)."""
+    in AID `aid`'s NBIO). rmw: the entry's other fields keep their values (nbio_v4_3 / nbif_v6_3_1 read-modify-write
+    it; nbio_v7_9 builds it from zero)."""
     name = f"regS2A_DOORBELL_ENTRY_{port}_CTRL"
     r = self.reg("nbio", name if self.dev.regs.has("nbio", name) else f"regGDC_S2A0_S2A_DOORBELL_ENTRY_{port}_CTRL", aid)  # NBIF 6.3.1 name
     p = f"S2A_DOORBELL_PORT{port}_"
-    v = r.encode(**{p + "ENABLE": 1, p + "AWID": awid, p + "RANGE_OFFSET": offset, p + "RANGE_SIZE": size, p + "AWADDR_31_28_VALUE": awaddr})
+    fields = {p + "ENABLE": 1, p + "AWID": awid, p + "RANGE_OFFSET": offset, p + "RANGE_SIZE": size, p + "AWADDR_31_28_VALUE": awaddr}
+    v = r.reg.modify(r.read(), **fields) if rmw else r.encode(**fields)
     if aid: self.dev.regs.wreg_ext(r.addr, aid, v)
     else: r.write(v)

@@ -223,6 +223,7 @@ class PSP:
     if fw_type in SIGNED_TYPES and not signed_ok(img): return TEE_ERROR_SECURITY
     self.b.fw_loaded.add(fw_type)
     if fw_type == FW_SMU: self.b.smu.firmware_loaded()
+    self.b.sdma.firmware_loaded(fw_type)
     return TEE_SUCCESS
 
   # ---- a board left booted by a previous driver

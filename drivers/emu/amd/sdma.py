@@ -312,6 +312,12 @@ class SDMA:
   def doorbell(self, idx: int, value: int) -> bool:
     return any(q.doorbell(idx, value) for e in self.engines for q in e.queues)
 
+  def firmware_loaded(self, fw_type: int) -> None:
+    """SDMA 4.4.2 (MI300): the PSP starts each engine of an AID that image is for as it loads it; amdgpu writes no
+    F32_CNTL under PSP loading (sdma_v4_4_2_inst_enable returns first). SDMA 6/7 wait for the driver's unhalt."""
+    for e in self.engines:
+      if e.v4 and FW_SDMA_V4[e.i % 4] == fw_type: self.b.regs.vals[e.a_halt] &= ~e.halt_bit
+
   def soft_reset(self, v: int) -> None:
     for e in self.engines:
       if v >> (23 + e.i) & 1:                         # GRBM_SOFT_RESET.SOFT_RESET_SDMA0/1
