@@ -77,6 +77,18 @@ def test_copy_timestamp_waits_for_the_copies_before(version):
   assert names[-2:] == ["NOP", "TIMESTAMP_GET_GLOBAL"] and "COPY_LINEAR" in names
 
 
+def test_a_wait_for_a_value_past_32_bits_is_refused():
+  """WAIT_REG_MEM and POLL_REGMEM compare 32 bits: a reference of 2^32 or more would pass early or never."""
+  from rawgpu.errors import RawGPUError
+  from rawgpu.hcq.amd.queues import AMDCopyQueue
+  sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048, dev=None)
+  be = backend()
+  be.sdma_version = (6, 0)
+  with pytest.raises(RawGPUError, match="compares 32 bits"): AMDCopyQueue(be).wait(sig, 1 << 32)
+  AMDCopyQueue(be).wait(sig, (1 << 32) - 1)
+  with pytest.raises(RawGPUError, match="compares 32 bits"): AMDComputeQueue(be).wait(sig, 1 << 33)
+
+
 def test_user_data_order_with_dispatch_ptr_and_id():
   prg = SimpleNamespace(user_sgprs=[("user_sgpr_dispatch_ptr", 0, 2), ("user_sgpr_kernarg_segment_ptr", 2, 2), ("user_sgpr_dispatch_id", 4, 2)])
   assert _user_data(prg, 0xaaaa_0000_1111, 0xbbbb_0000_2222, 0xcccc_0000_3333) == [0x2222, 0xbbbb, 0x1111, 0xaaaa, 0x3333, 0xcccc]

@@ -238,3 +238,15 @@ def test_decoder_stops_at_unknown_and_truncated():
   p = sdma.decode_sdma(stream)
   assert [x.name for x in p] == ["FENCE", "UNKNOWN"] and len(p[1].words) == 5 and "not decoded" in p[1].error
   assert [x.name for x in sdma.decode_sdma(sdma.write_linear(0x100, 1, 2, 3)[:5])] == ["TRUNCATED"]
+
+
+def test_cpv_adds_a_dword_only_on_sdma7():
+  """On SDMA 5.2-6.x cpv is COPY_LINEAR's cache-policy-valid bit in a 7-dword packet (Mesa's ac_sdma_5_2_uses_cpv);
+  only SDMA 7 follows it with a compression-parameter dword (sdma_v7_0_emit_copy_buffer)."""
+  from rawgpu.autogen.amd import sdma_v6 as S6
+  seven = sdma.copy_linear(0x1000, 0x2000, 64, (6, 0))
+  seven[0] |= S6.SDMA_PKT_COPY_LINEAR_HEADER_CPV(1)   # as Mesa emits it on SDMA 6
+  stream = seven + sdma.fence(0x3000, 1, version=(6, 0))
+  assert [p.name for p in sdma.decode_sdma(stream, (6, 0))] == ["COPY_LINEAR", "FENCE"]
+  eight = sdma.copy_linear(0x1000, 0x2000, 64, (7, 0))
+  assert len(eight) == 8 and [p.name for p in sdma.decode_sdma(eight + sdma.fence(0x3000, 1, version=(7, 0)), (7, 0))] == ["COPY_LINEAR", "FENCE"]

@@ -29,6 +29,15 @@ def _value(v: int | Var, what: str) -> int | Var:
   return v if isinstance(v, Var) else check_u64(v, what)
 
 
+def _wait_ref(v: int | Var, what: str) -> int | Var:
+  """A wait's reference: WAIT_REG_MEM and POLL_REGMEM compare the low 32 bits of memory with 32 bits, so a value of
+  2^32 or more cannot be waited for (the timeline stays below it, graph.SYNC_LIMIT)."""
+  v = _value(v, what)
+  if isinstance(v, int) and v >> 32:
+    raise RawGPUError(f"{what} for {v:#x}: the engine compares 32 bits, so a value of 2^32 or more cannot be waited for")
+  return v
+
+
 def _wake(be: "AMDBackend") -> tuple[int, int] | None:
   """On KFD, (slot address, event id) of the device's signal event: amdkfd's interrupt handler wakes a sleeping
   WAIT_EVENTS only for an event whose slot the GPU wrote (kfd_signal_event_interrupt), so a signal writes the slot
@@ -44,9 +53,9 @@ class AMDComputeQueue(HWQueue):
     self.be = backend
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
-    """Stall the queue until signal >= value (the engine compares the low 32 bits)."""
+    """Stall the queue until signal >= value (the engine compares the low 32 bits: a value of 2^32 or more is refused)."""
     _reachable(self.be, signal)
-    return self._add(pm4.wait_reg_mem, signal.va, ref=_value(value, 'a compute queue wait'), function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
+    return self._add(pm4.wait_reg_mem, signal.va, ref=_wait_ref(value, 'a compute queue wait'), function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
@@ -134,7 +143,8 @@ class AMDCopyQueue(HWQueue):
     """Once the copies before have finished, set signal = value and interrupt the host. FENCE writes 32 bits: a
     value of 2^32 or more (or a 64-bit patch slot) gets a second FENCE with the high dword after the low one, as
     amdgpu writes its 64-bit SDMA fences. Both land after the work is done; a reader between them sees the new
-    low dword under the old high one, never more than the new value."""
+    low dword under the old high one, never more than the new value. A smaller value writes the low dword alone:
+    the high one is 0 already, as signals count up from 0 (the timeline and graph sync values stay below 2^32)."""
     from rawgpu.hcq.amd import sdma
     v = self.be.sdma_version
     value = _value(value, "a copy queue signal")
@@ -148,7 +158,7 @@ class AMDCopyQueue(HWQueue):
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    return self._add(sdma.poll_regmem, signal.va, ref=_value(value, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
+    return self._add(sdma.poll_regmem, signal.va, ref=_wait_ref(value, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
   def memory_barrier(self) -> "AMDCopyQueue":
     """Flush the HDP (SDMA 0's request bit), so the copies after read what the CPU wrote into VRAM through cpu()

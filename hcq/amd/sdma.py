@@ -218,14 +218,16 @@ class Packet:
   error: str = ""
 
 
-def _length(lay: Layout, words: list[int], i: int) -> int | None:
+def _length(lay: Layout, words: list[int], i: int, version: Version) -> int | None:
   """Dwords in the packet at words[i], or None when its fixed part is already cut off."""
   n = len(lay.dwords)
   if i + n > len(words): return None
   count = next((f for f in lay.fields if f.name == "count"), None)
   if lay.tail == "nop": return 1 + count.get(words[i:i + 1])
   if lay.tail == "write": return n + count.get(words[i:i + n]) + 1
-  if lay.tail == "cpv":   # + its compression-parameter dword where the header says it is there (SDMA 4 has no such bit)
+  if lay.tail == "cpv":   # SDMA 7: + the compression-parameter dword its header's cpv announces; on 5.2-6.x cpv is
+    # the cache-policy-valid bit of a 7-dword packet (Mesa's ac_sdma_5_2_uses_cpv), and SDMA 4 has no such bit
+    if version < (7, 0): return n
     return n + next((f.get(words[i:i + 1]) for f in lay.fields if f.name == "cpv"), 0)
   return n
 
@@ -242,7 +244,7 @@ def decode_sdma(words: Iterable[int], version: Version = V6) -> list[Packet]:
     if lay is None:
       out.append(Packet(i, "UNKNOWN", w[i:], error=f"unknown op {op} sub_op {sub_op}; the rest is not decoded"))
       break
-    n = _length(lay, w, i)
+    n = _length(lay, w, i, version)
     if n is None or i + n > len(w):
       out.append(Packet(i, "TRUNCATED", w[i:], error=f"{lay.name} needs {n or len(lay.dwords)} dwords, {len(w) - i} left"))
       break
