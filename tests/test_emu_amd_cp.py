@@ -38,6 +38,20 @@ def test_write_data_release_mem_and_rptr_report(d, P):
   assert (e[0] >> 16) & 0xff == (1 << 2)                                             # me 1, pipe 0, queue 0
 
 
+def test_release_mem_write_confirm_interrupts_nobody(d, P):
+  """INT_SEL 3 (send data after write confirm, Mesa's data writes) writes and confirms, with no interrupt; 2 interrupts."""
+  ring, wb = setup_ih(d)
+  q = ComputeRing(d)
+  d.wr("gc", "regCP_ME1_PIPE0_INT_CNTL", TIME_STAMP_INT_ENABLE=1)
+  fence = q.mc(0x300200)
+  q.submit(pkt3(P["PACKET3_RELEASE_MEM"], [0x14 | (5 << 8), (2 << 29) | (3 << 24), fence & 0xffffffff, fence >> 32, 5, 0, 0x66]))
+  q.run()
+  assert d.vram.read64(0x300200) == 5 and struct.unpack_from("<8I", d.vram.mem, ring) == (0,) * 8   # no IH entry
+  q.submit(pkt3(P["PACKET3_RELEASE_MEM"], [0x14 | (5 << 8), (2 << 29) | (2 << 24), fence & 0xffffffff, fence >> 32, 6, 0, 0x67]))
+  q.run()
+  assert d.vram.read64(0x300200) == 6 and struct.unpack_from("<8I", d.vram.mem, ring)[4] == 0x67
+
+
 def test_wait_reg_mem_blocks_until_memory_matches(d, P):
   q = ComputeRing(d)
   sem, dst = q.mc(0x310000), q.mc(0x310040)

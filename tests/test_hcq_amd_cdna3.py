@@ -297,7 +297,8 @@ def test_signal_wait_timestamp_and_barrier_gfx9():
   assert list(q.words()) == (pm4.wait_reg_mem(sig.va, 41, function=WaitFunction.GREATER_EQUAL, gen=9)
                              + pm4.hdp_flush(*flush) + pm4.acquire_mem(gen=9)
                              + pm4.release_mem(sig.va, 1 << 33 | 5, DataSel.VALUE64, IntSel.INTERRUPT_AFTER_WRITE, gen=9)
-                             + pm4.release_mem(sig.timestamp_va, data_sel=DataSel.TIMESTAMP, event=Event.BOTTOM_OF_PIPE_TS, gen=9))
+                             + pm4.release_mem(sig.timestamp_va, data_sel=DataSel.TIMESTAMP, int_sel=IntSel.WAIT_WRITE_CONFIRM,
+                                               event=Event.BOTTOM_OF_PIPE_TS, gcr=0, gen=9))   # a stamp, no flush
   assert [p.name for p in pm4.decode_pm4(q.words(), gen=9)] == ["WAIT_REG_MEM"] * 2 + ["ACQUIRE_MEM"] + ["RELEASE_MEM"] * 2
   # without hdp registers from the backend the barrier is the ACQUIRE_MEM alone
   assert list(AMDComputeQueue(backend()).memory_barrier().words()) == pm4.acquire_mem(gen=9)

@@ -185,12 +185,24 @@ def emitted(draw, em=pm4) -> tuple[list[int], str, dict]:
   return em.nop(n), "NOP", {}
 
 
+# Mesa's sid.h EVENT_INDEX: 5 end-of-pipe timestamp events, 6 end-of-shader events (CS_DONE), 4 partial flushes
+EVENT_INDEX = {Event.CACHE_FLUSH_TS: 5, Event.CS_PARTIAL_FLUSH: 4, Event.CACHE_FLUSH_AND_INV_TS_EVENT: 5, Event.BOTTOM_OF_PIPE_TS: 5,
+               Event.CS_DONE: 6}
+
+
+def test_event_index_follows_the_event():
+  assert {e: pm4.event_index_of(e) for e in Event} == EVENT_INDEX
+  for e in Event:
+    assert pm4.decode_pm4(pm4.release_mem(0x1000, event=e))[0].fields["event_index"] == EVENT_INDEX[e]
+    assert pm4.decode_pm4(pm4.event_write(e))[0].fields["event_index"] == EVENT_INDEX[e]
+
+
 def emitted9(draw) -> tuple[list[int], str, dict]:
   kind = draw(st.sampled_from(["release", "acquire", "wait", "hdp", "sh", "dispatch", "ib", "event", "write", "nop"]))
   if kind == "release":
     a, v, ds, isel, ev = draw(addr8), draw(u64), draw(st.sampled_from(list(DataSel))), draw(st.sampled_from(list(IntSel))), draw(st.sampled_from(list(Event)))
     return pm4.release_mem(a, v, ds, isel, ev, gen=9), "RELEASE_MEM", dict(
-      addr=a, data=v, data_sel=ds, int_sel=isel, event_type=ev, event_index=5, tcl1=1, tc=1, tc_wb=1, tc_md=1, tc_nc=0)
+      addr=a, data=v, data_sel=ds, int_sel=isel, event_type=ev, event_index=EVENT_INDEX[ev], tcl1=1, tc=1, tc_wb=1, tc_md=1, tc_nc=0)
   if kind == "acquire":
     c = draw(u32)
     return pm4.acquire_mem(gen=9, coher_cntl=c), "ACQUIRE_MEM", dict(
@@ -214,7 +226,7 @@ def emitted9(draw) -> tuple[list[int], str, dict]:
     return pm4.indirect_buffer(a, n, gen=9), "INDIRECT_BUFFER", dict(ib_base=a, ib_size=n, valid=1)
   if kind == "event":
     e = draw(st.sampled_from(list(Event)))
-    return pm4.event_write(e, gen=9), "EVENT_WRITE", dict(event_type=e, event_index=4)
+    return pm4.event_write(e, gen=9), "EVENT_WRITE", dict(event_type=e, event_index=EVENT_INDEX[e])
   if kind == "write":
     a, vals = draw(addr4), draw(st.lists(u32, min_size=1, max_size=4))
     return pm4.write_data(a, *vals, gen=9), "WRITE_DATA", dict(dst_addr=a, _data=vals)

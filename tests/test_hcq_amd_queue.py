@@ -77,6 +77,19 @@ def test_copy_timestamp_waits_for_the_copies_before(version):
   assert names[-2:] == ["NOP", "TIMESTAMP_GET_GLOBAL"] and "COPY_LINEAR" in names
 
 
+def test_kfd_signal_confirms_its_write_before_the_wake_interrupt_and_stamps_flush_nothing():
+  """KFD: the signal's RELEASE_MEM completes once its write is confirmed (INT_SEL 3, as Mesa writes data), then the
+  wake slot's interrupts (no second cache flush); a timestamp is BOTTOM_OF_PIPE_TS with no cache actions."""
+  be = backend()
+  be.wake = (0x6000_0000, 7)
+  sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048, dev=None)
+  w = list(AMDComputeQueue(be).signal(sig, 9).timestamp(sig).words())
+  assert w == (pm4.release_mem(sig.va, 9, pm4.DataSel.VALUE64, pm4.IntSel.WAIT_WRITE_CONFIRM)
+               + pm4.release_mem(0x6000_0000, 1, pm4.DataSel.VALUE64, pm4.IntSel.INTERRUPT_AFTER_WRITE, gcr=0, int_ctxid=7)
+               + pm4.release_mem(sig.timestamp_va, data_sel=pm4.DataSel.TIMESTAMP, int_sel=pm4.IntSel.WAIT_WRITE_CONFIRM,
+                                 event=pm4.Event.BOTTOM_OF_PIPE_TS, gcr=0))
+
+
 def test_a_wait_for_a_value_past_32_bits_is_refused():
   """WAIT_REG_MEM and POLL_REGMEM compare 32 bits: a reference of 2^32 or more would pass early or never."""
   from rawgpu.errors import RawGPUError

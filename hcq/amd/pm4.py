@@ -183,11 +183,24 @@ def release_gcr_default(gen: int = 11) -> int:
   return gcr | (P.PACKET3_RELEASE_MEM_GCR_GLM_INV | P.PACKET3_RELEASE_MEM_GCR_GLM_WB if gen < 12 else 0)
 
 
+EOP_EVENTS = {Event.CACHE_FLUSH_TS, Event.CACHE_FLUSH_AND_INV_TS_EVENT, Event.BOTTOM_OF_PIPE_TS}
+EOS_EVENTS = {Event.CS_DONE}
+
+
+def event_index_of(event: int) -> int:
+  """An event's EVENT_INDEX (Mesa's sid.h): 5 for end-of-pipe timestamp events, 6 for end-of-shader ones (CS_DONE),
+  4 for the partial flushes, 0 for the others."""
+  if event in EOP_EVENTS: return 5
+  if event in EOS_EVENTS: return 6
+  return 4 if event == Event.CS_PARTIAL_FLUSH else 0
+
+
 def release_mem(addr: int, value: int = 0, data_sel: DataSel = DataSel.VALUE32, int_sel: IntSel = IntSel.NONE,
-                event: int = Event.CACHE_FLUSH_AND_INV_TS_EVENT, event_index: int = 5, gcr: int | None = None,
+                event: int = Event.CACHE_FLUSH_AND_INV_TS_EVENT, event_index: int | None = None, gcr: int | None = None,
                 gen: int = 11, cache_policy: int | None = None, dst_sel: int = 0, int_ctxid: int = 0) -> list[int]:
   """At the end of everything before it (event), flush caches (gcr: GCR bits on gfx10+, EOP_* action bits on gfx9)
   and write value or the timestamp to addr."""
+  if event_index is None: event_index = event_index_of(event)
   if addr & (7 if data_sel in (DataSel.VALUE64, DataSel.TIMESTAMP) else 3):
     raise ValueError(f"RELEASE_MEM address 0x{addr:x} is not aligned for data_sel {DataSel(data_sel).name}")
   if gen < 10:  # soc15d.h names no cache-policy field and amdgpu sets none
@@ -261,9 +274,10 @@ def indirect_buffer(addr: int, length_dw: int, vmid: int = 0, valid: bool = True
   return [header(P.PACKET3_INDIRECT_BUFFER, 3, gen), _lo(addr), _hi(addr), control]
 
 
-def event_write(event: int, event_index: int = 4, addr: int | None = None, gen: int = 11) -> list[int]:
+def event_write(event: int, event_index: int | None = None, addr: int | None = None, gen: int = 11) -> list[int]:
   """Send an event down the pipe (CS_PARTIAL_FLUSH: wait for dispatched waves to finish)."""
   P = _defs(gen)
+  if event_index is None: event_index = event_index_of(event)
   dw1 = P.EVENT_TYPE(event) | P.EVENT_INDEX(event_index)
   if addr is None: return [header(P.PACKET3_EVENT_WRITE, 1, gen), dw1]
   return [header(P.PACKET3_EVENT_WRITE, 3, gen), dw1, _lo(addr), _hi(addr)]

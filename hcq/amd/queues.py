@@ -63,14 +63,18 @@ class AMDComputeQueue(HWQueue):
     value = _value(value, 'a compute queue signal')
     if (wake := _wake(self.be)) is None:
       return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
-    self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, gen=self.be.gfx)
+    # KFD: the signal's write is confirmed before the wake slot's interrupt can go out (Mesa writes data with INT_SEL
+    # 3), so a woken host reads the new value; the first release flushed the caches, the second needs none
+    self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.WAIT_WRITE_CONFIRM, gen=self.be.gfx)
     return self._add(pm4.release_mem, wake[0], value=1, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx,
-                     int_ctxid=wake[1])
+                     int_ctxid=wake[1], gcr=0)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDComputeQueue":
     """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address)."""
     addr = signal if isinstance(signal, (int, Var)) else signal.timestamp_va
-    return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gen=self.be.gfx)
+    # no cache actions (Mesa's timestamps: BOTTOM_OF_PIPE_TS alone): a stamp is no flush, and a flush would be timed
+    return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gcr=0,
+                     int_sel=pm4.IntSel.WAIT_WRITE_CONFIRM, gen=self.be.gfx)
 
   def memory_barrier(self) -> "AMDComputeQueue":
     if (hdp := self.be.hdp_flush) is not None: self._add(pm4.hdp_flush, *hdp, gen=self.be.gfx)

@@ -164,7 +164,7 @@ def release_mem(q: "ComputeQueue", body: list[int]) -> bool:
   elif data_sel == 2: q.mem_write64(addr & ~7, body[4] | (body[5] << 32))
   elif data_sel in (3, 4): q.mem_write64(addr & ~7, q.clock())
   elif data_sel not in (0,): raise BadPacket(f"RELEASE_MEM data_sel {data_sel}")
-  if int_sel: q.eop_interrupt(body[6] if len(body) > 6 else 0)
+  if int_sel in (1, 2): q.eop_interrupt(body[6] if len(body) > 6 else 0)   # 3: the write is confirmed, no interrupt
   return True
 
 
