@@ -75,6 +75,7 @@ class HWQueue:
     """Place the words in GPU memory: a submit is then one indirect-buffer packet, and patches go straight there
     (so wait for a submission to finish before patching the queue for the next one, as Graph.replay does)."""
     words = self._finalize()
+    words = words + array("I", self._ib_padding(len(words)))
     mem = dev.iface.alloc(len(words) * 4, host=True, uncached=True)
     view = mem.cpu.view(0, len(words) * 4).cast("I")
     view[:] = words
@@ -90,6 +91,10 @@ class HWQueue:
 
   def _indirect(self, va: int, ndw: int) -> list[int]:
     raise RawGPUError(f"{type(self).__name__} cannot run from GPU memory (no indirect buffers on this engine)")
+
+  def _ib_padding(self, ndw: int) -> list[int]:
+    """What goes after ndw dwords of commands bound as an indirect buffer (the engine's own padding rule)."""
+    return []
 
   def words(self) -> list[int]:
     return list(self._finalize())

@@ -38,6 +38,17 @@ def test_write_data_release_mem_and_rptr_report(d, P):
   assert (e[0] >> 16) & 0xff == (1 << 2)                                             # me 1, pipe 0, queue 0
 
 
+def test_the_header_only_nop_is_one_dword(d, P):
+  """PACKET3(NOP, 0x3FFF) is a NOP by itself (Mesa's PKT3_NOP_PAD "header-only version of NOP", amdgpu's ring nop
+  and IB padding): the packet after it runs, in the ring and at the end of an indirect buffer."""
+  q = ComputeRing(d)
+  dst = q.mc(0x300300)
+  pad = 0xC0000000 | (0x3FFF << 16) | (P["PACKET3_NOP"] << 8)
+  q.submit([pad, pad] + pkt3(P["PACKET3_WRITE_DATA"], [(5 << 8) | (1 << 20), dst & 0xffffffff, dst >> 32, 0x1234]))
+  q.run()
+  assert d.vram.read32(0x300300) == 0x1234
+
+
 def test_release_mem_write_confirm_interrupts_nobody(d, P):
   """INT_SEL 3 (send data after write confirm, Mesa's data writes) writes and confirms, with no interrupt; 2 interrupts."""
   ring, wb = setup_ih(d)

@@ -90,6 +90,24 @@ def test_kfd_signal_confirms_its_write_before_the_wake_interrupt_and_stamps_flus
                                  event=pm4.Event.BOTTOM_OF_PIPE_TS, gcr=0))
 
 
+def test_a_bound_queue_is_padded_to_the_ib_alignment():
+  """A bound compute queue's indirect buffer is a multiple of 8 dwords (amdgpu's 32-byte ib_size_alignment for
+  compute), padded with one-dword ring NOPs after the commands; patch slots keep their places."""
+  from rawgpu.drivers.iface import Mem
+  from rawgpu.drivers.mmio import MemMMIO
+  iface = SimpleNamespace(alloc=lambda size, **kw: Mem(0x7000_0000, size, MemMMIO(bytearray(size))))
+  sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048, dev=None)
+  q = AMDComputeQueue(backend()).wait(sig, Var("w", 32))
+  n = len(q.words())
+  assert n % 8
+  q.bind(SimpleNamespace(iface=iface))
+  ib = pm4.decode_pm4(list(q._ib))[0]
+  assert ib.name == "INDIRECT_BUFFER" and ib.fields["ib_size"] == n + (-n % 8)
+  assert list(q.words())[n:] == [0xffff1000] * (-n % 8)   # PACKET3(NOP, 0x3FFF): the kernel's ring NOP
+  q.patch({"w": 41})
+  assert pm4.decode_pm4(list(q.words()))[0].words[4] == 41
+
+
 def test_a_wait_for_a_value_past_32_bits_is_refused():
   """WAIT_REG_MEM and POLL_REGMEM compare 32 bits: a reference of 2^32 or more would pass early or never."""
   from rawgpu.errors import RawGPUError

@@ -104,6 +104,11 @@ class AMDComputeQueue(HWQueue):
 
   def _indirect(self, va: int, ndw: int) -> list[int]: return pm4.indirect_buffer(va, ndw, gen=self.be.gfx)
 
+  IB_ALIGN_DW = 8   # amdgpu reports a 32-byte IB size alignment for compute (amdgpu_kms.c) and pads with ring NOPs
+
+  def _ib_padding(self, ndw: int) -> list[int]:
+    return pm4.nop(1, gen=self.be.gfx) * (-ndw % self.IB_ALIGN_DW)
+
 
 def _reachable(backend, signal: Signal) -> None:
   dev = getattr(backend, "dev", None)

@@ -231,6 +231,7 @@ class ComputeQueue:
       if typ == 2: body, ndw, op = [], 1, pm4.NOP           # type-2 filler
       elif typ == 3:
         op, ndw = (hdr >> 8) & 0xff, ((hdr >> 16) & 0x3fff) + 2
+        if op == pm4.NOP and ndw == 0x4001: ndw = 1          # count 0x3fff: the header-only NOP (Mesa's PKT3_NOP_PAD, amdgpu's ring nop)
         if ndw > avail:
           if ib: raise pm4.BadPacket("packet runs past the end of the indirect buffer")
           return False                                       # rest of the packet not written yet
