@@ -263,14 +263,15 @@ def hdp_flush(req_reg: int, done_reg: int, ref_and_mask: int, gen: int = 9) -> l
 
 
 def indirect_buffer(addr: int, length_dw: int, vmid: int = 0, valid: bool = True, cache_policy: int = 0,
-                    pre_ena: bool = False, pre_resume: bool = False, gen: int = 11) -> list[int]:
+                    pre_ena: bool = False, inherit_vmid: bool = False, gen: int = 11) -> list[int]:
   """Run length_dw dwords of commands at addr (compute-ring form: size, VALID, vmid in the control dword)."""
   P = _defs(gen)
   if addr & 3: raise ValueError(f"indirect buffer address 0x{addr:x} is not dword aligned")
   if not 0 < length_dw < 1 << 20: raise ValueError(f"indirect buffer length {length_dw} is outside 1..2^20-1 dwords")
   control = (length_dw | (P.INDIRECT_BUFFER_VALID if valid else 0) | (vmid & 0xf) << 24
              | P.INDIRECT_BUFFER_CACHE_POLICY(cache_policy) | P.INDIRECT_BUFFER_PRE_ENB(int(pre_ena))
-             | P.INDIRECT_BUFFER_PRE_RESUME(int(pre_resume)))
+             | P.INDIRECT_BUFFER_PRE_RESUME(int(inherit_vmid)))   # bit 30: PRE_RESUME on the gfx ring; on compute, take
+                                                                   # the VMID from the MQD (Mesa's S_3F3_INHERIT_VMID_MQD_COMPUTE)
   return [header(P.PACKET3_INDIRECT_BUFFER, 3, gen), _lo(addr), _hi(addr), control]
 
 
@@ -339,7 +340,7 @@ def _common_layouts(M) -> dict[int, tuple[str, list[Field]]]:
     M.PACKET3_INDIRECT_BUFFER: ("INDIRECT_BUFFER", [
       _f("ib_base_lo", 1, 0, 32), _f("ib_base_hi", 2, 0, 32), _f("ib_size", 3, 0, 20),
       _f("pre_ena", 3, _at(M.INDIRECT_BUFFER_PRE_ENB)), _f("valid", 3, _bit(M.INDIRECT_BUFFER_VALID)), _f("vmid", 3, 24, 4),
-      _f("cache_policy", 3, _at(M.INDIRECT_BUFFER_CACHE_POLICY), 2), _f("pre_resume", 3, _at(M.INDIRECT_BUFFER_PRE_RESUME))]),
+      _f("cache_policy", 3, _at(M.INDIRECT_BUFFER_CACHE_POLICY), 2), _f("inherit_vmid", 3, _at(M.INDIRECT_BUFFER_PRE_RESUME))]),
     M.PACKET3_EVENT_WRITE: ("EVENT_WRITE", [_f("event_type", 1, _at(M.EVENT_TYPE), 6), _f("event_index", 1, _at(M.EVENT_INDEX), 4)]),
     M.PACKET3_WRITE_DATA: ("WRITE_DATA", [
       _f("dst_sel", 1, _at(M.WRITE_DATA_DST_SEL), 4), _f("wr_one_addr", 1, _bit(M.WR_ONE_ADDR)),
