@@ -347,6 +347,17 @@ def test_backend_on_gfx9_without_nbio_base_is_a_clear_error():
   with pytest.raises(RawGPUError, match="NBIO register base"): _gfx9_backend({"gc": GC_BASE})
 
 
+def test_gfx9_scratch_waves_split_evenly_over_the_xcc_s_engines():
+  """gfx9's WAVES counts the XCC's slots, which its shader engines share: ROCr asserts it divides by their number.
+  An MI300 XCC (38 CUs, 4 engines) with 64 KiB per lane halves its slots to 38 under the budget: 36 are used."""
+  from rawgpu.hcq.amd.backend import AMDBackend
+  gc = ip_regs("gc", 9, 4, 3)
+  be = SimpleNamespace(gfx=9, gc=gc, _scratch=None, _retired_scratch=[],
+                       dev=SimpleNamespace(alloc=lambda n: SimpleNamespace(size=n, va=0x7000_0000), props=SimpleNamespace(shader_engines=4, compute_units=38)))
+  tmpring, _ = AMDBackend.scratch_for(be, SimpleNamespace(scratch=64 << 10, wave32=False))
+  assert gc["regCOMPUTE_TMPRING_SIZE"].decode(tmpring)["WAVES"] == 36
+
+
 @pytest.mark.parametrize("ver,unit,per_se", [((9, 4, 3), 1024, False), ((11, 0, 0), 256, True), ((12, 0, 1), 256, True)],
                          ids=["gfx9", "gfx11", "gfx12"])
 def test_scratch_wave_size_counts_the_generation_s_units(ver, unit, per_se):
@@ -366,6 +377,7 @@ def test_scratch_wave_size_counts_the_generation_s_units(ver, unit, per_se):
     f = gc["regCOMPUTE_TMPRING_SIZE"].decode(tmpring)
     assert va == 0x7000_0000 and (f["WAVESIZE"] - 1) * unit < private * 64 <= f["WAVESIZE"] * unit
     slots = f["WAVES"] * (6 if per_se else 1)
+    if not per_se: assert f["WAVES"] % 6 == 0   # gfx9: the XCC's slots split evenly over its engines (ROCr asserts it)
     assert allocs[-1] == slots * f["WAVESIZE"] * unit
     return slots
   assert 32 * 96 <= scratch(100) < 32 * 96 + 6              # 32 waves per CU (ROCr's MaxSlotsScratchCU, Mesa)

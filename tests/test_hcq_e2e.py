@@ -328,7 +328,7 @@ def test_copy_sizes_and_signal_values_are_checked_not_cut(dev):
 
 @pytest.fixture
 def spare_dev(dev):
-  """A second board of the same kind, for tests that break their device on purpose. On MOCKKFD a machine (a process)
+  """A second board of the same kind, for tests that break their device on purpose (or fill it). On MOCKKFD a machine (a process)
   of its own: after a fault amdkfd keeps the process's queues on that GPU stopped until the process exits."""
   from rawgpu.hcq.device import Device
   if dev.props.iface != "MOCKKFD":
@@ -532,6 +532,51 @@ def test_private_memory_in_scratch(dev):
   out = dev.alloc(4 * n)
   prog(dev, "scratch", "scratch_u32")(out, k, n, global_size=3, local_size=128, wait=True)
   assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, k))
+
+
+def _descriptor_patched(arch: str, obj: str, name: str, **fields) -> bytes:
+  """The code object with kernel `name`'s descriptor changed: code_properties (u16 at 56), kernarg_preload (u16 at
+  58), private_segment_fixed_size (u32 at 4), OR-ed or set as named (AMDGPUUsage's kernel descriptor layout)."""
+  import struct
+  from rawgpu.hcq.amd.elf import load_code_object
+  data = bytearray(kernels.path(arch, obj).read_bytes())
+  co = load_code_object(bytes(data), arch)
+  off = co.kernels[name].descriptor_offset - co.segments[0][0]
+  for field, (at, fmt) in {"code_properties_or": (56, "<H"), "kernarg_preload": (58, "<H"), "private_segment_fixed_size": (4, "<I")}.items():
+    if field not in fields: continue
+    v = fields[field] | (struct.unpack_from(fmt, data, off + at)[0] if field.endswith("_or") else 0)
+    struct.pack_into(fmt, data, off + at, v)
+  return bytes(data)
+
+
+def test_a_dynamic_stack_gets_room_past_the_fixed_size(spare_dev):
+  """A kernel whose descriptor says it has a dynamic call stack (USES_DYNAMIC_STACK) gets its fixed private size plus
+  a stack reserve per work-item, as AMDGPUUsage asks of the runtime; it runs. (A device of its own: the scratch
+  buffer, which only grows, then takes a good part of the emulated board's VRAM.)"""
+  from rawgpu.hcq.amd.program import DYNAMIC_STACK_BYTES
+  dev = spare_dev
+  arch = dev.props.arch
+  plain = prog(dev, "scratch", "scratch_u32")
+  dyn = dev.program(_descriptor_patched(arch, "scratch", "scratch_u32", code_properties_or=1 << 11), "scratch_u32")
+  assert dyn.dynamic_stack and dyn.scratch == plain.scratch + DYNAMIC_STACK_BYTES
+  n, k = 300, 9
+  out = dev.alloc(4 * n)
+  dyn(out, k, n, global_size=3, local_size=128, wait=True)
+  assert np.array_equal(out.numpy(np.uint32), _scratch_result(n, k))
+
+
+def test_kernarg_preload_and_oversized_scratch_are_refused_at_load(dev):
+  """Kernargs the firmware would preload into SGPRs (-amdgpu-kernarg-preload-count) are not given by this runtime's
+  dispatch, and a per-wave scratch slot wider than COMPUTE_TMPRING_SIZE.WAVESIZE cannot be described: both refused
+  when the program loads, not at a launch (128 KiB per lane fits a wave32's slot, not a wave64's)."""
+  from rawgpu.errors import CodeObjectError
+  arch = dev.props.arch
+  with pytest.raises(CodeObjectError, match="preloads 2 kernarg dwords"):
+    dev.program(_descriptor_patched(arch, "fill", "fill_u32", kernarg_preload=2), "fill_u32")
+  big = _descriptor_patched(arch, "scratch", "scratch_u32", private_segment_fixed_size=128 << 10)
+  if prog(dev, "scratch", "scratch_u32").wave32: dev.program(big, "scratch_u32")
+  else:
+    with pytest.raises(CodeObjectError, match="at most"): dev.program(big, "scratch_u32")
 
 
 def test_launches_recorded_before_a_larger_scratch_buffer_still_run(dev):

@@ -4,7 +4,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 from rawgpu.autogen.regs import ip_regs
 from rawgpu.drivers.iface import hdp_bypassed
-from rawgpu.errors import RawGPUError
+from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd import pm4
 from rawgpu.hcq.amd.queues import AMDComputeQueue, AMDCopyQueue
 from rawgpu.hcq.buffer import Buffer
@@ -70,6 +70,12 @@ class KernargRing:
       self.free_to = mark + size
     self.check_at = min(self.next_mark, self.free_to)
     return pos, end
+
+
+def scratch_wave_bytes(gfx: int, prg) -> tuple[int, int]:
+  """(WAVESIZE unit, bytes of scratch per wave) for prg: 1 KiB (256-dword) units on gfx9, 256 bytes on gfx11+."""
+  unit = 1024 if gfx < 10 else 256
+  return unit, (prg.scratch * (32 if prg.wave32 else 64) + unit - 1) // unit * unit
 
 
 class AMDBackend:
@@ -143,18 +149,32 @@ class AMDBackend:
     recorded graphs carry its address, and work queued with them may run any time."""
     if not prg.scratch: return 0, 0
     wave = 32 if prg.wave32 else 64
-    unit = 1024 if self.gfx < 10 else 256      # WAVESIZE counts 1 KiB (256-dword) units on gfx9, 256 bytes on gfx11+
-    wave_bytes = (prg.scratch * wave + unit - 1) // unit * unit
+    unit, wave_bytes = scratch_wave_bytes(self.gfx, prg)
     engines = max(1, self.dev.props.shader_engines) if self.gfx >= 11 else 1
     total, group = SCRATCH_SLOTS_PER_CU * max(1, self.dev.props.compute_units), 1024 // wave
     while total > group * engines and total * wave_bytes > SCRATCH_BUDGET: total //= 2
     waves = min(max(-(-total // engines), group), 0xfff)
+    if self.gfx < 10:   # gfx9 counts the XCC's slots, which its shader engines share evenly (ROCr asserts it)
+      se = max(1, self.dev.props.shader_engines)
+      waves = max(se, waves // se * se)
     need = waves * engines * wave_bytes
     if self._scratch is None or self._scratch.size < need:
       if self._scratch is not None: self._retired_scratch.append(self._scratch)
       grown = min(2 * self._scratch.size, SCRATCH_BUDGET) if self._scratch is not None else 0
       self._scratch = self.dev.alloc(max(need, grown))
     return self.gc["regCOMPUTE_TMPRING_SIZE"].encode(WAVES=waves, WAVESIZE=wave_bytes // unit), self._scratch.va
+
+  def check_scratch(self, prg, name: str) -> None:
+    """At load: a kernel whose per-wave scratch does not fit COMPUTE_TMPRING_SIZE.WAVESIZE is refused now, not at its
+    first launch."""
+    if not prg.scratch: return
+    unit, wave_bytes = scratch_wave_bytes(self.gfx, prg)
+    field = self.gc["regCOMPUTE_TMPRING_SIZE"].fields["WAVESIZE"]
+    most = (field[1] >> field[0]) * unit // (32 if prg.wave32 else 64)
+    if wave_bytes // unit > field[1] >> field[0]:
+      raise CodeObjectError(f"kernel {name} needs {prg.scratch} bytes of scratch per work-item"
+                            f"{' (with the dynamic stack reserve)' if getattr(prg, 'dynamic_stack', False) else ''}; "
+                            f"{self.dev.props.arch} gives a wave{32 if prg.wave32 else 64} at most {most}")
 
   def maps(self, buf: Buffer) -> bool:
     """Whether a kernel of this device may take buf of another device (mapped with Device.map); the launch about to

@@ -22,6 +22,8 @@ _HIDDEN = {
 _INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _U64 = struct.Struct("<Q")
 # argument kinds (code object metadata .value_kind) a launch cannot fill: the program is refused when loaded
+DYNAMIC_STACK_BYTES = 1024   # per work-item, for a kernel with a dynamic call stack (HIP's default stack limit)
+
 _UNSUPPORTED_KINDS = {
   "image": "an image", "sampler": "a sampler", "pipe": "a pipe", "queue": "a device-side enqueue queue",
 }
@@ -62,6 +64,14 @@ class AMDProgram:
     # The descriptor leaves LDS_SIZE to the dispatcher (HSA puts it in the AQL packet); gfx10+ counts it in 512-byte units.
     self.rsrc2 = backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(self.lds + 511) // 512)
     self.scratch = max(kd.private_segment_fixed_size, self.kernel.meta.private_segment_fixed_size)
+    # a dynamic call stack (recursion, indirect calls, variable-size allocas) grows past the fixed size: AMDGPUUsage
+    # says the runtime adds room for it, as HIP adds its stack limit
+    self.dynamic_stack = bool(kd.fields.get("uses_dynamic_stack")) or self.kernel.meta.uses_dynamic_stack
+    if self.dynamic_stack: self.scratch += DYNAMIC_STACK_BYTES
+    if kd.kernarg_preload & 0xffff:   # KERNARG_PRELOAD_SPEC_LENGTH: arguments the firmware would put in SGPRs
+      raise CodeObjectError(f"kernel {name} preloads {kd.kernarg_preload & 0xffff} kernarg dwords into SGPRs (built with "
+                            "-amdgpu-kernarg-preload-count); this runtime dispatches without preloading: build it without")
+    backend.check_scratch(self, name)
     self.kernarg_size = max(kd.kernarg_size, self.kernel.meta.kernarg_segment_size, 16)
     self.args = [a for a in self.kernel.meta.args if not a.hidden]
     for i, a in enumerate(self.args):
