@@ -300,6 +300,37 @@ def test_hcq_runs_gfx942_kernels_on_the_board(mi300_device):
   assert not board.errors
 
 
+def test_a_board_that_is_node_3_of_an_xgmi_hive(mi300_fw):
+  """An MI300X in an 8-board XGMI hive: its VRAM is segment 3 of the hive's FB range (MC_VM_XGMI_LFB_CNTL/SIZE), so
+  its MC addresses and every PTE/PDE are offset by 3 segments (gmc_v9_0_vram_gtt_location adds
+  physical_node_id * node_segment_size to both). Kernels and copies see their data; the other segments are
+  other boards' (XGMI to them is not modelled)."""
+  import numpy as np
+  from rawgpu import kernels
+  from rawgpu.drivers.am import AMIface
+  from rawgpu.hcq.device import Device
+  vbus = VirtualBus(host=HostRAM(64 << 20))
+  board = AMDBoard(arch="gfx942", host=vbus.host, vram_size=256 << 20, xgmi=(3, 8))
+  dev = Device(iface=AMIface(vbus.plug(board), vbus.system))
+  try:
+    gmc = dev.iface.dev.gmc
+    assert gmc.xgmi_node() == (3, 256 << 20) and gmc.vram_base_offset == 3 * (256 << 20) and gmc.fb_base == gmc.fb_start + 3 * (256 << 20)
+    rng = np.random.default_rng(3)
+    n = 1000
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    A, B, C = dev.alloc(4 * n), dev.alloc(4 * n), dev.alloc(4 * n)
+    A.copyin(a); B.copyin(b)
+    dev.program(kernels.path("gfx942", "vadd").read_bytes(), "vadd_f32")(A, B, C, n, global_size=(4, 1, 1), local_size=(256, 1, 1), wait=True)
+    np.testing.assert_array_equal(C.numpy(np.float32)[:n], a + b)
+    data = rng.integers(0, 256, 3 << 20, dtype=np.uint8)
+    D = dev.alloc(len(data))
+    D.copyin(data)
+    assert np.array_equal(D.numpy(np.uint8)[:len(data)], data) and not board.errors
+  finally:
+    dev.close(); board.close()
+  with pytest.raises(ValueError, match="MI300X"): AMDBoard(arch="gfx1100", xgmi=(0, 2))
+
+
 def test_sdma_copies_on_the_board(mi300_device):
   """SDMA 4.4.2 on AID 0's MM hub: copies of odd sizes and offsets between VRAM and host memory (staged through the
   copy engine), a device-to-device transfer, a copy ordered after a kernel by a timeline wait."""

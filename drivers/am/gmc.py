@@ -7,7 +7,7 @@ its MC address through the system aperture (PSP, IH and the page walker use MC/p
 from __future__ import annotations
 from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.block import Block
-from rawgpu.errors import DeviceFault
+from rawgpu.errors import DeviceFault, RawGPUError
 
 HUBS = {"GC": "gc", "MM": "mmhub"}     # register prefix -> register table
 # GC-hub UTCL2 clients by the L2 protection fault status' CID, as amdgpu names them (gmc_v9_0.c, gfxhub_v3_0.c, gfxhub_v12_0.c)
@@ -33,10 +33,25 @@ class GMC(Block):
     self.fb_base = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_BASE").read() & 0xffffff) << 24
     self.fb_top = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_TOP").read() & 0xffffff) << 24
     self.vram_base_offset = (self.reg("mmhub", f"{pfx}MC_VM_FB_OFFSET").read() & 0xffffff) << 24
+    self.fb_start = self.fb_base   # the FB aperture's start: the hive's, on an XGMI node
+    if d.gc9:   # an XGMI hive's node: its VRAM is its segment of the hive's FB range (gmc_v9_0_vram_gtt_location)
+      node, seg = self.xgmi_node()
+      self.fb_base += node * seg
+      self.vram_base_offset += node * seg
     d.pt.phys_offset = self.vram_base_offset   # the page tables' PDEs name their tables by it too
     self.scratch_page = d.boot_alloc(mm.PAGE)     # where unmapped system-aperture accesses land
     self.dummy_page = d.boot_alloc(mm.PAGE)       # where faulting accesses are redirected
     self.hub_ready = {"GC": False, "MM": False}
+
+  def xgmi_node(self) -> tuple[int, int]:
+    """(physical node id, segment bytes) from GC's MC_VM_XGMI_LFB_CNTL/SIZE (gfxhub_v1_2_get_xgmi_info); (0, 0) where
+    PF_MAX_REGION is 0: no hive."""
+    cntl = self.reg("gc", "regMC_VM_XGMI_LFB_CNTL").fields()
+    if not cntl["PF_MAX_REGION"]: return 0, 0
+    if cntl["PF_MAX_REGION"] > 7 or cntl["PF_LFB_REGION"] > 7:
+      raise RawGPUError(f"{self.dev.bus}: MC_VM_XGMI_LFB_CNTL names node {cntl['PF_LFB_REGION']} of {cntl['PF_MAX_REGION'] + 1}: "
+                        "an XGMI hive has at most 8")
+    return cntl["PF_LFB_REGION"], self.reg("gc", "regMC_VM_XGMI_LFB_SIZE").fields()["PF_LFB_SIZE"] << 24
 
   def mc(self, paddr: int) -> int: return self.fb_base + paddr
 
@@ -61,7 +76,7 @@ class GMC(Block):
     r("MC_VM_AGP_BASE").write(0)
     r("MC_VM_AGP_BOT").write(0xffffff)
     r("MC_VM_AGP_TOP").write(0)
-    r("MC_VM_SYSTEM_APERTURE_LOW_ADDR").write(self.fb_base >> 18)
+    r("MC_VM_SYSTEM_APERTURE_LOW_ADDR").write(self.fb_start >> 18)
     r("MC_VM_SYSTEM_APERTURE_HIGH_ADDR").write(self.fb_top >> 18)
     w64("MC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_LSB", "MC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_MSB", (self.scratch_page + self.vram_base_offset) >> 12)
     w64("VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", "VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", (self.dummy_page + self.vram_base_offset) >> 12)

@@ -28,8 +28,11 @@ class AMDBoard:
   vendor = 0x1002
 
   def __init__(self, arch: str = "gfx1100", host: HostRAM | None = None, vram_size: int = 512 << 20, bar0_size: int | None = None,
-               cus: int | None = None, deterministic: bool = False, firmware: str = "cold"):
+               cus: int | None = None, deterministic: bool = False, firmware: str = "cold", xgmi: tuple[int, int] | None = None):
     self.asic: Asic = get_asic(arch)
+    if xgmi is not None and (arch != "gfx942" or not 0 <= xgmi[0] < xgmi[1] <= 8):
+      raise ValueError("xgmi=(node, nodes) is for an MI300X (gfx942) in a hive of up to 8 boards")
+    self.xgmi = xgmi   # (this board's node, boards in the hive): its VRAM is that node's segment of the hive's FB space
     self.arch, self.device = arch, self.asic.device
     if vram_size & (vram_size - 1) or vram_size < (64 << 20): raise ValueError("vram_size must be a power of two >= 64 MiB")
     self.vram_size = vram_size

@@ -40,9 +40,16 @@ class Hub:
     r = board.regs
     self.gfx12, self.gfx9 = board.asic.version(11)[0] >= 12, board.asic.version(11)[0] == 9
     self.pde_pte = 1 << 63 if self.gfx12 else 1 << 54
-    fb_top = FB_LOCATION_BASE + (board.vram_size >> 24) - 1
+    # MI300 in an XGMI hive (board.xgmi = (node, nodes)): the FB aperture spans every node's segment, this board's VRAM
+    # is segment `node` of it, and the IFWI says so in MC_VM_XGMI_LFB_CNTL/SIZE (gfxhub_v1_2_get_xgmi_info reads them)
+    node, nodes = getattr(board, "xgmi", None) or (0, 1)
+    seg = board.vram_size >> 24
     r.set(ip, f"reg{prefix_mc}FB_LOCATION_BASE", FB_LOCATION_BASE)
-    r.set(ip, f"reg{prefix_mc}FB_LOCATION_TOP", fb_top)
+    r.set(ip, f"reg{prefix_mc}FB_LOCATION_TOP", FB_LOCATION_BASE + nodes * seg - 1)
+    if nodes > 1:
+      r.set(ip, f"reg{prefix_mc}XGMI_LFB_CNTL", r.reg(ip, f"reg{prefix_mc}XGMI_LFB_CNTL").encode(PF_LFB_REGION=node, PF_MAX_REGION=nodes - 1))
+      r.set(ip, f"reg{prefix_mc}XGMI_LFB_SIZE", r.reg(ip, f"reg{prefix_mc}XGMI_LFB_SIZE").encode(PF_LFB_SIZE=seg))
+    self.node_offset = node * (seg << 24)   # where this board's VRAM starts in the hive's FB aperture and physical space
     self.tlb: dict[tuple[int, int], tuple[int, int, int]] = {}   # (vmid, va page) -> (backing, phys page, writeable)
     self.ext: dict[tuple[int, int], tuple[int, int, int, int]] = {}   # (vmid, first page) -> (.., pages): contiguous runs
     a = lambda n: r.addr(ip, n)
@@ -107,7 +114,7 @@ class Hub:
   def mc_phys(self, mc: int) -> tuple[int, int]:
     """An MC physical address -> (backing, address): FB aperture -> VRAM offset, AGP aperture -> bus address."""
     fb_base, fb_end, _ = self.fb()
-    if fb_base <= mc < fb_end: return VRAM, mc - fb_base
+    if fb_base <= mc < fb_end: return VRAM, mc - fb_base - self.node_offset   # another node's segment: past this VRAM (XGMI is not modelled)
     v = self.b.regs.vals
     bot, top = v.get(self.a_agp_bot, 0) << 24, (v.get(self.a_agp_top, 0) << 24) | 0xffffff
     if bot <= mc <= top and v.get(self.a_agp_top, 0) >= v.get(self.a_agp_bot, 0): return HOST, mc - bot + (v.get(self.a_agp_base, 0) << 24)
@@ -115,7 +122,7 @@ class Hub:
 
   def _pte_target(self, e: int) -> tuple[int, int]:
     if e & PTE_SYSTEM: return HOST, e & ADDR_MASK
-    return VRAM, (e & ADDR_MASK) - self.fb()[2]
+    return VRAM, (e & ADDR_MASK) - self.fb()[2] - self.node_offset
 
   def _read_q(self, kind: int, addr: int) -> int:
     if kind == VRAM:
