@@ -126,6 +126,22 @@ def test_poll_regmem_waits_for_memory(d, S):
   assert d.vram.read32(fence) == 1
 
 
+def test_context_status_says_when_a_queue_is_idle(d, S):
+  """QUEUE0_CONTEXT_STATUS.IDLE (what amdkfd's hqd_sdma_destroy polls after turning the ring off): clear while a
+  packet of the enabled queue is in progress or waiting, set once the queue is off or has nothing to do."""
+  q = SDMARing(d)
+  idle = lambda: d.rd("gc", "regSDMA0_QUEUE0_CONTEXT_STATUS") & d.tables["gc"]["regSDMA0_QUEUE0_CONTEXT_STATUS"].fields["IDLE"][1]
+  assert idle()
+  sem = 0x760000
+  d.vram.write32(sem, 0)
+  q.submit([hdr(S, "POLL_REGMEM", SDMA_PKT_POLL_REGMEM_HEADER_func_shift=3, SDMA_PKT_POLL_REGMEM_HEADER_mem_poll_shift=1),
+            q.mc(sem) & 0xffffffff, q.mc(sem) >> 32, 5, 0xffffffff, (0xfff << 16) | 10])
+  q.run()
+  assert not idle()                                   # waiting in its POLL_REGMEM
+  d.wr("gc", "regSDMA0_QUEUE0_RB_CNTL", d.rd("gc", "regSDMA0_QUEUE0_RB_CNTL") & ~1)   # RB_ENABLE off
+  assert idle()
+
+
 def test_timestamp_is_monotonic(d, S):
   q = SDMARing(d)
   a, b = 0x760000, 0x760008

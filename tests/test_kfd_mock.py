@@ -324,6 +324,28 @@ def test_without_a_remap_page_vram_copies_take_the_copy_engine(system, monkeypat
   finally: dev.close()
 
 
+def test_a_destroyed_sdma_queue_is_idle_and_rung_by_nobody(system, monkeypatch):
+  """amdkfd's hqd_sdma_destroy: the ring off, then a wait for QUEUEn_CONTEXT_STATUS.IDLE, then its doorbell off, so the
+  slot is reprogrammed for the next queue only once nothing of this one runs or arrives."""
+  from rawgpu.drivers.emu.mockkfd import hw
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  stopped, real = [], hw.sdma_stop
+  monkeypatch.setattr(hw, "sdma_stop", lambda dev, q: (stopped.append((dev, q.am)), real(dev, q)))
+  dev = Device(iface=KFDIface(0, system))
+  try:
+    buf = dev.alloc(1 << 16)
+    buf.copyin(np.arange(1 << 14, dtype=np.uint32))   # through the copy engine: the process's SDMA queue exists
+    assert np.array_equal(buf.numpy(np.uint32), np.arange(1 << 14, dtype=np.uint32))
+  finally: dev.close()
+  exit_process(MACHINES[id(system)])
+  assert stopped
+  for am, q in stopped:
+    r = lambda n: am.sdma.r(q.engine, n, q.queue)
+    assert r("regSDMA0_QUEUE0_DOORBELL").read() == 0 and not r("regSDMA0_QUEUE0_RB_CNTL").fields()["RB_ENABLE"]
+    assert r("regSDMA0_QUEUE0_CONTEXT_STATUS").fields()["IDLE"]
+
+
 def test_an_apu_flushes_no_hdp(system, monkeypatch):
   """An APU node (CPU cores and SIMDs, kfd_topology's APU) on x86-64: amdgpu flushes no HDP there, from the CPU or in
   a ring (amdgpu_device_flush_hdp), and Phoenix's NBIO 7.7 has no flush registers rawgpu knows: the device opens

@@ -184,8 +184,15 @@ class SDMA(Block):
     self.program(q)
 
   def free_queue(self, q: SDMAQueue) -> None:
-    self.r(q.engine, "regSDMA0_QUEUE0_RB_CNTL", q.queue).update(RB_ENABLE=0)
-    self.r(q.engine, "regSDMA0_QUEUE0_IB_CNTL", q.queue).update(IB_ENABLE=0)
+    r = lambda n: self.r(q.engine, n, q.queue)
+    r("regSDMA0_QUEUE0_RB_CNTL").update(RB_ENABLE=0)
+    if q.user is not None:
+      # a process's queue, as amdkfd's hqd_sdma_destroy: its slot is reprogrammed only once the queue is idle, and no
+      # doorbell reaches it meanwhile
+      status = r("regSDMA0_QUEUE0_CONTEXT_STATUS")
+      self.dev.wait(lambda: status.fields()["IDLE"], f"SDMA engine {q.engine} queue {q.queue} to go idle", timeout=2.0)
+      r("regSDMA0_QUEUE0_DOORBELL").write(0)
+    r("regSDMA0_QUEUE0_IB_CNTL").update(IB_ENABLE=0)
     if self.queues.get(q.engine) is q: del self.queues[q.engine]
     if q.user is None:   # AM's own ring and pointer page go back
       for paddr in (q.ring, q.ptrs): self.dev.pfree(paddr)

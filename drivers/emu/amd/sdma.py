@@ -54,6 +54,9 @@ class SDMAQueue:
     self.db_off = r.reg(ip, p + "DOORBELL_OFFSET").fields["OFFSET"]
     r.wr[self.a_cntl] = self._cntl_wr
     r.wr[self.a_wptr] = r.wr[self.a_wptr_hi] = self._wptr_wr
+    if r.has(ip, p + "CONTEXT_STATUS"):   # IDLE: no packet of the queue in progress or waiting (what amdkfd polls on destroy)
+      idle = r.reg(ip, p + "CONTEXT_STATUS").fields["IDLE"][1]
+      r.rd[a("CONTEXT_STATUS")] = lambda _a: 0 if self.enabled and (self.ib or self.wptr - self.rptr >= 4 or self.hung) else idle
     self.enabled, self.rptr, self.wptr = False, 0, 0
     self.ib: list[list[int]] = []
     self.hung: str | None = None
