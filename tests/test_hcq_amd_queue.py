@@ -108,6 +108,23 @@ def test_a_bound_queue_is_padded_to_the_ib_alignment():
   assert pm4.decode_pm4(list(q.words()))[0].words[4] == 41
 
 
+@pytest.mark.parametrize("version", [(6, 0), (7, 0), (4, 4)])
+@pytest.mark.parametrize("kfd", [False, True])
+def test_copy_barrier_flushes_hdp_then_invalidates_gl2(version, kfd):
+  """SDMA 6/7 reads look up GL2, which may hold a stale line of what the CPU wrote: after the HDP flush the copy
+  barrier invalidates it (the kernel ring's GCR_REQ as amdgpu's emit_mem_sync, a KFD queue's ROCr user form);
+  SDMA 4.4.2 does not go through the XCD's L2 and has no such packet."""
+  from rawgpu.hcq.amd import sdma
+  from rawgpu.hcq.amd.queues import AMDCopyQueue
+  be = SimpleNamespace(sdma_version=version, sdma_hdp_flush=(0x106, 0x107, 0x400))
+  if kfd: be.wake = (0x6000_0000, 7)
+  names = [p.name for p in sdma.decode_sdma(AMDCopyQueue(be).memory_barrier().words(), version)]
+  assert names == ["POLL_REGMEM"] + ([] if version < (5, 0) else ["USER_GCR" if kfd else "GCR_REQ"])
+  be.sdma_hdp_flush = None   # an APU: no HDP, the cache still
+  names = [p.name for p in sdma.decode_sdma(AMDCopyQueue(be).memory_barrier().words(), version)]
+  assert names == ([] if version < (5, 0) else ["USER_GCR" if kfd else "GCR_REQ"])
+
+
 def test_a_wait_for_a_value_past_32_bits_is_refused():
   """WAIT_REG_MEM and POLL_REGMEM compare 32 bits: a reference of 2^32 or more would pass early or never."""
   from rawgpu.errors import RawGPUError

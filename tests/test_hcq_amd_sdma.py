@@ -27,7 +27,7 @@ def test_layouts_follow_the_generated_offsets():
   for lay in sdma.LAYOUTS:
     assert lay.fields, lay.name
     for f in lay.fields:
-      dw = next(d for d in lay.dwords if hasattr(S, f"SDMA_PKT_{lay.name}_{d}_{f.name}_offset"))
+      dw = next(d for d in lay.dwords if hasattr(S, f"SDMA_PKT_{lay.pkt}_{d}_{f.name}_offset"))
       assert f.dword == lay.dwords.index(dw), (lay.name, f.name)
 
 
@@ -128,7 +128,10 @@ def test_trap_and_nop():
 
 
 def emitted(draw, em=sdma):
-  kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "hdp", "ts", "write", "trap", "nop"]))
+  kind = draw(st.sampled_from(["copy", "fill", "fence", "poll", "hdp", "ts", "write", "trap", "nop", "gcr"]))
+  if kind == "gcr":
+    c, user = draw(st.integers(0, (1 << 19) - 1)), draw(st.booleans())
+    return em.gcr(c, user=user), "USER_GCR" if user else "GCR_REQ", dict(gcr_control_15_0=c & 0xffff, gcr_control_18_16=c >> 16)
   if kind == "hdp":
     req, done, bit = draw(st.integers(0, 0x3fffffff)), draw(st.integers(0, 0x3fffffff)), 1 << draw(st.integers(0, 13))
     return em.hdp_flush(req, done, bit), "POLL_REGMEM", dict(addr=(req << 2) << 32 | done << 2, value=bit, mask=bit, func=3, mem_poll=0, hdp_flush=1)
@@ -193,7 +196,7 @@ def _at(module, names, **kw):
   return SimpleNamespace(**{n: functools.partial(getattr(module, n), **kw) for n in names})
 
 
-_SDMA_EMITTERS = ("copy_linear", "const_fill", "fence", "poll_regmem", "hdp_flush", "timestamp", "write_linear", "trap", "nop")
+_SDMA_EMITTERS = ("copy_linear", "const_fill", "fence", "poll_regmem", "hdp_flush", "timestamp", "write_linear", "trap", "nop", "gcr")
 
 
 @pytest.mark.parametrize("version,emit", [((6, 0), emitted), ((4, 4), emitted_v4)] + [
@@ -250,3 +253,13 @@ def test_cpv_adds_a_dword_only_on_sdma7():
   assert [p.name for p in sdma.decode_sdma(stream, (6, 0))] == ["COPY_LINEAR", "FENCE"]
   eight = sdma.copy_linear(0x1000, 0x2000, 64, (7, 0))
   assert len(eight) == 8 and [p.name for p in sdma.decode_sdma(eight + sdma.fence(0x3000, 1, version=(7, 0)), (7, 0))] == ["COPY_LINEAR", "FENCE"]
+
+
+def test_gcr_matches_the_kernel_and_rocr_forms():
+  """GCR_REQ as sdma_v6_0_ring_emit_mem_sync writes it (op 17, sub_op 0; GL2 INV+WB, GLM/GL1/GLV/GLK INV, GLI_INV(1)),
+  and the user-queue form (sub_op 1) with ROCr's invalidate flags; SDMA 4 has none."""
+  from rawgpu.autogen.amd import sdma_v6 as S6
+  k = sdma.gcr(sdma.GCR_KERNEL_INV, version=(6, 0))
+  assert k == [S6.SDMA_OP_GCR_REQ, 0, (sdma.GCR_KERNEL_INV & 0xffff) << 16, sdma.GCR_KERNEL_INV >> 16, 0] and sdma.GCR_KERNEL_INV == 0xC3A1
+  assert sdma.gcr(sdma.GCR_USER_INV, user=True, version=(7, 0)) == [S6.SDMA_OP_GCR_REQ | 1 << 8, 0, 0xC3C00000, 0, 0]
+  with pytest.raises(ValueError, match="no GCR"): sdma.gcr(sdma.GCR_KERNEL_INV, version=(4, 4))

@@ -113,7 +113,9 @@ class AMDBackend:
     if self.cpu_flush or self.hdp_flush is None: return None
     if engine == "compute": return pm4.hdp_flush(*self.hdp_flush, gen=self.gfx)
     from rawgpu.hcq.amd import sdma
-    return sdma.hdp_flush(*self.sdma_hdp_flush, version=self.sdma_version)
+    words = sdma.hdp_flush(*self.sdma_hdp_flush, version=self.sdma_version)
+    if self.sdma_version >= (5, 0): words += sdma.gcr(sdma.GCR_USER_INV, user=True, version=self.sdma_version)   # KFD only gets here
+    return words
 
   def reg(self, name: str) -> int:
     """Absolute dword address of a GC register on this device."""

@@ -171,10 +171,17 @@ class AMDCopyQueue(HWQueue):
 
   def memory_barrier(self) -> "AMDCopyQueue":
     """Flush the HDP (SDMA 0's request bit), so the copies after read what the CPU wrote into VRAM through cpu()
-    after the submit, behind a signal the queue waits on."""
+    after the submit, behind a signal the queue waits on; on SDMA 5+ then invalidate GL2, which SDMA's reads look up
+    and may hold a stale line of (amdgpu invalidates it before every SDMA IB: "needed for correctness")."""
     from rawgpu.hcq.amd import sdma
-    if (hdp := self.be.sdma_hdp_flush) is None: return self   # an APU: nothing between the CPU and memory to flush
-    return self._add(sdma.hdp_flush, *hdp, version=self.be.sdma_version)
+    v = self.be.sdma_version
+    if (hdp := self.be.sdma_hdp_flush) is not None: self._add(sdma.hdp_flush, *hdp, version=v)   # None: an APU, no HDP
+    return self._add_gcr_invalidate() if v >= (5, 0) else self
+
+  def _add_gcr_invalidate(self) -> "AMDCopyQueue":
+    from rawgpu.hcq.amd import sdma
+    user = _wake(self.be) is not None   # a KFD user queue: ROCr's form; AM's kernel ring: amdgpu's
+    return self._add(sdma.gcr, sdma.GCR_USER_INV if user else sdma.GCR_KERNEL_INV, user=user, version=self.be.sdma_version)
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDCopyQueue":
     """Write the GPU clock, once the copies before have finished, to the signal's timestamp (or to the address). The

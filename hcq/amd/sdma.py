@@ -10,6 +10,7 @@ Values amdgpu and Mesa program (fence mtype, poll retry) are noted.
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -73,6 +74,10 @@ class Layout:
   dwords: tuple[str, ...]  # dword names in order; a trailing data/count tail is described by `tail`
   tail: str = ""  # "write": DW_3 count+1 data dwords follow; "nop": count dwords follow; "cpv": one more if cpv is set
   fields: tuple[Field, ...] = ()
+  header: str = ""  # the header's packet name where this layout is another form of it (USER_GCR is a GCR_REQ)
+
+  @property
+  def pkt(self) -> str: return self.header or self.name
 
 
 def _layout(M, name: str, op: int, sub_op: int, dwords: tuple[str, ...], tail: str = "") -> Layout:
@@ -96,7 +101,16 @@ def _layouts(M) -> list[Layout]:
             "write"),
     _layout(M, "TRAP", M.SDMA_OP_TRAP, 0, ("HEADER", "INT_CONTEXT")),
     _layout(M, "NOP", M.SDMA_OP_NOP, 0, ("HEADER",), "nop"),
-  ]
+  ] + ([] if not hasattr(M, "SDMA_OP_GCR_REQ") else _gcr_layouts(M))   # SDMA 4 has no GCR packet
+
+
+GCR_DWORDS = ("HEADER", "PAYLOAD1", "PAYLOAD2", "PAYLOAD3", "PAYLOAD4")
+SUBOP_USER_GCR = 1   # the user-queue form of GCR_REQ (ROCr's SDMA_SUBOP_USER_GCR; the kernel headers name only sub_op 0)
+
+
+def _gcr_layouts(M) -> list[Layout]:
+  gcr = _layout(M, "GCR_REQ", M.SDMA_OP_GCR_REQ, 0, GCR_DWORDS)
+  return [gcr, dataclasses.replace(gcr, name="USER_GCR", sub_op=SUBOP_USER_GCR, header="GCR_REQ")]
 
 
 LAYOUTS = _layouts(S)
@@ -167,6 +181,21 @@ def poll_regmem(addr: int, ref: int, mask: int = MASK32, function: PollFunction 
   if memory and addr % 4: raise ValueError(f"POLL_REGMEM address {addr:#x} is not dword aligned")
   return _pack("POLL_REGMEM", version, hdp_flush=int(hdp_flush), func=int(function), mem_poll=int(memory), addr_31_0=addr & MASK32,
                addr_63_32=addr >> 32, value=ref & MASK32, mask=mask & MASK32, interval=interval, retry_count=retry_count)
+
+
+# GCR_CONTROL of a whole-cache invalidate before SDMA reads what the CPU or another engine wrote: amdgpu's
+# sdma_v6_0/v7_0_ring_emit_mem_sync (GL2 written back and invalidated, GLM, GL1, GLV, GLK and GLI invalidated) for a
+# kernel ring, ROCr's user-queue invalidate (GL2 write back + invalidate, GL1, GLV, GLK invalidate, GLK write back)
+GCR_KERNEL_INV = (S.SDMA_GCR_GL2_INV | S.SDMA_GCR_GL2_WB | S.SDMA_GCR_GLM_INV | S.SDMA_GCR_GL1_INV | S.SDMA_GCR_GLV_INV
+                  | S.SDMA_GCR_GLK_INV | S.SDMA_GCR_GLI_INV(1))
+GCR_USER_INV = S.SDMA_GCR_GL2_WB | S.SDMA_GCR_GL2_INV | S.SDMA_GCR_GL1_INV | S.SDMA_GCR_GLV_INV | S.SDMA_GCR_GLK_INV | S.SDMA_GCR_GLK_WB
+
+
+def gcr(gcr_control: int, user: bool = False, version: Version = V6) -> list[int]:
+  """Invalidate / write back the GPU caches SDMA 5+ goes through (GL2 above all: SDMA 6/7 reads look it up), over the
+  whole address range. user: the user-queue form (a KFD queue), else the kernel ring's."""
+  if version < (5, 0): raise ValueError("SDMA 4 has no GCR packet (it does not go through the XCD's L2)")
+  return _pack("USER_GCR" if user else "GCR_REQ", version, gcr_control_15_0=gcr_control & 0xffff, gcr_control_18_16=gcr_control >> 16)
 
 
 def hdp_flush(req_reg: int, done_reg: int, ref_and_mask: int, version: Version = V6) -> list[int]:
