@@ -346,3 +346,24 @@ def test_two_ifaces_share_the_process(machine):
     assert "" not in fake.closed
   finally: b.close()
   assert fake.closed == []   # the process's files outlive its devices (test_open_sequence_and_props)
+
+
+def test_ip_discovery_is_read_from_the_pci_device_first(tmp_path):
+  """amdgpu creates ip_discovery under the PCI device only: an MI300 partition past the first has a render node whose
+  `device` is a platform device (amdgpu_xcp) without it. The PCI device's is read; the render node's is the fallback;
+  with neither, the error names both."""
+  from rawgpu.drivers.kfd import topology
+  def write(root, gc):
+    d = root / "ip_discovery" / "die" / "0" / "GC" / "0"
+    d.mkdir(parents=True)
+    for f, v in zip(("major", "minor", "revision"), gc): (d / f).write_text(f"{v}\n")
+    (d / "base_addr").write_text("0x00001260\n")
+  write(tmp_path / "pci" / "0000:c1:00.0", (9, 4, 3))
+  (tmp_path / "drm" / "renderD129" / "device").mkdir(parents=True)   # a partition's platform device: no ip_discovery
+  write(tmp_path / "drm" / "renderD128" / "device", (11, 0, 0))
+  s = System()
+  s.mount("/sys/bus/pci/devices", DirProvider(str(tmp_path / "pci")))
+  s.mount("/sys/class/drm", DirProvider(str(tmp_path / "drm")))
+  assert topology.ip_discovery(s, 129, "0000:c1:00.0")[0]["gc"] == (9, 4, 3)
+  assert topology.ip_discovery(s, 128, "0000:c2:00.0")[0]["gc"] == (11, 0, 0)    # no PCI entry: the render node's
+  with pytest.raises(RawGPUError, match="0000:c3:00.0/ip_discovery.*renderD129"): topology.ip_discovery(s, 129, "0000:c3:00.0")

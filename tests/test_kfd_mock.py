@@ -359,8 +359,8 @@ def test_an_apu_flushes_no_hdp(system, monkeypatch):
     out = nodes(sysm)
     for n in out: n.props = dict(n.props, cpu_cores_count=8)
     return out
-  def no_nbio(sysm, minor):
-    versions, bases = discovery(sysm, minor)
+  def no_nbio(sysm, minor, bus=None):
+    versions, bases = discovery(sysm, minor, bus)
     return {k: v for k, v in versions.items() if k != "nbio"}, {k: v for k, v in bases.items() if k != "nbio"}
   monkeypatch.setattr(topology, "gpu_nodes", apu_nodes)
   monkeypatch.setattr(topology, "ip_discovery", no_nbio)

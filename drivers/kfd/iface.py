@@ -115,7 +115,7 @@ class KFDIface(PeerMaps):
     if (why := self.proc.stopped.get(self.gpu_id)) is not None:
       raise DeviceFault(f"{why.split('; ')[0]} earlier in this process: amdkfd keeps this process's queues on {n.pci_bus} stopped "
                         "(queues made later too) until the process exits; restart the process to use this GPU again")
-    versions, bases = topology.ip_discovery(sysm, n.render_minor)
+    versions, bases = topology.ip_discovery(sysm, n.render_minor, n.pci_bus)
     if (fd := self.proc.drm.get(self.gpu_id)) is None:
       fd = self._open_node(topology.render_node(n.render_minor))
       try: self._ioctl(F.AMDKFD_IOC_ACQUIRE_VM, drm_fd=fd, gpu_id=self.gpu_id)

@@ -77,11 +77,18 @@ def bar_size(node: Node) -> int:
   return sum(b.get("size_in_bytes", 0) for b in node.mem_banks if b.get("heap_type") == 1)
 
 
-def ip_discovery(system: System, render_minor: int) -> tuple[dict[str, tuple[int, int, int]], dict[str, tuple[int, ...]]]:
-  """IP versions and instance-0 register segment bases from /sys/class/drm/renderD*/device/ip_discovery."""
-  root = f"{DRM}/renderD{render_minor}/device/ip_discovery/die/0"
-  if not system.exists(root):
-    raise RawGPUError(f"{root} is missing: the kernel exposes no IP discovery for this GPU (Linux 5.19+ with an IP-discovery board is needed)")
+PCI_DEVICES = "/sys/bus/pci/devices"
+
+
+def ip_discovery(system: System, render_minor: int, pci_bus: str | None = None) -> tuple[dict[str, tuple[int, int, int]], dict[str, tuple[int, ...]]]:
+  """IP versions and instance-0 register segment bases from the GPU's ip_discovery directory. amdgpu creates it under
+  the PCI device only (amdgpu_discovery.c); an MI300 partition past the first has a render node of its own whose
+  `device` is a platform device (amdgpu_xcp), so the PCI device's is read first, then the render node's."""
+  tried = ([f"{PCI_DEVICES}/{pci_bus}/ip_discovery/die/0"] if pci_bus else []) + [f"{DRM}/renderD{render_minor}/device/ip_discovery/die/0"]
+  root = next((r for r in tried if system.exists(r)), None)
+  if root is None:
+    raise RawGPUError(f"{' and '.join(tried)} are missing: the kernel exposes no IP discovery for this GPU (Linux 5.19+ with an "
+                      "IP-discovery board is needed)")
   versions, bases = {}, {}
   for dirname, name in IP_NAMES.items():
     inst = f"{root}/{dirname}/0"

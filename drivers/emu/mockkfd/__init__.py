@@ -56,15 +56,19 @@ class MockMachine:
     from rawgpu.drivers.emu.mockkfd.kernel import KFDFile, RenderFile
     topo = {"nodes/0/gpu_id": "0\n", "nodes/0/properties": "cpu_cores_count 16\nsimd_count 0\nmem_banks_count 1\n",
             "system_properties": "platform_oem 0\nplatform_id 0\nplatform_rev 0\n", "generation_id": "1\n"}
-    drm, dri = {}, {}
+    drm, dri, pci = {}, {}, {}
     for g in self.gpus:
       topo.update(g.topology_files(f"nodes/{g.node}"))
-      drm.update(g.ip_files(f"renderD{g.render_minor}/device/ip_discovery/die/0"))
+      # ip_discovery lives under the PCI device (amdgpu_discovery.c); a render node's `device` is that PCI device for
+      # a board's first partition, and a platform device without it (amdgpu_xcp) for MI300's others
+      pci.update(g.ip_files(f"{g.dev.bus}/ip_discovery/die/0"))
+      if g.xcc == 0: drm.update(g.ip_files(f"renderD{g.render_minor}/device/ip_discovery/die/0"))
       dri[f"renderD{g.render_minor}"] = (lambda g: lambda flags: RenderFile(g))(g)
     self.system.mount("/dev/kfd", Tree(nodes={"": lambda flags: KFDFile(self.kernel)}))
     self.system.mount("/dev/dri", Tree(nodes=dri))
     self.system.mount(TOPOLOGY_ROOT, Tree(topo))
     self.system.mount("/sys/class/drm", Tree(drm))
+    self.system.mount("/sys/bus/pci/devices", Tree(pci))
 
   def close(self) -> None:
     """Power the machine off: the kernel's drivers let go of the boards, whose emulators stop."""
