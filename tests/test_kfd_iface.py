@@ -144,6 +144,18 @@ def test_open_sequence_and_props(machine):
   assert sum(1 for e in fake.args["AMDKFD_IOC_CREATE_EVENT"] if e.event_page_offset) == 1   # one event page per process
 
 
+def test_another_runtime_in_the_process_is_named(machine):
+  """amdkfd gives a process one VM per GPU: ACQUIRE_VM with a second render-node file is EBUSY (another runtime took
+  it). RUNTIME_ENABLE's EEXIST (queues made before the runtime was enabled) leaves the queues working: opened."""
+  from rawgpu.errors import DeviceBusy
+  s, fake = machine(fail={"AMDKFD_IOC_ACQUIRE_VM": errno.EBUSY})
+  with pytest.raises(DeviceBusy, match="another runtime in this process"): KFDIface(0, s)
+  s, fake = machine(fail={"AMDKFD_IOC_RUNTIME_ENABLE": errno.EEXIST})
+  KFDIface(0, s).close()
+  s, fake = machine(fail={"AMDKFD_IOC_RUNTIME_ENABLE": errno.EPERM})
+  with pytest.raises(IoctlError): KFDIface(0, s)
+
+
 def test_old_minor_skips_runtime_enable(machine):
   s, fake = machine(version=(1, 12))
   KFDIface(0, s).close()

@@ -13,7 +13,7 @@ from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps, hdp_bypasse
 from rawgpu.drivers.kfd import topology
 from rawgpu.drivers.kfd.sizes import PAGE, QueueSizes, align, queue_sizes
 from rawgpu.drivers.system import SYSTEM, System
-from rawgpu.errors import DeviceFault, DeviceNotFound, IoctlError, OutOfMemory, PermissionProblem, RawGPUError
+from rawgpu.errors import DeviceBusy, DeviceFault, DeviceNotFound, IoctlError, OutOfMemory, PermissionProblem, RawGPUError
 
 KFD_PATH = "/dev/kfd"
 SUPPORTED_GFX = (11, 12)             # hcq's PM4/SDMA encoders cover RDNA3 and RDNA4
@@ -119,15 +119,21 @@ class KFDIface(PeerMaps):
     if (fd := self.proc.drm.get(self.gpu_id)) is None:
       fd = self._open_node(topology.render_node(n.render_minor))
       try: self._ioctl(F.AMDKFD_IOC_ACQUIRE_VM, drm_fd=fd, gpu_id=self.gpu_id)
-      except BaseException:
+      except BaseException as e:
         sysm.close(fd)
+        if isinstance(e, IoctlError) and e.errno_ == errno.EBUSY:   # kfd_ioctl_acquire_vm: the VM was acquired with another file
+          raise DeviceBusy(f"KFD node {n.index} ({n.pci_bus}): another runtime in this process (ROCm's, say) already took this GPU's "
+                           "VM with a render-node file of its own; amdkfd gives a process one VM per GPU, so rawgpu cannot share "
+                           "the process with it: run it in a process of its own") from None
         raise
       self.proc.drm[self.gpu_id] = fd
     self.drm_fd = fd
     if self.version[1] >= RUNTIME_ENABLE_MINOR:
       try: self._ioctl(F.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=F.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK, capabilities_mask=0)
       except IoctlError as e:
-        if e.errno_ != errno.EBUSY: raise   # EBUSY: this process enabled the runtime already
+        # EBUSY: this process enabled the runtime already; EEXIST: it has queues from before the runtime was
+        # enabled (kfd_ioctl_runtime_enable), which another runtime in the process made: both leave the queues working
+        if e.errno_ not in (errno.EBUSY, errno.EEXIST): raise
     self.sizes = self._queue_sizes(n)
     if self.proc.va is None:
       base, limit = self._aperture()
