@@ -146,7 +146,8 @@ def test_open_sequence_and_props(machine):
 
 def test_another_runtime_in_the_process_is_named(machine):
   """amdkfd gives a process one VM per GPU: ACQUIRE_VM with a second render-node file is EBUSY (another runtime took
-  it). RUNTIME_ENABLE's EEXIST (queues made before the runtime was enabled) leaves the queues working: opened."""
+  it), and one signal-event page (a second is EINVAL). RUNTIME_ENABLE's EEXIST (queues made before the runtime was
+  enabled) leaves the queues working: opened."""
   from rawgpu.errors import DeviceBusy
   s, fake = machine(fail={"AMDKFD_IOC_ACQUIRE_VM": errno.EBUSY})
   with pytest.raises(DeviceBusy, match="another runtime in this process"): KFDIface(0, s)
@@ -154,6 +155,9 @@ def test_another_runtime_in_the_process_is_named(machine):
   KFDIface(0, s).close()
   s, fake = machine(fail={"AMDKFD_IOC_RUNTIME_ENABLE": errno.EPERM})
   with pytest.raises(IoctlError): KFDIface(0, s)
+  s, fake = machine(fail={"AMDKFD_IOC_CREATE_EVENT": errno.EINVAL})   # kfd_kmap_event_page: a page is set already
+  with pytest.raises(DeviceBusy, match="signal-event page"): KFDIface(0, s)
+  assert fake.calls.count("AMDKFD_IOC_FREE_MEMORY_OF_GPU") == 1   # the page it made is given back
 
 
 def test_old_minor_skips_runtime_enable(machine):

@@ -216,7 +216,16 @@ class KFDIface(PeerMaps):
     elif self.gpu_id not in self.proc.event_page_gpus:   # a later GPU: the page made on the first one, at the same VA
       self._gpu_map(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, self.proc.event_page.meta[0])
       self.proc.event_page_gpus.add(self.gpu_id)
-    ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page, event_type=F.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
+    try: ev = self._ioctl(F.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page, event_type=F.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
+    except IoctlError as e:
+      if not page or e.errno_ != errno.EINVAL: raise
+      m, self.proc.event_page = self.proc.event_page, None   # never the process's page: freed, the next open starts over
+      self.proc.event_page_gpus.discard(self.gpu_id)
+      self.mems.append(m)
+      self.free(m)
+      raise DeviceBusy(f"KFD node {self.node.index} ({self.node.pci_bus}): amdkfd refused this process's signal-event page: another "
+                       "runtime in this process (ROCm's, say) has set one already (kfd_kmap_event_page), and amdkfd keeps one per "
+                       "process: run rawgpu in a process of its own") from None
     self.signal_event = ev.event_id
     # where the GPU wakes a sleeping sleep(): write a value != ~0 to this slot, then interrupt with ctxid = event id
     # (RELEASE_MEM int_sel=interrupt); amdkfd's handler finds the slot and signals the event WAIT_EVENTS waits on
