@@ -112,10 +112,7 @@ class AMDBackend:
     doorbell, the engine flushes it first thing, so what cpu() wrote into VRAM before the submit is what it reads."""
     if self.cpu_flush or self.hdp_flush is None: return None
     if engine == "compute": return pm4.hdp_flush(*self.hdp_flush, gen=self.gfx)
-    from rawgpu.hcq.amd import sdma
-    words = sdma.hdp_flush(*self.sdma_hdp_flush, version=self.sdma_version)
-    if self.sdma_version >= (5, 0): words += sdma.gcr(sdma.GCR_USER_INV, user=True, version=self.sdma_version)   # KFD only gets here
-    return words
+    return AMDCopyQueue(self).memory_barrier().words()   # the HDP flush, then (SDMA 5+) the GL2 invalidate
 
   def reg(self, name: str) -> int:
     """Absolute dword address of a GC register on this device."""
@@ -171,12 +168,12 @@ class AMDBackend:
     first launch."""
     if not prg.scratch: return
     unit, wave_bytes = scratch_wave_bytes(self.gfx, prg)
-    field = self.gc["regCOMPUTE_TMPRING_SIZE"].fields["WAVESIZE"]
-    most = (field[1] >> field[0]) * unit // (32 if prg.wave32 else 64)
-    if wave_bytes // unit > field[1] >> field[0]:
+    shift, mask = self.gc["regCOMPUTE_TMPRING_SIZE"].fields["WAVESIZE"]
+    if wave_bytes // unit > mask >> shift:
+      wave = 32 if prg.wave32 else 64
       raise CodeObjectError(f"kernel {name} needs {prg.scratch} bytes of scratch per work-item"
-                            f"{' (with the dynamic stack reserve)' if getattr(prg, 'dynamic_stack', False) else ''}; "
-                            f"{self.dev.props.arch} gives a wave{32 if prg.wave32 else 64} at most {most}")
+                            f"{' (with the dynamic stack reserve)' if prg.dynamic_stack else ''}; "
+                            f"{self.dev.props.arch} gives a wave{wave} at most {(mask >> shift) * unit // wave}")
 
   def maps(self, buf: Buffer) -> bool:
     """Whether a kernel of this device may take buf of another device (mapped with Device.map); the launch about to

@@ -21,9 +21,8 @@ _HIDDEN = {
 }
 _INT = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _U64 = struct.Struct("<Q")
-# argument kinds (code object metadata .value_kind) a launch cannot fill: the program is refused when loaded
 DYNAMIC_STACK_BYTES = 1024   # per work-item, for a kernel with a dynamic call stack (HIP's default stack limit)
-
+# argument kinds (code object metadata .value_kind) a launch cannot fill: the program is refused when loaded
 _UNSUPPORTED_KINDS = {
   "image": "an image", "sampler": "a sampler", "pipe": "a pipe", "queue": "a device-side enqueue queue",
 }

@@ -42,7 +42,7 @@ class Hub:
     self.pde_pte = 1 << 63 if self.gfx12 else 1 << 54
     # MI300 in an XGMI hive (board.xgmi = (node, nodes)): the FB aperture spans every node's segment, this board's VRAM
     # is segment `node` of it, and the IFWI says so in MC_VM_XGMI_LFB_CNTL/SIZE (gfxhub_v1_2_get_xgmi_info reads them)
-    node, nodes = getattr(board, "xgmi", None) or (0, 1)
+    node, nodes = board.xgmi or (0, 1)
     seg = board.vram_size >> 24
     r.set(ip, f"reg{prefix_mc}FB_LOCATION_BASE", FB_LOCATION_BASE)
     r.set(ip, f"reg{prefix_mc}FB_LOCATION_TOP", FB_LOCATION_BASE + nodes * seg - 1)
