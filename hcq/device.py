@@ -52,7 +52,7 @@ class Device:
     self.stalled = False                    # the last wait timed out
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
-    self.timeline = self.new_signal("timeline")
+    self.timeline = self.new_signal("timeline", narrow=True)
     self.timeline.value = 0
     # Host-side tickets grow without bound; the GPU sees ticket - base, kept below the engines' 32-bit compare.
     self.timeline_value = 1   # the next ticket
@@ -81,7 +81,8 @@ class Device:
       raise OutOfMemory(f"{self}: cannot allocate {size} bytes of {'host memory' if host else 'VRAM'}: {e}; free buffers or ask for less") from e
     return Buffer(self, mem, 0, size)
 
-  def new_signal(self, name: str = "signal") -> Signal:
+  def new_signal(self, name: str = "signal", *, narrow: bool = False) -> Signal:
+    """A signal at 0 (narrow: only for the driver's counters, whose values stay below 2^32; see Signal.narrow)."""
     self.check_open()
     if not self._free_signals:
       mem = self.iface.alloc(4096, host=True, uncached=True)
@@ -89,7 +90,7 @@ class Device:
       self._free_signals = [(mem.va + off, mem.cpu.view(off, SIGNAL_SIZE).cast("Q")) for off in range(0, 4096, SIGNAL_SIZE)][::-1]
     va, view = self._free_signals.pop()
     view[0] = view[1] = 0
-    return Signal(self, va, view, name)
+    return Signal(self, va, view, name, narrow)
 
   # ---- peer-to-peer
   def _mem_of(self, obj: Buffer | Signal):

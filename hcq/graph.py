@@ -103,7 +103,7 @@ class Graph:
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE if p.needs_dispatch else p.kernarg_size) + 255) & ~255 for p, *_ in self.launches]
     self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
     view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
-    self.sync = self.dev.new_signal("graph sync")
+    self.sync = self.dev.new_signal("graph sync", narrow=True)
     self.stamps = self.dev.new_signal("graph stamps")   # where the clock goes when no Profiler asks for it
     queues = [self._node_queue(k, w) for k, w in self.nodes]
     self.devices = list({id(q.be.dev): q.be.dev for q in [self.cq] + queues}.values())   # the graph's device first

@@ -13,8 +13,9 @@ FAULT_CHECK_S = 0.0002   # ... asking the interface for faults this often meanwh
 
 
 class Signal:
-  def __init__(self, dev: "Device", va: int, cpu: memoryview, name: str = "signal"):
+  def __init__(self, dev: "Device", va: int, cpu: memoryview, name: str = "signal", narrow: bool = False):
     self.dev, self.va, self.name = dev, va, name
+    self.narrow = narrow  # the driver's own counter (timeline, graph sync): its values stay below 2^32, high dword 0
     self._q = cpu  # 2-element 'Q' view
 
   @property

@@ -305,7 +305,7 @@ def test_signal_wait_timestamp_and_barrier_gfx9():
 
 
 def test_copy_queue_emits_sdma4():
-  sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048)
+  sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048, narrow=False)
   q = AMDCopyQueue(backend()).wait(sig, 3).copy(0x1000, 0x9_0000_0000, 0x400000 + 100).signal(sig, 1 << 32 | 9).timestamp(sig)
   w = list(q.words())
   assert w == (sdma.poll_regmem(sig.va, 3, function=PollFunction.GREATER_EQUAL, version=V44)

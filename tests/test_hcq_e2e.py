@@ -323,6 +323,12 @@ def test_copy_sizes_and_signal_values_are_checked_not_cut(dev):
     else: queue().signal(sig, v).submit(dev)
     sig.wait(v, 5000)
     assert sig.value == v
+  for v, patched in ((9, False), (11, True)):   # a small value over a large one a user left: the whole value, not 2^32 + v
+    sig.value, done = 3 << 32, dev.new_signal("done")
+    q = dev.copy_queue().signal(sig, Var("v", 32) if patched else v).signal(done, 1)
+    q.submit(dev, {"v": v} if patched else None)
+    done.wait(1, 5000)
+    assert sig.value == v
   dev.synchronize()
 
 

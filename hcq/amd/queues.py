@@ -149,17 +149,17 @@ class AMDCopyQueue(HWQueue):
     return self._add(sdma.copy_linear, dst=dst, src=src, nbytes=size, version=self.be.sdma_version)  # addresses may be Vars
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
-    """Once the copies before have finished, set signal = value and interrupt the host. FENCE writes 32 bits: a
-    value of 2^32 or more (or a 64-bit patch slot) gets a second FENCE with the high dword after the low one, as
-    amdgpu writes its 64-bit SDMA fences. Both land after the work is done; a reader between them sees the new
-    low dword under the old high one, never more than the new value. A smaller value writes the low dword alone:
-    the high one is 0 already, as signals count up from 0 (the timeline and graph sync values stay below 2^32)."""
+    """Once the copies before have finished, set signal = value and interrupt the host. FENCE writes 32 bits: the
+    high dword gets a second FENCE after the low one, as amdgpu writes its 64-bit SDMA fences. Both land after the
+    work is done; a reader between them sees the new low dword under the old high one. Only the driver's counters
+    (a narrow signal given a value below 2^32 or a 32-bit slot: the timeline, a graph's sync) skip it: their high
+    dword is always 0. Any other signal may hold 2^32 or more from before (a user set it), so 5 must not read 2^32+5."""
     from rawgpu.hcq.amd import sdma
     v = self.be.sdma_version
     value = _value(value, "a copy queue signal")
     self._add(sdma.fence, signal.va, value=value, version=v)
-    wide = value.width == 64 if isinstance(value, Var) else value >> 32 != 0
-    if wide:
+    narrow = signal.narrow and (value.width == 32 if isinstance(value, Var) else value >> 32 == 0)
+    if not narrow:
       self._add(lambda value: sdma.fence(signal.va + 4, value >> 32, version=v), value=value)
     if (wake := _wake(self.be)) is None: return self._add(sdma.trap, version=v)
     self._add(sdma.fence, wake[0], value=1, version=v)
