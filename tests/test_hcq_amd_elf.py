@@ -130,7 +130,7 @@ def test_kernel_descriptor_user_sgprs_and_wave():
     assert k.descriptor.kernarg_sgpr() == 0  # only the kernarg pointer is enabled for these kernels
     assert k.descriptor.wavefront_size == k.meta.wavefront_size == (64 if target == "gfx942" else 32)
     # allocated VGPRs cover what the compiler reported, by less than one granule
-    assert 0 <= k.descriptor.vgprs - (k.meta.vgpr_count + k.meta.agpr_count) < k.descriptor.vgpr_granule
+    assert 0 <= k.descriptor.vgprs - k.meta.vgpr_count < k.descriptor.vgpr_granule   # agprs are in vgpr_count (gfx90a+)
     assert k.descriptor.kernarg_size == k.meta.kernarg_segment_size
   assert load("gfx1100", "empty").kernels["empty"].descriptor.user_sgprs() == []
 
@@ -256,3 +256,65 @@ def test_pc_relative_relocations_never_reach_the_loader(tmp_path):
   for base in (0, 0x7f12_3400_0000):
     img = co.image_at(base)
     assert struct.unpack_from("<q", img, table)[0] == target - table + 16 and struct.unpack_from("<i", img, table + 8)[0] == target - table - 8
+
+
+def compile_src(tmp_path: Path, mcpu: str, src: str) -> bytes:
+  (tmp_path / "r.cl").write_text(src)
+  subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}", "-nogpulib", "-O2", "-c", "r.cl", "-o", "r.o",
+                  "-Wno-everything"], cwd=tmp_path, check=True, capture_output=True)
+  subprocess.run([LLD, "-shared", "r.o", "-o", "r.hsaco"], cwd=tmp_path, check=True, capture_output=True)
+  return (tmp_path / "r.hsaco").read_bytes()
+
+
+MFMA_SRC = """typedef float f16v __attribute__((ext_vector_type(16)));
+typedef half h4 __attribute__((ext_vector_type(4)));
+__kernel void mfma(__global f16v *out, __global const h4 *a) {
+  f16v acc[8];
+  for (int i = 0; i < 8; i++) acc[i] = out[i];
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 8; i++) acc[i] = __builtin_amdgcn_mfma_f32_32x32x8f16(a[k], a[k + i], acc[i], 0, 0, 0);
+  for (int i = 0; i < 8; i++) out[i] = acc[i];
+}
+"""
+
+
+@need_clang
+def test_agprs_are_part_of_the_unified_vgpr_count(tmp_path):
+  """gfx90a+: .vgpr_count is the unified register file's total (arch VGPRs, then the AGPRs); .agpr_count is the AGPR
+  share of it, not more registers on top (AMDGPUHSAMetadataStreamer; the descriptor's granulated count agrees)."""
+  k = load_code_object(compile_src(tmp_path, "gfx942", MFMA_SRC), target="gfx942").kernels["mfma"]
+  assert k.meta.agpr_count >= 128 and k.meta.vgpr_count > k.meta.agpr_count
+  assert 0 <= k.descriptor.vgprs - k.meta.vgpr_count < k.descriptor.vgpr_granule
+  assert k.meta.vgpr_count + k.meta.agpr_count > 256   # counted twice, the kernel would need more than it has
+  check_resources(k, elf.DeviceLimits("gfx942", max_vgprs=k.meta.vgpr_count, wavefront_sizes=(64,)))
+  with pytest.raises(CodeObjectError, match=f"uses {k.meta.vgpr_count} VGPRs"):
+    check_resources(k, elf.DeviceLimits("gfx942", max_vgprs=k.meta.vgpr_count - 1, wavefront_sizes=(64,)))
+
+
+@need_clang
+@pytest.mark.parametrize("mcpu,top", [("gfx1100", 105), ("gfx1201", 105), ("gfx942", 101)])
+def test_the_sgpr_limit_counts_vcc_and_the_other_extra_sgprs(tmp_path, mcpu, top):
+  """A kernel that uses the highest addressable SGPR is valid: .sgpr_count adds VCC (and on gfx9 FLAT_SCRATCH and
+  XNACK_MASK) to it, so the check is against LLVM's non-addressable maximum (108 on gfx10+, 112 on gfx9)."""
+  src = f'__kernel void k(__global int *p) {{ __asm__ volatile("s_mov_b32 s{top}, 0" ::: "s{top}", "vcc"); p[0] = 1; }}\n'
+  k = load_code_object(compile_src(tmp_path, mcpu, src), target=mcpu).kernels["k"]
+  assert k.meta.sgpr_count > top + 1   # the extra SGPRs are in the count
+  check_resources(k, limits_for(mcpu))
+
+
+@need_clang
+@need_asm
+def test_an_argument_outside_the_kernarg_segment_is_refused(tmp_path):
+  """The launch packs every argument at its metadata offset: one past the segment's end (or before its start) is a
+  broken code object, refused at load rather than a struct error (or a silent write elsewhere) at the first launch."""
+  text = tool(CLANG, "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-nogpulib", "-O2", "-S", "-o", "-", "-Wno-everything",
+              str(kernels.KERNELS_DIR / "fill.cl"))
+  for bad in ("4000", "-8"):
+    broken = re.sub(r"(\.offset:\s+)0\b", rf"\g<1>{bad}", text, count=1)
+    assert broken != text
+    (tmp_path / "b.s").write_text(broken)
+    subprocess.run(["llvm-mc-19", "-triple=amdgcn-amd-amdhsa", "-mcpu=gfx1100", "-filetype=obj", "b.s", "-o", "b.o"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run([LLD, "-shared", "b.o", "-o", "b.hsaco"], cwd=tmp_path, check=True, capture_output=True)
+    with pytest.raises(CodeObjectError, match=f"offset {bad} .* outside its .*kernarg segment"):
+      load_code_object((tmp_path / "b.hsaco").read_bytes(), target="gfx1100")

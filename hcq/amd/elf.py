@@ -299,11 +299,15 @@ def _kernel_meta(e: Any) -> KernelMeta:
     args.append(KernelArg(_get(a, ".name", str, "", w), _get(a, ".offset", int, what=w), _get(a, ".size", int, what=w),
                           _get(a, ".value_kind", str, what=w), _get(a, ".address_space", str, None, w),
                           _get(a, ".type_name", str, None, w), bool(_get(a, ".is_const", (bool, int), False, w)), a))
+  kernarg_size = _get(e, ".kernarg_segment_size", int, what=w)
+  for a in args:   # the launch packs each argument at its offset: one outside the segment is a broken code object
+    if a.offset < 0 or a.size < 0 or a.offset + a.size > kernarg_size:
+      raise _fail(f"metadata {w}argument {a.name or a.value_kind} at offset {a.offset} ({a.size} bytes) lies outside its {kernarg_size}-byte kernarg segment")
   reqd = _get(e, ".reqd_workgroup_size", list, None, w)
   if reqd is not None and (len(reqd) != 3 or not all(isinstance(x, int) and x > 0 for x in reqd)):
     raise _fail(f"metadata {w}.reqd_workgroup_size is {reqd!r}")
   return KernelMeta(
-    kname, _get(e, ".symbol", str, what=w), tuple(args), _get(e, ".kernarg_segment_size", int, what=w),
+    kname, _get(e, ".symbol", str, what=w), tuple(args), kernarg_size,
     _get(e, ".kernarg_segment_align", int, what=w), _get(e, ".group_segment_fixed_size", int, what=w),
     _get(e, ".private_segment_fixed_size", int, what=w), _get(e, ".sgpr_count", int, what=w),
     _get(e, ".vgpr_count", int, what=w), _get(e, ".agpr_count", int, 0, w), _get(e, ".wavefront_size", int, what=w),
@@ -342,14 +346,15 @@ class DeviceLimits:
   target: str
   lds_per_workgroup: int = 65536
   max_private_segment_size: int = 128 << 10  # bytes of scratch per work-item
-  max_sgprs: int = 106  # addressable SGPRs per wave
-  max_vgprs: int = 256  # VGPRs per work-item (arch + acc on gfx90a+)
+  max_sgprs: int = 108  # SGPRs per wave with VCC (and FLAT_SCRATCH, XNACK_MASK on gfx9), as .sgpr_count counts them
+  max_vgprs: int = 256  # VGPRs per work-item (the unified arch + acc file on gfx90a+)
   wavefront_sizes: tuple[int, ...] = (32, 64)
   max_workgroup_size: int = 1024
 
 
 def limits_for(target: str) -> DeviceLimits:
-  if gfx_gen(target) < 10: return DeviceLimits(target, max_sgprs=102, max_vgprs=512 if gfx_gen(target) >= 9.1 else 256,
+  # LLVM's getMaxNumSGPRs(Addressable=false): 106 addressable + VCC on gfx10+, 102 + 6 extra rounded to 112 on gfx9
+  if gfx_gen(target) < 10: return DeviceLimits(target, max_sgprs=112, max_vgprs=512 if gfx_gen(target) >= 9.1 else 256,
                                               wavefront_sizes=(64,))
   return DeviceLimits(target)
 
@@ -365,8 +370,10 @@ def check_resources(k: Kernel, limits: DeviceLimits) -> None:
     raise CodeObjectError(f"kernel {k.name} needs {priv} bytes of scratch per work-item, {dev} allows {limits.max_private_segment_size}")
   if m.sgpr_count > limits.max_sgprs:
     raise CodeObjectError(f"kernel {k.name} uses {m.sgpr_count} SGPRs, {dev} has {limits.max_sgprs} per wave")
-  if max(d.vgprs, m.vgpr_count + m.agpr_count) > limits.max_vgprs:
-    raise CodeObjectError(f"kernel {k.name} uses {max(d.vgprs, m.vgpr_count + m.agpr_count)} VGPRs, {dev} has {limits.max_vgprs}")
+  # on gfx90a+ .vgpr_count is already the unified file's total (arch VGPRs rounded up to 4, then the AGPRs);
+  # .agpr_count is the AGPR share of it
+  if (vgprs := max(d.vgprs, m.vgpr_count)) > limits.max_vgprs:
+    raise CodeObjectError(f"kernel {k.name} uses {vgprs} VGPRs, {dev} has {limits.max_vgprs}")
   if d.wavefront_size not in limits.wavefront_sizes:
     raise CodeObjectError(f"kernel {k.name} runs wave{d.wavefront_size}, {dev} runs {limits.wavefront_sizes}")
 
