@@ -920,3 +920,43 @@ def test_the_discovery_sub_revision_names_the_chip_revision(mi300_fw):
   ips = tuple(dataclasses.replace(e, sub_revision=2) if e.hw_id == asics.NBIF_HWID and e.instance == 0 else e for e in a.ips)
   disc = am_discovery.parse(discovery.build(dataclasses.replace(a, ips=ips), a.wgp_per_sa))
   assert disc.find("nbif").sub_revision == 2 and disc.find("gc").sub_revision == 0
+
+
+def _copy_queue_hang(dev, board, words: list[int]) -> str | None:
+  """Submit raw SDMA words on the device's copy queue; what the queue that ran them halted on (None: it did not)."""
+  import time
+  q = dev.copy_queue()
+  q._add(lambda: words)
+  q.submit(dev)
+  deadline = time.monotonic() + 5
+  while time.monotonic() < deadline:
+    hung = [qq.hung for e in board.sdma.engines for qq in e.queues if qq.hung]
+    if hung: return hung[0]
+    time.sleep(0.01)
+  return None
+
+
+def test_sdma_4_has_no_gcr_packet(mi300_device):
+  """SDMA 4's opcodes end at DUMMY_TRAP (16, vega10_sdma_pkt_open.h): opcode 17 (SDMA 5's GCR_REQ) is unknown there."""
+  from rawgpu.autogen.amd import sdma_v6 as S6
+  dev, board = mi300_device
+  hung = _copy_queue_hang(dev, board, [S6.SDMA_OP_GCR_REQ, 0, 0, 0, 0])
+  assert hung is not None and "unknown SDMA opcode 17" in hung
+
+
+def test_grbm_soft_reset_bit_23_is_utcl2_not_sdma_on_gc_9_4_3(mi300_device):
+  """gc 9.4.3's GRBM_SOFT_RESET bit 23 is SOFT_RESET_UTCL2 (the SMU resets MI300's SDMA engines): setting it leaves
+  the copy engines' queues running."""
+  import numpy as np
+  dev, board = mi300_device
+  src, dst = dev.alloc(4096), dev.alloc(4096)
+  src.copyin(np.arange(1024, dtype=np.uint32))
+  dev.transfer(dst, src)   # the copy ring is up
+  dev.synchronize()
+  dst.copyin(np.zeros(1024, np.uint32))
+  assert any(q.enabled for e in board.sdma.engines for q in e.queues)
+  a = board.regs.addr(board.xccs[0].key, "regGRBM_SOFT_RESET")
+  board.regs.write(a, 1 << 23); board.regs.write(a, 0)
+  dev.transfer(dst, src)
+  dev.synchronize(2000)
+  assert np.array_equal(dst.numpy(np.uint32), np.arange(1024, dtype=np.uint32))

@@ -28,7 +28,7 @@ def hdr(S, op: str, sub: str | None = None, **fields) -> int:
 
 class SDMARing:
   """SDMA0 queue 0 set up as sdma_v6_0_gfx_resume_instance does (ring in VRAM at MC addresses)."""
-  def __init__(self, d: Dev, ring_off: int = 0x600000, ring_bytes: int = 0x1000, db: int = 0x100, rptr_off: int = 0x5ff000):
+  def __init__(self, d: Dev, ring_off: int = 0x600000, ring_bytes: int = 0x1000, db: int = 0x100, rptr_off: int = 0x5ff000, priv: int = 1):
     self.d, self.ring_off, self.size, self.db, self.wptr = d, ring_off, ring_bytes, db, 0
     self.fb = fb = gc_system_aperture(d)
     self.rptr_off = rptr_off
@@ -44,7 +44,7 @@ class SDMARing:
     d.wr("gc", p + "RB_RPTR_ADDR_LO", (fb + rptr_off) & 0xffffffff); d.wr("gc", p + "RB_RPTR_ADDR_HI", (fb + rptr_off) >> 32)
     d.wr("gc", p + "DOORBELL_OFFSET", OFFSET=db); d.wr("gc", p + "DOORBELL", ENABLE=1)
     d.wr("gc", p + "MINOR_PTR_UPDATE", 0)
-    d.wr("gc", p + "RB_CNTL", RB_SIZE=(ring_bytes // 4).bit_length() - 1, RPTR_WRITEBACK_ENABLE=1, RB_ENABLE=1, RB_PRIV=1)
+    d.wr("gc", p + "RB_CNTL", RB_SIZE=(ring_bytes // 4).bit_length() - 1, RPTR_WRITEBACK_ENABLE=1, RB_ENABLE=1, RB_PRIV=priv)
     d.wr("gc", p + "IB_CNTL", IB_ENABLE=1)
 
   def mc(self, off: int) -> int: return self.fb + off
@@ -218,3 +218,106 @@ def test_concurrent_mode_fence():
     while d.vram.read32(0x7a0000) != 99 and time.monotonic() < deadline: time.sleep(0.001)
     assert d.vram.read32(0x7a0000) == 99
   finally: d.close()
+
+
+def fence_pk(S, q: SDMARing, off: int, v: int) -> list[int]: return [hdr(S, "FENCE"), q.mc(off) & 0xffffffff, q.mc(off) >> 32, v]
+
+
+def ih_sources(d, ring: int, n: int = 8) -> list[tuple[int, int]]:
+  """(client, source) of the first n IH entries."""
+  return [(e[0] & 0xff, (e[0] >> 8) & 0xff) for e in (struct.unpack_from("<8I", d.vram.mem, ring + 32 * i) for i in range(n))]
+
+
+def test_rb_rptr_is_the_whole_64_bit_pointer_past_a_wrap(d, S):
+  """RB_RPTR/RB_RPTR_HI count on as the write pointer does (amdkfd saves them at a queue's destroy and restores them
+  with the user's monotonic write pointer): after a wrap they read the pointer, not its offset in the ring."""
+  q = SDMARing(d, ring_bytes=0x100)
+  nop = [hdr(S, "NOP") | (15 << S["SDMA_PKT_NOP_HEADER_count_shift"])] + [0] * 15   # 64 bytes
+  for _ in range(5):
+    q.submit(nop)
+    q.run()
+  rptr = d.rd("gc", "regSDMA0_QUEUE0_RB_RPTR") | d.rd("gc", "regSDMA0_QUEUE0_RB_RPTR_HI") << 32
+  assert rptr == q.wptr == 0x140 == d.vram.read64(q.rptr_off)
+  # disabled and enabled again (hqd_sdma_destroy, then a restore): the engine resumes where it was, re-running nothing
+  fence = 0x7a0000
+  d.wr("gc", "regSDMA0_QUEUE0_RB_CNTL", d.rd("gc", "regSDMA0_QUEUE0_RB_CNTL") & ~1)
+  d.wr("gc", "regSDMA0_QUEUE0_RB_CNTL", d.rd("gc", "regSDMA0_QUEUE0_RB_CNTL") | 1)
+  q.submit(fence_pk(S, q, fence, 7))
+  q.run()
+  assert d.vram.read32(fence) == 7 and d.vram.read64(q.rptr_off) == q.wptr
+
+
+def test_vm_invalidation_asks_the_hub_and_is_four_dwords(d, S):
+  """POLL_REGMEM sub-op VM_INVALIDATION (sdma_v6_0_ring_emit_vm_flush) is a 4-dword packet that makes the GC hub's
+  invalidation engine take the request; the packet after it runs."""
+  q = SDMARing(d)
+  fence, eng, vmid = 0x7b0000, 5, 3
+  req = 1 << vmid   # PER_VMID_INVALIDATE_REQ
+  q.submit([hdr(S, "POLL_REGMEM", "VM_INVALIDATION", SDMA_PKT_VM_INVALIDATION_HEADER_gfx_eng_id_shift=eng,
+                SDMA_PKT_VM_INVALIDATION_HEADER_mm_eng_id_shift=0x1f), req, 0xffffffff, (1 << vmid) | (0x1f << 16)]
+           + fence_pk(S, q, fence, 9))
+  q.run()
+  assert d.vram.read32(fence) == 9
+  assert d.rd("gc", f"regGCVM_INVALIDATE_ENG{eng}_REQ") == req and d.rd("gc", f"regGCVM_INVALIDATE_ENG{eng}_ACK") & 0xffff == 1 << vmid
+
+
+@pytest.mark.parametrize("sub", ["POLL_REG_WRITE_MEM", "POLL_DBIT_WRITE_MEM", "POLL_MEM_VERIFY"])
+def test_poll_regmem_sub_ops_that_are_other_packets_stop_the_queue(d, S, sub):
+  q = SDMARing(d)
+  fence = 0x7b1000
+  q.submit([hdr(S, "POLL_REGMEM", sub), 0, 0, 0, 0, 0] + fence_pk(S, q, fence, 1))
+  q.run()
+  assert d.vram.read32(fence) == 0 and "sub-op" in d.board.sdma.engines[0].queues[0].hung
+
+
+def test_srbm_write_is_refused_in_an_unprivileged_queue(d, S):
+  """A user queue (RB_PRIV=0) may not write registers: the engine refuses SRBM_WRITE with its interrupt
+  (SDMA_SRBMWRITE, "SRBM write Protection") and, in this model, stops."""
+  ring, _wb = setup_ih(d)
+  reg = d.board.regs.addr("gc", "regSCRATCH_REG0")
+  for priv in (1, 0):
+    d.wr("gc", "regSDMA0_QUEUE0_RB_CNTL", 0)   # off, then set up again (as a user queue the second time)
+    q = SDMARing(d, priv=priv)
+    q.submit([hdr(S, "SRBM_WRITE") | (0xf << 28), reg, 0xcafe0000 | priv])
+    q.run()
+  assert d.rd("gc", "regSCRATCH_REG0") == 0xcafe0001   # the privileged queue's write, not the user queue's
+  assert "unprivileged" in d.board.sdma.engines[0].queues[0].hung
+  assert (0x0a, 50) in ih_sources(d, ring)
+
+
+def test_broadcast_copy_writes_both_destinations(d, S):
+  q = SDMARing(d)
+  src, d1, d2, fence = 0x7c0000, 0x7c1000, 0x7c2000, 0x7c3000
+  data = bytes(range(200))
+  d.vram.writebytes(src, data)
+  q.submit([hdr(S, "COPY", "COPY_LINEAR") | 1 << 27, len(data) - 1, 0, q.mc(src) & 0xffffffff, q.mc(src) >> 32,
+            q.mc(d1) & 0xffffffff, q.mc(d1) >> 32, q.mc(d2) & 0xffffffff, q.mc(d2) >> 32] + fence_pk(S, q, fence, 1))
+  q.run()
+  assert d.vram.readbytes(d1, 200) == d.vram.readbytes(d2, 200) == data and d.vram.read32(fence) == 1
+
+
+def test_poll_with_a_finite_retry_count_gives_up_with_its_interrupt(d, S):
+  ring, _wb = setup_ih(d)
+  q = SDMARing(d)
+  sem, fence = 0x7d0000, 0x7d0100
+  d.vram.write32(sem, 0)
+  q.submit([hdr(S, "POLL_REGMEM", SDMA_PKT_POLL_REGMEM_HEADER_func_shift=3, SDMA_PKT_POLL_REGMEM_HEADER_mem_poll_shift=1),
+            q.mc(sem) & 0xffffffff, q.mc(sem) >> 32, 5, 0xffffffff, (3 << 16) | 10] + fence_pk(S, q, fence, 1))
+  q.run()
+  assert d.board.sdma.engines[0].queues[0].hung is None   # one failed try: it polls again
+  for _ in range(3): d.board.step()                       # each engine pass polls once more
+  assert d.vram.read32(fence) == 0 and "gave up after 3 retries" in d.board.sdma.engines[0].queues[0].hung
+  assert (0x0a, 57) in ih_sources(d, ring)
+
+
+def test_local_timestamp_is_set_and_counts_on(d, S):
+  """TIMESTAMP_SET loads the engine's local counter; TIMESTAMP_GET reads it (counting on with the clock), while
+  GET_GLOBAL reads the GPU clock itself."""
+  q = SDMARing(d)
+  a, g = 0x7e0000, 0x7e0008
+  start = 1 << 50
+  q.submit([hdr(S, "TIMESTAMP", "TIMESTAMP_SET"), start & 0xffffffff, start >> 32,
+            hdr(S, "TIMESTAMP", "TIMESTAMP_GET"), q.mc(a) & 0xffffffff, q.mc(a) >> 32,
+            hdr(S, "TIMESTAMP", "TIMESTAMP_GET_GLOBAL"), q.mc(g) & 0xffffffff, q.mc(g) >> 32])
+  q.run()
+  assert start <= d.vram.read64(a) < start + (1 << 40) and 0 < d.vram.read64(g) < start

@@ -72,6 +72,7 @@ class Hub:
     self.a_fa_lo, self.a_fa_hi = a(f"reg{prefix_vm}L2_PROTECTION_FAULT_ADDR_LO32"), a(f"reg{prefix_vm}L2_PROTECTION_FAULT_ADDR_HI32")
     r.hook(ip, f"reg{prefix_vm}L2_PROTECTION_FAULT_CNTL", wr=self._fault_cntl)
     self.req = r.reg(ip, f"reg{prefix_vm}INVALIDATE_ENG0_REQ")
+    self.a_inv_req = [a(f"reg{prefix_vm}INVALIDATE_ENG{e}_REQ") for e in range(18)]   # an engine's request (SDMA's VM_INVALIDATION)
     for e in range(18):
       ack = a(f"reg{prefix_vm}INVALIDATE_ENG{e}_ACK")
       r.hook(ip, f"reg{prefix_vm}INVALIDATE_ENG{e}_REQ", wr=lambda ad, v, ack=ack: self._invalidate(ad, v, ack))

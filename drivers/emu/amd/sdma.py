@@ -20,7 +20,13 @@ OP_NOP, OP_COPY, OP_WRITE, OP_INDIRECT, OP_FENCE, OP_TRAP = S.SDMA_OP_NOP, S.SDM
 OP_POLL_REGMEM, OP_CONST_FILL, OP_TIMESTAMP, OP_SRBM_WRITE, OP_GCR_REQ = S.SDMA_OP_POLL_REGMEM, S.SDMA_OP_CONST_FILL, S.SDMA_OP_TIMESTAMP, S.SDMA_OP_SRBM_WRITE, S.SDMA_OP_GCR_REQ
 SUB_COPY_LINEAR, SUB_WRITE_LINEAR = S.SDMA_SUBOP_COPY_LINEAR, S.SDMA_SUBOP_WRITE_LINEAR
 SUB_TS_SET, SUB_TS_GET, SUB_TS_GET_GLOBAL = S.SDMA_SUBOP_TIMESTAMP_SET, S.SDMA_SUBOP_TIMESTAMP_GET, S.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL
-IH_CLIENT_GFX, SRC_SDMA_TRAP = 0x0a, 49           # SDMA sits in GFX on SOC21 (irqsrcs_gfx_11_0_0.h)
+SUB_POLL_REGMEM, SUB_VM_INVALIDATION = 0, S.SDMA_SUBOP_VM_INVALIDATION
+OP_COND_EXE, MM_ENG_NONE = S.SDMA_OP_COND_EXE, 0x1f
+BROADCAST = 1 << S.SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_broadcast_shift   # a COPY_LINEAR with a second destination
+# SDMA sits in GFX on SOC21 (irqsrcs_gfx_11_0_0.h): its trap, an SRBM_WRITE refused in an unprivileged queue, a poll
+# with a finite retry count that ran out
+IH_CLIENT_GFX, SRC_SDMA_TRAP, SRC_SDMA_SRBMWRITE, SRC_SDMA_POLL_TIMEOUT = 0x0a, 49, 50, 57
+SRC_SDMA_V4_SRBMWRITE, SRC_SDMA_V4_POLL_TIMEOUT = 247, 246   # SDMA 4.x (irqsrcs_sdma0_4_0.h)
 from rawgpu.autogen.amd import ih as IH, psp as G
 from rawgpu.drivers.emu.amd.psp import FW_SDMA_TH0
 # SDMA 4.4.2 (MI300): SOC15 clients per engine of an AID, the SDMA trap source, and the image the PSP loads per engine type
@@ -61,7 +67,7 @@ class SDMAQueue:
     self.ib: list[list[int]] = []
     self.hung: str | None = None
     self.waiting = False
-    self.hdp_armed = False
+    self.hdp_armed, self.polls = False, 0   # polls: failed tries of the POLL_REGMEM in progress
     self.ahead, self._streams = Prefetch(), 0   # fetched ahead of the parser; IBs entered (each a stream of its own)
     self._cntl_fields: tuple[int, dict[str, int]] = (0, self.cntl.decode(0))
 
@@ -71,7 +77,7 @@ class SDMAQueue:
     vals, t = self.b.regs.vals, self.b.regs.tables[self.e.ip]
     for n in t.names():
       if n.startswith("regSDMA_GFX_"): vals.pop(self.b.regs.addr(self.e.ip, n), None)
-    self.enabled, self.rptr, self.wptr, self.ib, self.hung, self.waiting, self.hdp_armed = False, 0, 0, [], None, False, False
+    self.enabled, self.rptr, self.wptr, self.ib, self.hung, self.waiting, self.hdp_armed, self.polls = False, 0, 0, [], None, False, False, 0
     self.ahead.clear()
     self._cntl_fields = (0, self.cntl.decode(0))
 
@@ -89,7 +95,9 @@ class SDMAQueue:
   def _wptr_wr(self, a: int, v: int) -> None:
     vals = self.b.regs.vals
     vals[a] = v
-    if not vals.get(self.a_minor, 0): self.wptr = vals.get(self.a_wptr, 0) | (vals.get(self.a_wptr_hi, 0) << 32)
+    # MINOR_PTR_UPDATE lets a smaller write pointer through (sdma_v6_0_gfx_resume: "before programing wptr to a less
+    # value"); what the engine does with one written without it is not public, so every write counts
+    self.wptr = vals.get(self.a_wptr, 0) | (vals.get(self.a_wptr_hi, 0) << 32)
 
   def doorbell(self, idx: int, value: int) -> bool:
     vals = self.b.regs.vals
@@ -144,8 +152,9 @@ class SDMAQueue:
       return
     self.rptr += 4 * n
     vals = self.b.regs.vals
-    off = self.rptr % self.ring_bytes
-    vals[self.a_rptr], vals[self.a_rptr_hi] = off & 0xffffffff, off >> 32
+    # the whole 64-bit byte pointer, as the write pointer is (amdkfd saves RB_RPTR/HI at a queue's destroy and
+    # restores them with the user's monotonic write pointer)
+    vals[self.a_rptr], vals[self.a_rptr_hi] = self.rptr & 0xffffffff, self.rptr >> 32
     if self._c()["RPTR_WRITEBACK_ENABLE"]:
       wb = (vals.get(self.a_rb_hi, 0) << 32) | vals.get(self.a_rb_lo, 0)
       try: self.hub().write64(self.vmid, wb & ~3, self.rptr)
@@ -180,12 +189,16 @@ class SDMAQueue:
 
   def _length(self, op: int, sub: int, hdr: int) -> int | None:
     if op == OP_NOP: return 1 + ((hdr >> 16) & 0x3fff)
-    if op == OP_COPY and sub == SUB_COPY_LINEAR: return 7 + bool(hdr & self.e.copy_cpv)   # cpv: a compression-parameter dword follows
+    if op == OP_COPY and sub == SUB_COPY_LINEAR:
+      if hdr & BROADCAST and not self.e.v4 and hdr & self.e.copy_cpv: raise Bad("a broadcast COPY_LINEAR with cpv is not modelled")
+      return (9 if hdr & BROADCAST else 7) + bool(hdr & self.e.copy_cpv)   # cpv: a compression-parameter dword follows
+    if op == OP_POLL_REGMEM:   # its sub-ops are other packets: VM_INVALIDATION (SDMA 5+) is modelled, the others are not
+      return 6 if sub == SUB_POLL_REGMEM else 4 if sub == SUB_VM_INVALIDATION and not self.e.v4 else None
+    if op == OP_GCR_REQ and self.e.v4: return None   # SDMA 4's opcodes end at DUMMY_TRAP (16): no GCR packet
     if op == OP_WRITE and sub == SUB_WRITE_LINEAR:
       c = self._read(4)
       return None if c is None else 4 + (c[3] & 0xfffff) + 1
-    return {OP_INDIRECT: 6, OP_FENCE: 4, OP_TRAP: 2, OP_POLL_REGMEM: 6, OP_CONST_FILL: 5, OP_TIMESTAMP: 3, OP_SRBM_WRITE: 3,
-            OP_GCR_REQ: 5}.get(op)
+    return {OP_INDIRECT: 6, OP_FENCE: 4, OP_TRAP: 2, OP_CONST_FILL: 5, OP_TIMESTAMP: 3, OP_SRBM_WRITE: 3, OP_GCR_REQ: 5}.get(op)
 
   def _exec(self, op: int, sub: int, p: list[int]) -> bool:
     hub, vm = self.hub(), self.vmid if not self.ib else self.ib[-1][2]
@@ -193,6 +206,7 @@ class SDMAQueue:
     if op == OP_COPY:
       n = (p[1] & self.e.copy_count) + 1
       self.e.copy(vm, (p[4] << 32) | p[3], (p[6] << 32) | p[5], n)
+      if p[0] & BROADCAST: self.e.copy(vm, (p[4] << 32) | p[3], (p[8] << 32) | p[7], n)   # and the second destination
       return True
     if op == OP_WRITE:
       hub.write(vm, (p[2] << 32) | (p[1] & ~3), struct.pack(f"<{len(p) - 4}I", *p[4:]))
@@ -210,10 +224,9 @@ class SDMAQueue:
       return True
     if op == OP_TRAP:
       if self.b.regs.vals.get(self.e.a_cntl, 0) & self.e.trap_en:
-        if self.e.v4: self.b.ih.post(client=SOC15_SDMA_CLIENTS[self.e.i % 4], src=IH.SDMA0_5_0__SRCID__SDMA_TRAP, ring_id=self.q, vmid=self.vmid,
-                                     data=(p[1] & 0xfffffff, 0, 0, 0), node=ih_node_aid(self.e.i // 4))
-        else: self.b.ih.post(client=IH_CLIENT_GFX, src=SRC_SDMA_TRAP, ring_id=self.q | (self.e.i << 4), vmid=self.vmid, data=(p[1] & 0xfffffff, 0, 0, 0))
+        self._post(IH.SDMA0_5_0__SRCID__SDMA_TRAP if self.e.v4 else SRC_SDMA_TRAP, p[1] & 0xfffffff)
       return True
+    if op == OP_POLL_REGMEM and sub == SUB_VM_INVALIDATION: return self._vm_invalidation(p)
     if op == OP_POLL_REGMEM:
       func, mem, hdp = (p[0] >> 28) & 7, p[0] >> 31, (p[0] >> 26) & 1
       addr, ref, mask = (p[2] << 32) | p[1], p[3], p[4]
@@ -223,7 +236,8 @@ class SDMAQueue:
       from rawgpu.drivers.emu.amd.pm4 import _cmp, BadPacket
       try: ok = _cmp(func, v & mask, ref & mask)
       except BadPacket as e: raise Bad(str(e)) from None
-      if ok: self.hdp_armed = False
+      if ok: self.hdp_armed, self.polls = False, 0
+      else: self._count_poll(p[5] >> 16 & 0xfff)
       return ok
     if op == OP_CONST_FILL:
       fill = (p[0] >> 30) & 3
@@ -231,10 +245,16 @@ class SDMAQueue:
       pat = p[3].to_bytes(4, "little")[:1 << fill] if fill < 2 else p[3].to_bytes(4, "little")
       self.e.fill(vm, (p[2] << 32) | p[1], pat, n)
       return True
-    if op == OP_TIMESTAMP:
-      if sub in (SUB_TS_GET, SUB_TS_GET_GLOBAL): hub.write64(vm, (p[2] << 32) | (p[1] & ~7), self.b.clock.now())
+    if op == OP_TIMESTAMP:   # SET and GET: the engine's local counter (set to a value, then counting with the clock)
+      if sub == SUB_TS_SET: self.e.local_ts = ((p[2] << 32) | p[1]) - self.b.clock.now()
+      elif sub == SUB_TS_GET: hub.write64(vm, (p[2] << 32) | (p[1] & ~7), (self.b.clock.now() + self.e.local_ts) & (1 << 64) - 1)
+      elif sub == SUB_TS_GET_GLOBAL: hub.write64(vm, (p[2] << 32) | (p[1] & ~7), self.b.clock.now())
+      else: raise Bad(f"TIMESTAMP sub-op {sub}")
       return True
     if op == OP_SRBM_WRITE:
+      if not self._c()["RB_PRIV"]:   # refused with its interrupt (sdma_v4_4_2_process_srbm_write_irq); what the engine
+        self._post(SRC_SDMA_V4_SRBMWRITE if self.e.v4 else SRC_SDMA_SRBMWRITE)   # does next is not public: it stops
+        raise Bad(f"SRBM_WRITE of register {p[1] & 0x3ffff:#x} in an unprivileged queue")
       be = (p[0] >> 28) & 0xf
       a = p[1] & 0x3ffff
       old, mask = self.b.regs.read(a), sum(0xff << (8 * i) for i in range(4) if be >> i & 1)
@@ -242,6 +262,34 @@ class SDMAQueue:
       return True
     if op == OP_GCR_REQ: return True
     raise Bad(f"SDMA opcode {op}")
+
+  def _post(self, src: int, ctx: int = 0) -> None:
+    """An interrupt of this queue: SOC21's GFX client; SDMA 4.4.2's SOC15 client per engine of an AID."""
+    if self.e.v4: self.b.ih.post(client=SOC15_SDMA_CLIENTS[self.e.i % 4], src=src, ring_id=self.q, vmid=self.vmid, data=(ctx, 0, 0, 0),
+                                 node=ih_node_aid(self.e.i // 4))
+    else: self.b.ih.post(client=IH_CLIENT_GFX, src=src, ring_id=self.q | (self.e.i << 4), vmid=self.vmid, data=(ctx, 0, 0, 0))
+
+  def _count_poll(self, retries: int) -> None:
+    """A poll that failed once more: with a finite retry count (0xfff: forever) it gives up after that many, with its
+    timeout interrupt (sdma_v4_4_2's "POLL_REG/MEM with finite timer"); what the engine does next is not public: it
+    stops."""
+    if retries == 0xfff: return
+    self.polls += 1
+    if self.polls > retries:
+      self.polls = 0
+      self._post(SRC_SDMA_V4_POLL_TIMEOUT if self.e.v4 else SRC_SDMA_POLL_TIMEOUT)
+      raise Bad(f"POLL_REGMEM gave up after {retries} retries")
+
+  def _vm_invalidation(self, p: list[int]) -> bool:
+    """The packet asks the hubs' invalidation engines (gfx_eng_id on the GC hub, mm_eng_id on the MM hub; 0x1f: none)
+    for the request in dword 1, as a write of VM_INVALIDATE_ENGn_REQ would (sdma_v6_0_ring_emit_vm_flush); the ack
+    is at once in this model."""
+    gfx_eng, mm_eng = (p[0] >> 16) & 0x1f, (p[0] >> 24) & 0x1f
+    for hub, eng in ((self.b.gmc.gc, gfx_eng), (self.b.gmc.mm, mm_eng)):
+      if eng == MM_ENG_NONE: continue
+      if eng >= len(hub.a_inv_req): raise Bad(f"VM_INVALIDATION names invalidation engine {eng}")
+      self.b.regs.write(hub.a_inv_req[eng], p[1])
+    return True
 
 
 class SDMAEngine:
@@ -265,6 +313,7 @@ class SDMAEngine:
     r.vals[self.a_halt] = self.halt_bit                  # halted at power-on
     self.a_cntl = r.addr(self.ip, f"{pfx}CNTL")
     self.trap_en = r.reg(self.ip, f"{pfx}CNTL").fields["TRAP_ENABLE"][1]
+    self.local_ts = 0   # the local timestamp counter's offset from the clock (TIMESTAMP_SET)
     self.queues = [SDMAQueue(self, q) for q in range(len(queue_names(self.v4)))]
 
   def reset(self) -> None:
@@ -323,6 +372,7 @@ class SDMA:
 
   def soft_reset(self, v: int) -> None:
     for e in self.engines:
+      if e.v4: continue   # gc 9.4.3's GRBM_SOFT_RESET has no SDMA bits (bit 23 is SOFT_RESET_UTCL2): the SMU resets them
       if v >> (23 + e.i) & 1:                         # GRBM_SOFT_RESET.SOFT_RESET_SDMA0/1
         for q in e.queues: q.enabled, q.ib, q.hung = False, [], None
 
