@@ -9,7 +9,8 @@ from rawgpu.drivers.mmio import MemMMIO
 from rawgpu.drivers.system import DirProvider, System
 from rawgpu.errors import DeviceFault, DeviceNotFound, IoctlError, PermissionProblem, RawGPUError
 
-NAMES = {int(v): k for k, v in vars(K).items() if k.startswith("AMDKFD_IOC_")}
+from rawgpu.autogen import amdgpu_drm as D
+NAMES = {int(v): k for k, v in vars(K).items() if k.startswith("AMDKFD_IOC_")} | {int(D.DRM_IOCTL_AMDGPU_INFO): "DRM_IOCTL_AMDGPU_INFO"}
 GPU_ID = 0x1a2b
 
 
@@ -77,6 +78,7 @@ class FakeFile:
   def _answer(self, k, name, a):
     if name in k.fail: raise OSError(k.fail[name], os.strerror(k.fail[name]))
     if name == "AMDKFD_IOC_GET_VERSION": a.major_version, a.minor_version = k.version
+    elif name == "DRM_IOCTL_AMDGPU_INFO": pass   # DEV_INFO: a discrete GPU (ids_flags 0, as the caller's zeroed buffer says)
     elif name == "AMDKFD_IOC_GET_PROCESS_APERTURES_NEW":
       if a.num_of_nodes == 0: a.num_of_nodes = 1; return   # the count: this process's one GPU
       if a.num_of_nodes > 2: raise OSError(errno.EINVAL, "more nodes than the topology's two (CPU and GPU)")

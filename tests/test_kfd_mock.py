@@ -347,23 +347,20 @@ def test_a_destroyed_sdma_queue_is_idle_and_rung_by_nobody(system, monkeypatch):
 
 
 def test_an_apu_flushes_no_hdp(system, monkeypatch):
-  """An APU node (CPU cores and SIMDs, kfd_topology's APU) on x86-64: amdgpu flushes no HDP there, from the CPU or in
-  a ring (amdgpu_device_flush_hdp), and Phoenix's NBIO 7.7 has no flush registers rawgpu knows: the device opens
-  without an NBIO entry, takes no remap page, and its kernels and copies still see what the CPU wrote."""
+  """An APU (amdgpu's AMDGPU_INFO says FUSION; 6.12's topology lists its GPU as a node without CPU cores) on x86-64:
+  amdgpu flushes no HDP there, from the CPU or in a ring (amdgpu_device_flush_hdp), and Phoenix's NBIO 7.7 has no
+  flush registers rawgpu knows: the device opens without an NBIO entry, takes no remap page, and its kernels and
+  copies still see what the CPU wrote."""
   import platform
   from rawgpu.drivers.kfd import KFDIface, topology
   from rawgpu.hcq.device import Device
   if platform.machine() not in ("x86_64", "AMD64"): pytest.skip("amdgpu skips the HDP flush of APUs on x86-64 only")
-  nodes, discovery = topology.gpu_nodes, topology.ip_discovery
-  def apu_nodes(sysm):
-    out = nodes(sysm)
-    for n in out: n.props = dict(n.props, cpu_cores_count=8)
-    return out
+  discovery = topology.ip_discovery
   def no_nbio(sysm, minor, bus=None):
     versions, bases = discovery(sysm, minor, bus)
     return {k: v for k, v in versions.items() if k != "nbio"}, {k: v for k, v in bases.items() if k != "nbio"}
-  monkeypatch.setattr(topology, "gpu_nodes", apu_nodes)
   monkeypatch.setattr(topology, "ip_discovery", no_nbio)
+  for g in MACHINES[id(system)].kernel.gpus: monkeypatch.setattr(g, "apu", True)
   dev = Device(iface=KFDIface(0, system))
   try:
     assert dev.props.apu and dev.iface.hdp is None and dev.iface.flush_hdp() is True
@@ -833,3 +830,34 @@ def test_a_sleeping_wait_is_woken_by_the_gpu(dev, monkeypatch):
   arr[0].event_id = it.wake[1]
   late = K.AMDKFD_IOC_WAIT_EVENTS(it.system, it.kfd_fd, events_ptr=ctypes.addressof(arr), num_events=1, wait_for_all=1, timeout=0).wait_result
   assert K.KFD_IOC_WAIT_RESULT_COMPLETE in (*results, late)
+
+
+def test_a_forked_child_opens_its_own_kfd_process(system):
+  """amdkfd answers EBADF to any process but the one that opened /dev/kfd (kfd_ioctl), so a forked child must not
+  reuse the parent's files: it starts a KFD process of its own, and closing what it inherited frees nothing of the
+  parent's (its queues and memory are the parent's). The parent's device goes on working."""
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.drivers.kfd import iface as kfd_iface
+  from rawgpu.errors import IoctlError
+  from rawgpu.hcq.device import Device
+  dev = Device(iface=KFDIface(0, system))
+  try:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: report what it saw through the pipe, then leave without running the parent's atexit work
+      try:
+        out = [str(len(kfd_iface._PROCESSES))]
+        try: dev.iface._ioctl(kfd_iface.F.AMDKFD_IOC_GET_VERSION)
+        except IoctlError as e: out.append(str(e.errno_))
+        dev.iface.close()
+        out.append("closed")
+        os.write(w, " ".join(out).encode())
+      finally: os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    seen = os.read(r, 100).decode().split()
+    os.close(r)
+    assert seen == ["0", str(errno.EBADF), "closed"]
+    buf = dev.alloc(4096).copyin(np.arange(1024, dtype=np.uint32))
+    assert np.array_equal(buf.numpy(np.uint32), np.arange(1024, dtype=np.uint32))
+  finally: dev.close()

@@ -55,6 +55,7 @@ class _Process:
   (ACQUIRE_VM takes only the file it was first given, EBUSY for another, so it stays open), and the signal-event page
   (a second one is EINVAL, freeing it EPERM). So these stay open after the last device closes."""
   def __init__(self):
+    self.pid = os.getpid()   # amdkfd serves this process only: a forked child starts a _Process of its own
     self.kfd_fd, self.drm, self.event_page = -1, {}, None
     self.event_page_gpus: set[int] = set()   # the GPUs whose VM maps the event page: each GPU writes its wake-ups there
     self.stopped: dict[int, str] = {}   # gpu_id -> why amdkfd stopped this process's queues there (for the process's life)
@@ -62,6 +63,8 @@ class _Process:
 
 
 _PROCESSES: weakref.WeakKeyDictionary[System, _Process] = weakref.WeakKeyDictionary()   # a System's process state
+# a forked child gets EBADF for the parent's /dev/kfd (kfd_ioctl checks the caller's process): it opens its own
+os.register_at_fork(after_in_child=_PROCESSES.clear)
 
 
 def _nothing_to_fence() -> None:
@@ -148,7 +151,7 @@ class KFDIface(PeerMaps):
                              vram_size=topology.vram_size(n), bar_size=topology.bar_size(n),
                              vram_write_combined=True,   # amdgpu maps VRAM BOs write-combined (cached where xGMI joins it to the CPU)
                              ip_versions=versions, ip_bases=bases, emulated=emulated,
-                             apu=p.get("cpu_cores_count", 0) > 0 and p.get("simd_count", 0) > 0)   # kfd_topology's APU node
+                             apu=self._is_apu(n))
     # amdgpu maps VRAM write-combined: the CPU's reads of it after a signal need a load fence, a signal set after its
     # writes a store fence; where there are none, alloc refuses VRAM with a CPU view, and there is nothing to fence
     fences, self.no_fence = fences_or_none()
@@ -181,6 +184,16 @@ class KFDIface(PeerMaps):
 
   def _ioctl(self, ioc, fd: int | None = None, **fields):
     return ioc(self.system, self.kfd_fd if fd is None else fd, **fields)
+
+  def _is_apu(self, n: topology.Node) -> bool:
+    """amdgpu's own word (AMDGPU_INFO_DEV_INFO's ids_flags: FUSION), as 6.12's topology lists an APU's GPU as a node
+    without CPU cores (its CRAT is virtual, CPU and GPU apart); an ACPI CRAT's APU node (older kernels) has both."""
+    from rawgpu.autogen import amdgpu_drm as D
+    if n.props.get("cpu_cores_count", 0) > 0 and n.props.get("simd_count", 0) > 0: return True
+    info = D.drm_amdgpu_info_device()
+    self._ioctl(D.DRM_IOCTL_AMDGPU_INFO, fd=self.drm_fd, return_pointer=ctypes.addressof(info), return_size=ctypes.sizeof(info),
+                query=D.AMDGPU_INFO_DEV_INFO)
+    return bool(info.ids_flags & D.AMDGPU_IDS_FLAGS_FUSION)
 
   def _queue_sizes(self, n: topology.Node) -> QueueSizes:
     p = n.props
@@ -331,7 +344,7 @@ class KFDIface(PeerMaps):
     if owner.proc is not self.proc: raise RawGPUError(f"{where}: the devices are not on the same machine's /dev/kfd")
     handle = mem.meta[0]  # type: ignore[index]
     try: self._gpu_map(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle)
-    except IoctlError as e: raise IoctlError(e.name, e.errno_, f"{where}: the kernel refused the peer mapping (a small-BAR board's VRAM is not reachable by peers; allocate host memory)") from e
+    except IoctlError as e: raise IoctlError(e.name, e.errno_, f"{where}: the kernel refused the peer mapping (amdgpu maps a peer's VRAM only where PCIe P2P works: a kernel with CONFIG_HSA_AMD_P2P, amdgpu.pcie_p2p on, all of VRAM CPU-visible (a large BAR) and a P2P path between the devices; else allocate host memory)") from e
     return handle
 
   def _unmap_peer(self, mem: Mem, handle: int) -> None:
@@ -423,6 +436,9 @@ class KFDIface(PeerMaps):
 
   def close(self) -> None:
     if self.closed: return
+    if self.proc.pid != os.getpid():   # inherited through a fork: the queues and memory are the parent's, not ours to free
+      self.closed, self.queues, self.mems, self.events = True, [], [], []
+      return
     try: self._forget_peers()   # peers lose the mappings of this device's memory, this one its mappings of theirs
     except RawGPUError: pass
     self.closed = True

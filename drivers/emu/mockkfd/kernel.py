@@ -4,7 +4,7 @@ for the same mistake), and uses rawgpu's AM driver as "the kernel's amdgpu" to b
 program hardware queues. User code sees only files, ioctls and mappings.
 """
 from __future__ import annotations
-import ctypes, errno, itertools, threading, time, zlib
+import ctypes, errno, itertools, os, threading, time, zlib
 from dataclasses import dataclass, field
 from rawgpu.autogen import kfd as K
 from rawgpu.autogen.amd import ih as IH
@@ -87,6 +87,7 @@ class GPU:
   MI300 a node is one XCC of the board (a CPX partition, as amdkfd lists them): its MEC, its two copy engines."""
   def __init__(self, dev, node: int, render_minor: int, xcc: int = 0):
     self.dev, self.node, self.render_minor, self.xcc = dev, node, render_minor, xcc
+    self.apu = False   # amdgpu's AMD_IS_APU (AMDGPU_INFO's FUSION flag); the emulated boards are discrete unless a test says so
     self.gpu_id = (zlib.crc32(dev.bus.encode() + (f"/{xcc}".encode() if xcc else b"")) & 0xfffe) | 1
     self.lock = threading.RLock()
     self.compute_slots: dict[int, UserQueue] = {}
@@ -654,10 +655,18 @@ class KFDFile:
   (kfd_process_notifier_release), so closing the last file ends nothing (Process.exit is the exit)."""
   def __init__(self, kernel: Kernel):
     self.proc = kernel.processes[0] if kernel.processes else Process(kernel)
+    self.pid = os.getpid()   # the process that opened it
   def read(self, n: int, offset: int) -> bytes: raise OSError(errno.EINVAL, "read of /dev/kfd")
   def write(self, data: bytes, offset: int) -> int: raise OSError(errno.EINVAL, "write of /dev/kfd")
-  def ioctl(self, request: int, buf) -> int: return self.proc.ioctl(int(request), buf)
-  def mmap(self, size: int, offset: int): return self.proc.mmap(size, offset)
+  def ioctl(self, request: int, buf) -> int:
+    self._same_process()
+    return self.proc.ioctl(int(request), buf)
+  def mmap(self, size: int, offset: int):
+    self._same_process()
+    return self.proc.mmap(size, offset)
+  def _same_process(self) -> None:
+    """A file a forked child inherited is no use there (kfd_ioctl, kfd_mmap: EBADF for any other process)."""
+    if os.getpid() != self.pid: raise OSError(errno.EBADF, "/dev/kfd was opened by another process (the parent of a fork)")
   def close(self) -> None: pass
 
 
@@ -665,7 +674,15 @@ class RenderFile:
   def __init__(self, gpu: GPU): self.gpu = gpu
   def read(self, n: int, offset: int) -> bytes: raise OSError(errno.EINVAL, "read of a render node")
   def write(self, data: bytes, offset: int) -> int: raise OSError(errno.EINVAL, "write of a render node")
-  def ioctl(self, request: int, buf) -> int: raise OSError(errno.ENOTTY, "amdgpu DRM ioctls are not emulated")
+  def ioctl(self, request: int, buf) -> int:
+    """amdgpu's AMDGPU_INFO for DEV_INFO (the device's ids and whether it is an APU; the fields not modelled read 0,
+    an unknown query is EINVAL as amdgpu_info_ioctl's default); other amdgpu ioctls are not emulated."""
+    from rawgpu.autogen import amdgpu_drm as D
+    if request != int(D.DRM_IOCTL_AMDGPU_INFO): raise OSError(errno.ENOTTY, "amdgpu DRM ioctls other than AMDGPU_INFO are not emulated")
+    if buf.query != D.AMDGPU_INFO_DEV_INFO: raise OSError(errno.EINVAL, f"AMDGPU_INFO query {buf.query:#x} is not emulated")
+    info = D.drm_amdgpu_info_device(device_id=self.gpu.dev.pci.device, ids_flags=D.AMDGPU_IDS_FLAGS_FUSION if self.gpu.apu else 0)
+    ctypes.memmove(buf.return_pointer, ctypes.addressof(info), min(buf.return_size, ctypes.sizeof(info)))   # copy_to_user
+    return 0
   def mmap(self, size: int, offset: int):
     bo = self.gpu.mmaps.get(offset)
     if bo is None or size > align(bo.size, PAGE): raise OSError(errno.EINVAL, f"no BO at mmap offset {offset:#x} of size {size:#x}")
