@@ -568,8 +568,9 @@ class Process:
     for ev in self.events.values():
       if ev.type == K.KFD_IOC_EVENT_MEMORY:
         ev.set()
+        # NoExecute stays 0: the kernel's info.prot_exec is never set from the IV (kfd_int_process_v11/v9.c)
         ev.mem = {"gpu_id": gpu.gpu_id, "va": addr, "NotPresent": int(bool(ring_id & 0x08)), "ReadOnly": int(bool(ring_id & 0x20)),
-                                     "NoExecute": int(bool(ring_id & 0x40)), "imprecise": 0}
+                  "NoExecute": 0, "imprecise": 0}
 
   def wait_events(self, a) -> None:
     a.wait_result = K.KFD_IOC_WAIT_RESULT_FAIL   # what an error leaves (kfd_ioctl_wait_events copies it back)
