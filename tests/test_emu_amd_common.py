@@ -120,6 +120,19 @@ def dev(request):
   d.close()
 
 
+# shared by the block tests (imported by name: `from test_emu_amd_common import d, P`)
+@pytest.fixture(params=["gfx1100", "gfx1201"])
+def d(request):
+  """A board of each RDNA generation with its firmware in place, as the PSP leaves it."""
+  dev = Dev(request.param, firmware="loaded")
+  yield dev
+  dev.close()
+
+
+@pytest.fixture(scope="module")
+def P(): return nvd()
+
+
 # ---- config space (PCI spec semantics, read through the sysfs config file)
 def test_config_header_and_capabilities(dev):
   p = dev.pci

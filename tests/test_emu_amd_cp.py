@@ -6,19 +6,8 @@ from __future__ import annotations
 import struct, time
 import numpy as np
 import pytest
-from test_emu_amd_common import ComputeRing, Dev, nvd, pkt3
+from test_emu_amd_common import ComputeRing, d, Dev, P, pkt3
 from test_emu_amd_gmc import setup_ih
-
-
-@pytest.fixture(params=["gfx1100", "gfx1201"])
-def d(request):
-  dev = Dev(request.param, firmware="loaded")
-  yield dev
-  dev.close()
-
-
-@pytest.fixture(scope="module")
-def P(): return nvd()
 
 
 def test_write_data_release_mem_and_rptr_report(d, P):

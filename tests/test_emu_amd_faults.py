@@ -1,7 +1,7 @@
 """Harvested WGPs as amdgpu counts them, and the board's fault injection: hung queues, page faults, removal."""
 from __future__ import annotations
 import pytest
-from test_emu_amd_common import ComputeRing, Dev, nvd, pkt3
+from test_emu_amd_common import ComputeRing, d, Dev, nvd, pkt3
 
 
 @pytest.mark.parametrize("arch,cus", [("gfx1100", 8), ("gfx1201", 6), ("gfx1100", None)])
@@ -19,13 +19,6 @@ def test_active_cus_counted_like_amdgpu(arch, cus):
     d.wr("gc", "regGRBM_GFX_INDEX", SE_BROADCAST_WRITES=1, SA_BROADCAST_WRITES=1, INSTANCE_BROADCAST_WRITES=1)
     assert total == (cus if cus else 2 * n_se * n_sa * wgp_per_sa)
   finally: d.close()
-
-
-@pytest.fixture(params=["gfx1100", "gfx1201"])
-def d(request):
-  dev = Dev(request.param, firmware="loaded")
-  yield dev
-  dev.close()
 
 
 def test_hung_queue_injection(d):

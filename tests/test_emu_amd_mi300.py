@@ -386,22 +386,24 @@ def test_sdma_4_counts_copies_in_22_bits(mi300_device):
   assert list(out[:4]) == [1, 2, 3, 4] and not out[4:].any() and not board.errors
 
 
-def test_gfx9_dma_data_counts_bytes_in_21_bits(mi300_device):
-  """On gfx9 DMA_DATA's BYTE_COUNT is bits 20:0 of its last dword (soc15d.h; nvd.h widens it to 25:0 on gfx10+):
-  a fill whose count sets bit 21 (a reserved COMMAND bit there) writes what the low 21 bits say."""
+def test_gfx9_dma_data_counts_bytes_in_26_bits(mi300_device):
+  """On gfx940 DMA_DATA's BYTE_COUNT is bits 25:0 of its last dword (Mesa's pkt3.json COMMAND_gfx9, chips gfx9 to
+  gfx12; radeonsi's CP DMA sizes by it from gfx9 on; soc15d.h's comment still gives gfx8's [20:0]): a fill whose
+  count sets bit 21 writes 2 MiB + 16 bytes and no more."""
   import numpy as np
   from rawgpu.hcq.amd import pm4
   dev, board = mi300_device
-  dst = dev.alloc(4096)
-  dst.copyin(np.zeros(1024, np.uint32))
-  body = [2 << 29, 0xc0ffee, 0, dst.va & 0xffffffff, dst.va >> 32, (1 << 21) | 16]   # SRC_SEL DATA, DST_SEL memory
+  n = (1 << 21) | 16
+  dst = dev.alloc(n + 4096)
+  dst.copyin(np.zeros((n + 4096) // 4, np.uint32))
+  body = [2 << 29, 0xc0ffee, 0, dst.va & 0xffffffff, dst.va >> 32, n]   # SRC_SEL DATA, DST_SEL memory
   v = dev.next_timeline("compute")
   q = dev.compute_queue()
   q._add(lambda: [pm4.header(pm4.P.PACKET3_DMA_DATA, len(body), gen=9), *body])
   q.signal(dev.timeline, dev.timeline_gpu(v)).submit(dev)
   dev.wait_timeline(v)
   out = dst.numpy(np.uint32)
-  assert list(out[:4]) == [0xc0ffee] * 4 and not out[4:].any() and not board.errors
+  assert (out[:n // 4] == 0xc0ffee).all() and not out[n // 4:].any() and not board.errors
 
 
 # ---- in-place recovery: the SMU resets an SDMA engine (ResetSDMA, newer than 6.12's headers: drivers/am/facts.py)

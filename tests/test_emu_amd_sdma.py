@@ -4,15 +4,8 @@ from __future__ import annotations
 import struct, time
 import numpy as np
 import pytest
-from test_emu_amd_common import Dev, gc_system_aperture, sdma_defs
+from test_emu_amd_common import d, Dev, gc_system_aperture, sdma_defs
 from test_emu_amd_gmc import PT, enable_context, flush_tlb, pte_bits, setup_ih
-
-
-@pytest.fixture(params=["gfx1100", "gfx1201"])
-def d(request):
-  dev = Dev(request.param, firmware="loaded")
-  yield dev
-  dev.close()
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from rawgpu.drivers.emu.amd.regfile import instance_key
 from rawgpu.drivers.emu.amd.psp import FW_RLC_G, FW_RS64_MEC
 from rawgpu.autogen.amd.psp import GFX_FW_TYPE_CP_MEC as FW_CP_MEC
 from rawgpu.drivers.emu import shader   # the compute units
+from rawgpu.drivers.emu.shader.dispatch import NotModelled, launch_grid
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 IH_CLIENT_GRBM_CP, SRC_CP_EOP, SRC_CP_BAD_OPCODE = 0x14, 181, 183
@@ -122,10 +123,14 @@ class ComputeQueue:
   def reg_write(self, a: int, v: int) -> None: self.board.regs.write(self.gfx.local_reg(a), v & 0xffffffff)
   def clock(self) -> int: return self.board.clock.now()
 
-  def push_ib(self, addr: int, size: int, vmid: int) -> None:
+  def push_ib(self, addr: int, size: int, vmid: int, chain: bool = False) -> None:
     # the packet's VMID is a privileged (kernel) queue's to choose; a user queue's IBs run in the queue's own VM,
     # else any process could read the kernel's: user-mode PM4 on amdkfd (tinygrad's, for one) leaves the field 0
     if not self.gfx.pq_control.decode(self.g("regCP_HQD_PQ_CONTROL"))["PRIV_STATE"]: vmid = self.vmid
+    if chain:   # IB_CONTROL.CHAIN: the new IB takes the place of the one it was named in, whose rest never runs
+      # (what a CHAIN in the ring itself does is not public)
+      if not self.ib: raise pm4.BadPacket("INDIRECT_BUFFER with CHAIN in the ring, outside an IB, is not modelled")
+      self.ib.pop()
     if len(self.ib) >= MAX_IB_DEPTH: raise pm4.BadPacket("INDIRECT_BUFFER nested too deep")
     self._streams += 1
     if size: self.ib.append([addr, addr + 4 * size, vmid, self._streams])
@@ -148,16 +153,16 @@ class ComputeQueue:
     if g.gfx9 and not g.single_xcc_partition():
       raise NotImplementedError("a dispatch in a partition of several XCCs (CP_HYP_XCP_CTL.NUM_XCC_IN_XCP > 1) is not modelled")
     sh = self.sh.get
-    wg = tuple(sh(a, 0) & 0xffff for a in g.num_thread)
-    grid = (x, y, z)
-    if initiator & g.use_thread_dims: grid = tuple(-(-n // max(w, 1)) for n, w in zip(grid, wg))
-    self.dispatches += 1
+    # the registers and the packet's dims as they are: the compute units' launch_grid reads them once
     regs = shader.DispatchRegs(arch=self.board.arch, pgm_addr=((sh(g.pgm_hi, 0) << 32) | sh(g.pgm_lo, 0)) << 8,
                         rsrc1=sh(g.rsrc[0], 0), rsrc2=sh(g.rsrc[1], 0), rsrc3=sh(g.rsrc[2], 0),
-                        user_data=[sh(a, 0) for a in g.user_data], num_thread=wg, grid=grid,
-                        start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
+                        user_data=[sh(a, 0) for a in g.user_data], num_thread=tuple(sh(a, 0) for a in g.num_thread),
+                        grid=(x, y, z), start=tuple(sh(a, 0) for a in g.start), dispatch_initiator=initiator,
                         tmpring_size=sh(g.tmpring, 0), scratch_base=((sh(g.scratch_hi, 0) << 32) | sh(g.scratch_lo, 0)) << 8,
                         shader_engines=self.board.asic.num_se, sh_mem_bases=g.vm_banks.get(self.vmid, {}).get(g.a_sh_mem_bases, 0))
+    try: launch_grid(regs)
+    except NotModelled as e: raise pm4.BadPacket(f"dispatch refused: {e}") from None
+    self.dispatches += 1
     slice_s = None if self.board.deterministic else self.board.wave_slice
     self.inflight = WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s))
     return self.dispatch(x, y, z, initiator)
@@ -380,7 +385,6 @@ class GFX:
     self.start = [r.addr("gc", f"regCOMPUTE_START_{c}") for c in "XYZ"]
     self.tmpring = r.addr("gc", "regCOMPUTE_TMPRING_SIZE")
     self.scratch_lo, self.scratch_hi = r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_LO"), r.addr("gc", "regCOMPUTE_DISPATCH_SCRATCH_BASE_HI")
-    self.use_thread_dims = t["regCOMPUTE_DISPATCH_INITIATOR"].fields["USE_THREAD_DIMENSIONS"][1]
     self.autoload_done = False
     # WGP (gfx9: CU) harvesting per shader array, read through GRBM_GFX_INDEX (gfx_v11_0_get_cu_active_bitmap_per_sh)
     a = board.asic

@@ -40,6 +40,11 @@ def _need(body: list[int], n: int, name: str) -> None:
   if len(body) < n: raise BadPacket(f"{name} needs {n} body dwords, has {len(body)}")
 
 
+def _exact(body: list[int], n: int, name: str) -> None:
+  """A packet the MEC reads at a fixed size: another header count is a malformed packet."""
+  if len(body) != n: raise BadPacket(f"malformed {name}: header count {len(body) - 1}, the MEC's is {n - 1} ({n} body dwords)")
+
+
 def nop(q: "ComputeQueue", body: list[int]) -> bool: return True
 
 
@@ -119,10 +124,10 @@ def wait_reg_mem(q: "ComputeQueue", body: list[int]) -> bool:
 def indirect_buffer(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 3, "INDIRECT_BUFFER")
   addr = ((body[1] & 0xffff) << 32) | (body[0] & ~3)
-  size = body[2] & 0xfffff
+  size = body[2] & 0xfffff                                   # IB_CONTROL (pkt3.json): IB_SIZE [19:0], CHAIN 20, VALID 23
   vmid = (body[2] >> 24) & 0xf
   if not body[2] & (1 << 23): return True                    # INDIRECT_BUFFER_VALID clear: skipped
-  q.push_ib(addr, size, vmid)
+  q.push_ib(addr, size, vmid, chain=bool(body[2] & (1 << 20)))
   return True
 
 
@@ -152,31 +157,40 @@ def event_write(q: "ComputeQueue", body: list[int]) -> bool:
 
 
 def acquire_mem(q: "ComputeQueue", body: list[int]) -> bool:
-  _need(body, 6, "ACQUIRE_MEM")
+  # PACKET3(ACQUIRE_MEM, 5) on gfx9 (gfx_v9_4_3), 6 from gfx10 on, which adds GCR_CNTL
+  _exact(body, 6 if q.gfx.gfx9 else 7, "ACQUIRE_MEM")
   return True                                               # cache invalidation: the model keeps memory coherent
 
 
 def release_mem(q: "ComputeQueue", body: list[int]) -> bool:
-  _need(body, 6, "RELEASE_MEM")
-  data_sel, int_sel = (body[1] >> 29) & 7, (body[1] >> 24) & 7
+  _exact(body, 7, "RELEASE_MEM")                            # PACKET3(RELEASE_MEM, 6) on gfx9 and after
+  dst_sel, int_sel, data_sel = (body[1] >> 16) & 3, (body[1] >> 24) & 7, (body[1] >> 29) & 7
+  # kfd_pm4_headers_ai.h: DST_SEL 2/3 write the queue's write pointer register / poll mask bit, INT_SEL 4 sends the
+  # interrupt unconditionally, 5/6 after a 32/64-bit compare; how those act otherwise is not public
+  if dst_sel > 1: raise BadPacket(f"RELEASE_MEM dst_sel {dst_sel} (queue write pointer) is not modelled")
+  if int_sel > 4: raise BadPacket(f"RELEASE_MEM int_sel {int_sel} (interrupt after a compare) is not modelled")
+  if int_sel == 4 and data_sel: raise BadPacket(f"RELEASE_MEM int_sel 4 with data_sel {data_sel} is not modelled")
   addr = (body[3] << 32) | body[2]
   if data_sel == 1: q.mem_write32(addr & ~3, body[4])
   elif data_sel == 2: q.mem_write64(addr & ~7, body[4] | (body[5] << 32))
   elif data_sel in (3, 4): q.mem_write64(addr & ~7, q.clock())
   elif data_sel not in (0,): raise BadPacket(f"RELEASE_MEM data_sel {data_sel}")
-  if int_sel in (1, 2): q.eop_interrupt(body[6] if len(body) > 6 else 0)   # 3: the write is confirmed, no interrupt
+  if int_sel in (1, 2, 4): q.eop_interrupt(body[6])         # 3: the write is confirmed, no interrupt
   return True
 
 
 def dma_data(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 6, "DMA_DATA")
   ctl, s_lo, s_hi, d_lo, d_hi, cmd = body[:6]
-  src_sel, count = (ctl >> 29) & 3, cmd & (0x1fffff if q.gfx.gfx9 else 0x3ffffff)   # BYTE_COUNT: [20:0] in soc15d.h, [25:0] in nvd.h
+  # pkt3.json: DMA_DATA_WORD0_gfx9 DST_SEL [21:20], SRC_SEL [30:29]; COMMAND_gfx9 (gfx9 to gfx12) BYTE_COUNT [25:0]
+  # (soc15d.h's comment gives [20:0], pkt3.json's gfx6-8 COMMAND layout)
+  src_sel, dst_sel, count = (ctl >> 29) & 3, (ctl >> 20) & 3, cmd & 0x3ffffff
   if cmd & (3 << 26): raise BadPacket("DMA_DATA register source/destination")
+  if 1 in (src_sel, dst_sel): raise BadPacket("DMA_DATA to or from GDS is not modelled")
+  if dst_sel == 2: return True                              # NOWHERE: radv's prefetch into L2, which the model has not
   dst = (d_hi << 32) | d_lo
-  if src_sel == 2: q.mem_write(dst, s_lo.to_bytes(4, "little") * (count // 4))
-  elif src_sel in (0, 3): q.mem_write(dst, q.mem_read((s_hi << 32) | s_lo, count))
-  else: raise BadPacket(f"DMA_DATA src_sel {src_sel}")
+  if src_sel == 2: q.mem_write(dst, s_lo.to_bytes(4, "little") * (count // 4))   # DATA
+  else: q.mem_write(dst, q.mem_read((s_hi << 32) | s_lo, count))                  # SRC_ADDR, SRC_ADDR_TC_L2
   return True
 
 

@@ -28,8 +28,8 @@ class DispatchRegs:
   rsrc2: int
   rsrc3: int
   user_data: list[int]           # COMPUTE_USER_DATA_0..15
-  num_thread: tuple[int, int, int]   # COMPUTE_NUM_THREAD_X/Y/Z (workgroup size)
-  grid: tuple[int, int, int]     # DISPATCH_DIRECT dims (workgroups; threads with USE_THREAD_DIMENSIONS)
+  num_thread: tuple[int, int, int]   # COMPUTE_NUM_THREAD_X/Y/Z (workgroup size in NUM_THREAD_FULL)
+  grid: tuple[int, int, int]     # DISPATCH_DIRECT dims as in the packet (see launch_grid)
   start: tuple[int, int, int] = (0, 0, 0)   # COMPUTE_START_X/Y/Z
   dispatch_initiator: int = 0    # COMPUTE_DISPATCH_INITIATOR
   tmpring_size: int = 0          # COMPUTE_TMPRING_SIZE
@@ -48,7 +48,7 @@ class DispatchResult:
 class Fields:
   """The register fields the emulator acts on (positions from the gc_11/12 sh_mask headers and AMDGPUUsage)."""
   vgprs: int; user_sgprs: int; tgid_en: tuple[bool, bool, bool]; tg_size_en: bool; tidig_cnt: int
-  lds_bytes: int; scratch_en: bool; trap_present: bool; float_mode: int; wave32: bool; thread_dims: bool
+  lds_bytes: int; scratch_en: bool; trap_present: bool; float_mode: int; wave32: bool
   scratch_wave_bytes: int; scratch_waves: int = 0
   accum_offset: int = 0   # CDNA: the first AGPR's place in the unified register file
 
@@ -79,10 +79,54 @@ def _decode_regs(arch: str, rsrc1: int, rsrc2: int, rsrc3: int, initiator: int, 
     scratch_en=bool(r2["SCRATCH_EN"]), user_sgprs=r2["USER_SGPR"], trap_present=bool(r2.get("TRAP_PRESENT", 0)),
     tgid_en=(bool(r2["TGID_X_EN"]), bool(r2["TGID_Y_EN"]), bool(r2["TGID_Z_EN"])), tg_size_en=bool(r2["TG_SIZE_EN"]),
     tidig_cnt=r2["TIDIG_COMP_CNT"], lds_bytes=r2["LDS_SIZE"] * 512,   # LDS granule: 128 dwords
-    wave32=wave32, thread_dims=bool(di["USE_THREAD_DIMENSIONS"]),
+    wave32=wave32,
     scratch_wave_bytes=tmp["WAVESIZE"] * (1024 if gfx9 else 256),   # 256-dword units on GFX9, 64-dword units after
     scratch_waves=tmp["WAVES"],
     accum_offset=(gc["COMPUTE_PGM_RSRC3"].decode(rsrc3)["ACCUM_OFFSET"] + 1) * 4 if gfx9 else 0)
+
+class NotModelled(ValueError):
+  """A launch whose outcome on the hardware is not public: the CP refuses it rather than guess."""
+
+@dataclass(frozen=True)
+class Grid:
+  """The workgroups a dispatch launches along X, Y, Z: ids first .. first + count - 1 of `size` threads each, but
+  the last one along a dimension, which has `last` threads (a partial workgroup)."""
+  first: tuple[int, int, int]
+  count: tuple[int, int, int]
+  size: tuple[int, int, int]
+  last: tuple[int, int, int]
+
+def launch_grid(r: DispatchRegs) -> Grid:
+  """The workgroups the dispatch dims, COMPUTE_START_*, COMPUTE_NUM_THREAD_* and DISPATCH_INITIATOR describe
+  (raises NotModelled)."""
+  return _launch_grid(r.arch, tuple(r.num_thread), tuple(r.grid), tuple(r.start), r.dispatch_initiator)
+
+@functools.lru_cache(maxsize=256)
+def _launch_grid(arch: str, num_thread: tuple, dims: tuple, start: tuple, initiator: int) -> Grid:
+  gc = _gc(arch)
+  di = gc["COMPUTE_DISPATCH_INITIATOR"].decode(initiator)
+  axes = [_axis(gc[f"COMPUTE_NUM_THREAD_{c}"].decode(nt), int(d), int(s), di, c) for c, nt, d, s in zip("XYZ", num_thread, dims, start)]
+  return Grid(*(tuple(a[i] for a in axes) for i in range(4)))
+
+def _axis(nt: dict, dim: int, start: int, di: dict, c: str) -> tuple[int, int, int, int]:
+  """(first id, count, threads per workgroup, threads in the last) along one axis. NUM_THREAD_FULL's width comes
+  from the register table (bits 12:0 on gfx12, 15:0 before)."""
+  size = max(1, nt["NUM_THREAD_FULL"])
+  first = 0 if di["FORCE_START_AT_000"] else start
+  if di["USE_THREAD_DIMENSIONS"]:   # dim counts threads (radv: "blocks is already in thread dimensions")
+    end = -(-dim // size)
+    last = dim - (end - 1) * size if end else size
+  else: end, last = dim, size
+  if di["PARTIAL_TG_EN"]:
+    part = nt["NUM_THREAD_PARTIAL"]
+    # radv sends 1..size ("an entire block size, not 0"), and with USE_THREAD_DIMENSIONS the same remainder
+    if not 0 < part <= size or di["USE_THREAD_DIMENSIONS"] and part != last:
+      raise NotModelled(f"PARTIAL_TG_EN with COMPUTE_NUM_THREAD_{c}.NUM_THREAD_PARTIAL {part} (NUM_THREAD_FULL {size}"
+                        f"{f', {last} by USE_THREAD_DIMENSIONS' if di['USE_THREAD_DIMENSIONS'] else ''}) is not modelled")
+    last = part
+  # from a non-zero start the dims are end values (radv: "The blocks in the packet are not counts but end values")
+  if end < first: raise NotModelled(f"a dispatch ending at {c} {end}, before COMPUTE_START_{c} {first}, is not modelled")
+  return first, end - first, size, last
 
 @functools.lru_cache(maxsize=64)
 def apertures(arch: str, sh_mem_bases: int) -> tuple[int, int]:
@@ -204,10 +248,11 @@ SHAPE_MAX_BYTES = 256 << 10        # registers of at most this size: beyond, com
 def init_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   """The waves' registers at dispatch start. Everything but the user SGPRs follows from the launch shape, so small
   dispatches (where numpy's per-call cost dominates) start from a copy of the state computed the first time."""
-  key = (r.arch, fl, tuple(r.num_thread), tuple(r.grid), tuple(r.start))
+  g = launch_grid(r)
+  key = (r.arch, fl, g)
   tmpl = _SHAPES.get(key)
   if tmpl is None:
-    tmpl = _shape_state(mem, r, fl)
+    tmpl = _shape_state(mem, family(r.arch), g, fl)
     if tmpl.s.nbytes + tmpl.v.nbytes > SHAPE_MAX_BYTES: return _with_user_data(tmpl, r, fl)
     if len(_SHAPES) > 64: _SHAPES.clear()
     _SHAPES[key] = tmpl
@@ -218,12 +263,9 @@ def _with_user_data(st: State, r: DispatchRegs, fl: Fields) -> State:
   for k in range(fl.user_sgprs): st.s[k] = u32(ud[k] & 0xffffffff)
   return st
 
-def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
-  fam = family(r.arch)
+def _shape_state(mem: GPUMemory, fam: str, g: Grid, fl: Fields) -> State:
   L = 32 if fl.wave32 else 64
-  nt = [max(1, int(x)) for x in r.num_thread]
-  if fl.thread_dims: ngrid = [max(0, -(-int(g) // t)) for g, t in zip(r.grid, nt)]
-  else: ngrid = [max(0, int(g)) for g in r.grid]
+  nt, ngrid = g.size, g.count
   per_wg = nt[0] * nt[1] * nt[2]
   wpg = -(-per_wg // L)
   nwg = ngrid[0] * ngrid[1] * ngrid[2]
@@ -234,11 +276,8 @@ def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   wgx, wgy, wgz = wg % ngrid[0], wg // ngrid[0] % max(ngrid[1], 1), wg // (ngrid[0] * max(ngrid[1], 1))
   # work-items: linear id within the group -> x, y, z; lanes past the group's size start with EXEC off
   lin = (np.arange(W) % wpg)[:, None] * L + np.arange(L)[None, :]
-  sx = np.full(W, nt[0]); sy = np.full(W, nt[1]); sz = np.full(W, nt[2])
-  if fl.thread_dims:  # the last group of each dimension may be partial
-    rem = [int(g) - (n - 1) * t for g, n, t in zip(r.grid, ngrid, nt)]
-    sx = np.where(wgx == ngrid[0] - 1, rem[0], nt[0]); sy = np.where(wgy == ngrid[1] - 1, rem[1], nt[1])
-    sz = np.where(wgz == ngrid[2] - 1, rem[2], nt[2])
+  # the last group of each dimension may be partial
+  sx, sy, sz = (np.where(w == n - 1, last, t) for w, n, last, t in zip((wgx, wgy, wgz), ngrid, g.last, nt))
   tx, ty, tz = lin % nt[0], lin // nt[0] % nt[1], lin // (nt[0] * nt[1])
   valid = (lin < per_wg) & (tx < sx[:, None]) & (ty < sy[:, None]) & (tz < sz[:, None])
   tid = tx.astype(u32)
@@ -249,7 +288,7 @@ def _shape_state(mem: GPUMemory, r: DispatchRegs, fl: Fields) -> State:
   st.s[126] = words[:, 0]
   if L == 64: st.s[127] = words[:, 1]
   n = fl.user_sgprs   # the user SGPRs come first (_with_user_data)
-  ids = [wgx + r.start[0], wgy + r.start[1], wgz + r.start[2]]
+  ids = [wgx + g.first[0], wgy + g.first[1], wgz + g.first[2]]
   for k in range(3):
     if fl.tgid_en[k]: st.s[n] = ids[k].astype(u32); n += 1
   if fl.tg_size_en:  # workgroup info: wave id in group [4:0]... first-wave bit [10:6], waves in group [15:12]?

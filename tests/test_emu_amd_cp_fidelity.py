@@ -1,0 +1,237 @@
+"""The emulated MEC against public facts about packet and register fields: how a dispatch's dims, start and
+workgroup size make its grid, chained indirect buffers, DMA_DATA's byte count and destinations, and the RELEASE_MEM /
+ACQUIRE_MEM forms it refuses.
+
+Field positions: Mesa's src/amd/registers/pkt3.json (IB_CONTROL, DMA_DATA_WORD0_gfx9, COMMAND_gfx9), radv's
+radv_cmd_buffer.c (dispatch dims), kfd_pm4_headers_ai.h (RELEASE_MEM) and the gc sh_mask headers.
+"""
+from __future__ import annotations
+import struct, types
+import pytest
+from test_emu_amd_common import ComputeRing, d, Dev, P, pkt3
+from test_emu_amd_gmc import setup_ih
+from test_emu_amd_cp import _dispatch_packets
+
+DST = 0x580000                    # where store_ids writes
+
+
+def hung(d) -> str | None: return d.board.gfx.queues[(1, 0, 0)].hung
+
+
+def initiator(d, **fields) -> int: return d.tables["gc"]["regCOMPUTE_DISPATCH_INITIATOR"].encode(**fields)
+
+
+def sh(d, P, name: str, vals: list[int]) -> list[int]:
+  return pkt3(P["PACKET3_SET_SH_REG"], [d.addr("gc", name) - P["PACKET3_SET_SH_REG_START"]] + vals)
+
+
+def store_ids(d, q, P, dim_x: int, init: int = 0, num_thread: tuple = (64, 1, 1), start_x: int = 0) -> list[int]:
+  """kernels/store_ids (dst[group_x * 64 + thread_x] = 1000 + thread_x) launched by DISPATCH_DIRECT(dim_x, 1, 1)."""
+  pk = _dispatch_packets(d, q, P, "store_ids", struct.pack("<QII", q.mc(DST), 64, 1000))
+  base = pk[-1]                   # the helper's initiator: COMPUTE_SHADER_EN, CS_W32_EN for a wave32 kernel
+  pk = pk[:-5] + sh(d, P, "regCOMPUTE_START_X", [start_x, 0, 0]) + sh(d, P, "regCOMPUTE_NUM_THREAD_X", list(num_thread))
+  return pk + pkt3(P["PACKET3_DISPATCH_DIRECT"], [dim_x, 1, 1, base | init])
+
+
+def written(d, n: int) -> list[int]: return list(struct.unpack(f"<{n}I", d.vram.readbytes(DST, 4 * n)))
+
+
+def ids(lanes: range, n: int) -> list[int]:
+  """What store_ids leaves in n dwords when exactly `lanes` ran (64-thread groups)."""
+  return [1000 + i % 64 if i in lanes else 0 for i in range(n)]
+
+
+def run_store_ids(d, P, dim_x: int, **kw) -> None:
+  pytest.importorskip("elftools")
+  q = ComputeRing(d)
+  q.submit(store_ids(d, q, P, dim_x, **kw))
+  q.run()
+
+
+# ---- the dispatch grid
+def test_use_thread_dimensions_dims_count_threads_once(d, P):
+  """USE_THREAD_DIMENSIONS: the packet's dims are threads (radv: "blocks is already in thread dimensions"): 200
+  threads in groups of 64 are four groups, the last one of 8 threads."""
+  run_store_ids(d, P, 200, init=initiator(d, USE_THREAD_DIMENSIONS=1))
+  assert hung(d) is None and written(d, 256) == ids(range(200), 256)
+
+
+def test_use_thread_dimensions_runs_every_lane_of_full_groups(d, P):
+  run_store_ids(d, P, 256, init=initiator(d, USE_THREAD_DIMENSIONS=1))
+  assert hung(d) is None and written(d, 320) == ids(range(256), 320)
+
+
+def test_a_start_makes_the_dims_end_values(d, P):
+  """COMPUTE_START_X 2 without FORCE_START_AT_000: dims 5 run groups 2, 3 and 4 (radv: "The blocks in the packet
+  are not counts but end values")."""
+  run_store_ids(d, P, 5, start_x=2)
+  assert hung(d) is None and written(d, 448) == ids(range(128, 320), 448)
+
+
+def test_force_start_at_000_ignores_the_start_registers(d, P):
+  run_store_ids(d, P, 3, start_x=2, init=initiator(d, FORCE_START_AT_000=1))
+  assert hung(d) is None and written(d, 320) == ids(range(192), 320)
+
+
+def test_gfx12_num_thread_full_is_bits_12_to_0(P):
+  """gc_12_0_0_sh_mask.h: NUM_THREAD_FULL [12:0], INTERLEAVE_BITS_X [15:13]: a group of 64 with interleave bits set
+  is still 64 threads."""
+  d = Dev("gfx1201", firmware="loaded")
+  try:
+    run_store_ids(d, P, 2, num_thread=(64 | (1 << 13), 1, 1))
+    assert hung(d) is None and written(d, 256) == ids(range(128), 256)
+  finally: d.close()
+
+
+def test_partial_tg_en_gives_the_last_group_num_thread_partial(d, P):
+  """PARTIAL_TG_EN (radv's unaligned direct dispatch): the last group of X has NUM_THREAD_PARTIAL (8) threads; Y and
+  Z, one thread wide, have a partial count of one (radv: the whole group where the size is aligned)."""
+  run_store_ids(d, P, 3, num_thread=(64 | (8 << 16), 1 | (1 << 16), 1 | (1 << 16)), init=initiator(d, PARTIAL_TG_EN=1))
+  assert hung(d) is None and written(d, 256) == ids(range(136), 256)
+
+
+def test_partial_tg_en_with_no_partial_threads_is_refused(d, P):
+  """NUM_THREAD_PARTIAL 0 (radv: "these should be an entire block size, not 0"): what the hardware does is not
+  public, so the queue halts saying so and no wave runs."""
+  run_store_ids(d, P, 3, num_thread=(64, 1 | (1 << 16), 1 | (1 << 16)), init=initiator(d, PARTIAL_TG_EN=1))
+  assert "not modelled" in (hung(d) or "") and "NUM_THREAD_X.NUM_THREAD_PARTIAL 0" in hung(d) and written(d, 256) == [0] * 256
+
+
+# ---- INDIRECT_BUFFER CHAIN
+def write(q, P, off: int, v: int) -> list[int]:
+  a = q.mc(off)
+  return pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, a & 0xffffffff, a >> 32, v])
+
+
+def ib(q, P, off: int, n: int, chain: bool = False) -> list[int]:
+  a = q.mc(off)
+  return pkt3(P["PACKET3_INDIRECT_BUFFER"], [a & 0xfffffffc, a >> 32, n | (1 << 23) | (chain << 20)])
+
+
+def put(d, off: int, words: list[int]) -> None: d.vram.writebytes(off, struct.pack(f"<{len(words)}I", *words))
+
+
+def test_a_chained_ib_replaces_the_current_one(d, P):
+  """IB_CONTROL.CHAIN: ring -> IB1 -> IB2 -> IB3, each chaining to the next, keeps one IB level (no "nested too
+  deep"); what follows a CHAIN in its IB never runs, and the ring goes on after the last IB."""
+  q = ComputeRing(d)
+  ib1, ib2, ib3, out = 0x590000, 0x591000, 0x592000, 0x593000
+  three = write(q, P, out + 8, 3)
+  two = write(q, P, out + 4, 2) + ib(q, P, ib3, len(three), chain=True)
+  one = write(q, P, out, 1) + ib(q, P, ib2, len(two), chain=True) + write(q, P, out + 12, 4)   # the last must not run
+  for off, words in ((ib1, one), (ib2, two), (ib3, three)): put(d, off, words)
+  q.submit(ib(q, P, ib1, len(one)) + write(q, P, out + 16, 5))
+  q.run()
+  assert hung(d) is None, hung(d)
+  assert [d.vram.read32(out + 4 * i) for i in range(5)] == [1, 2, 3, 0, 5]
+
+
+def test_a_chain_in_the_ring_halts_the_queue(d, P):
+  """What CHAIN does outside an IB is not public: the queue halts saying so."""
+  q = ComputeRing(d)
+  put(d, 0x590000, write(q, P, 0x593000, 1))
+  q.submit(ib(q, P, 0x590000, 5, chain=True))
+  q.run()
+  assert "CHAIN" in (hung(d) or "") and d.vram.read32(0x593000) == 0
+
+
+# ---- DMA_DATA
+class Queue:
+  """What the DMA_DATA, ACQUIRE_MEM handlers use of a queue: its memory (a flat VA space here) and generation."""
+  def __init__(self, gfx9: bool, size: int = 8 << 20):
+    self.gfx, self.mem = types.SimpleNamespace(gfx9=gfx9), bytearray(size)
+  def mem_read(self, a: int, n: int) -> bytes: return bytes(self.mem[a:a + n])
+  def mem_write(self, a: int, data: bytes) -> None: self.mem[a:a + len(data)] = data
+
+
+@pytest.mark.parametrize("gfx9", [True, False], ids=["gfx942", "gfx11+"])
+def test_dma_data_byte_count_is_26_bits(gfx9):
+  """COMMAND_gfx9 (pkt3.json, gfx9 and gfx940 to gfx12; radv's S_415_BYTE_COUNT_GFX9): BYTE_COUNT [25:0], so a fill
+  and a copy of 2 MiB + 4096 bytes (bit 21 set) move every byte and no more."""
+  from rawgpu.drivers.emu.amd import pm4
+  n, src, dst, fill = (2 << 20) + 4096, 0x10, 0x280000, 0x500000
+  q = Queue(gfx9)
+  pattern = bytes(range(256)) * (n // 256)
+  q.mem_write(src, pattern)
+  assert pm4.dma_data(q, [0, src, 0, dst, 0, n]) and q.mem_read(dst, n + 4) == pattern + bytes(4)
+  assert pm4.dma_data(q, [2 << 29, 0xa5a5a5a5, 0, fill, 0, n]) and q.mem_read(fill, n + 4) == b"\xa5" * n + bytes(4)
+
+
+def test_dma_data_to_nowhere_writes_nothing(d, P):
+  """DST_SEL NOWHERE (2): radv's CP DMA prefetch; the destination address is left as it was."""
+  q = ComputeRing(d)
+  src, dst = q.mc(0x322000), q.mc(0x322100)
+  d.vram.writebytes(0x322000, bytes(range(64)))
+  q.submit(pkt3(P["PACKET3_DMA_DATA"], [2 << 20, src & 0xffffffff, src >> 32, dst & 0xffffffff, dst >> 32, 64]))
+  q.run()
+  assert hung(d) is None and d.vram.readbytes(0x322100, 64) == bytes(64) and q.hqd("regCP_HQD_PQ_RPTR") == 7
+
+
+def test_dma_data_to_gds_halts_the_queue(d, P):
+  q = ComputeRing(d)
+  q.submit(pkt3(P["PACKET3_DMA_DATA"], [(1 << 20) | (2 << 29), 0x1234, 0, 0, 0, 64]))
+  q.run()
+  assert "GDS" in (hung(d) or "") and "not modelled" in hung(d) and q.hqd("regCP_HQD_PQ_RPTR") == 0
+
+
+# ---- RELEASE_MEM and ACQUIRE_MEM
+def release(q, P, dw2: int, addr: int, n: int = 7) -> list[int]:
+  a = q.mc(addr)
+  return pkt3(P["PACKET3_RELEASE_MEM"], [0x14 | (5 << 8), dw2, a & 0xffffffff, a >> 32, 0x1111, 0x2222, 0x77][:n])
+
+
+@pytest.mark.parametrize("dst_sel", [2, 3])
+def test_release_mem_to_the_write_pointer_halts_the_queue(d, P, dst_sel):
+  """DST_SEL 2/3 (kfd_pm4_headers_ai.h: queue write pointer register / poll mask bit) are not modelled: no memory
+  write, the queue halts saying so."""
+  q = ComputeRing(d)
+  q.submit(release(q, P, (1 << 29) | (dst_sel << 16), 0x325000))
+  q.run()
+  assert f"dst_sel {dst_sel}" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x325000) == 0
+
+
+def test_release_mem_int_sel_4_interrupts_unconditionally(d, P):
+  """INT_SEL 4 (unconditionally send int ctxid) with DATA_SEL 0: the EOP interrupt carries the context id."""
+  ring, wb = setup_ih(d)
+  q = ComputeRing(d)
+  d.wr("gc", "regCP_ME1_PIPE0_INT_CNTL", TIME_STAMP_INT_ENABLE=1)
+  q.submit(release(q, P, 4 << 24, 0x325000))
+  q.run()
+  e = struct.unpack_from("<8I", d.vram.mem, ring)
+  assert hung(d) is None and (e[0] >> 8) & 0xff == 181 and e[4] == 0x77 and d.vram.read32(0x325000) == 0
+
+
+@pytest.mark.parametrize("int_sel,data_sel", [(4, 1), (5, 0), (6, 0)])
+def test_release_mem_interrupt_forms_not_public_halt_the_queue(d, P, int_sel, data_sel):
+  """INT_SEL 5/6 interrupt after a compare, and whether INT_SEL 4 writes data first, are not public: halt."""
+  q = ComputeRing(d)
+  q.submit(release(q, P, (data_sel << 29) | (int_sel << 24), 0x325000))
+  q.run()
+  assert f"int_sel {int_sel}" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x325000) == 0
+
+
+def test_a_release_mem_of_another_size_is_malformed(d, P):
+  """The MEC's RELEASE_MEM is PACKET3(RELEASE_MEM, 6) (gfx_v9_4_3/v11/v12 fences): a shorter one halts the queue."""
+  q = ComputeRing(d)
+  q.submit(release(q, P, 1 << 29, 0x325000, n=6))
+  q.run()
+  assert "malformed RELEASE_MEM" in (hung(d) or "") and d.vram.read32(0x325000) == 0
+
+
+def test_acquire_mem_is_seven_body_dwords_from_gfx10(d, P):
+  """PACKET3(ACQUIRE_MEM, 6) from gfx10 on (gfx_v11_0/v12_0: GCR_CNTL last); the gfx9 form, one shorter, halts."""
+  q = ComputeRing(d)
+  q.submit(pkt3(P["PACKET3_ACQUIRE_MEM"], [0, 0xffffffff, 0xffffff, 0, 0, 0xa, 0]))
+  q.run()
+  assert hung(d) is None and q.hqd("regCP_HQD_PQ_RPTR") == 8
+  q.submit(pkt3(P["PACKET3_ACQUIRE_MEM"], [0, 0xffffffff, 0xffffff, 0, 0, 0xa]))
+  q.run()
+  assert "malformed ACQUIRE_MEM" in (hung(d) or "") and q.hqd("regCP_HQD_PQ_RPTR") == 8
+
+
+def test_gfx9_acquire_mem_is_six_body_dwords():
+  """gfx_v9_4_3: PACKET3(ACQUIRE_MEM, 5), no GCR_CNTL dword; the gfx10+ form is malformed there."""
+  from rawgpu.drivers.emu.amd import pm4
+  q = Queue(gfx9=True, size=0)
+  assert pm4.acquire_mem(q, [0, 0xffffffff, 0xffffff, 0, 0, 0xa])
+  with pytest.raises(pm4.BadPacket, match="malformed ACQUIRE_MEM"): pm4.acquire_mem(q, [0, 0xffffffff, 0xffffff, 0, 0, 0xa, 0])
