@@ -420,7 +420,7 @@ def test_spinning_kernel_released_by_sdma_while_it_runs(arch, P):
     flag, done = 0x570000, 0x570100
     q.submit(_dispatch_packets(d, q, P, "spin", struct.pack("<QIIQ", q.mc(flag), 5, 0, q.mc(done))))
     deadline = time.monotonic() + 5
-    while not d.board.gfx.queues[(1, 0, 0)].inflight and time.monotonic() < deadline: time.sleep(0.001)
+    while not d.board.gfx.queues[(1, 0, 0)].running and time.monotonic() < deadline: time.sleep(0.001)
     assert d.vram.read32(done) == 0                       # still spinning
     s = SDMARing(d)
     s.submit([hdr(S, "FENCE"), s.mc(flag) & 0xffffffff, s.mc(flag) >> 32, 5])
@@ -442,12 +442,85 @@ def test_spinning_kernel_released_by_a_kernel_on_another_queue(arch, P):
     flag, done = 0x570000, 0x570100
     q0.submit(_dispatch_packets(d, q0, P, "spin", struct.pack("<QIIQ", q0.mc(flag), 5, 0, q0.mc(done))))
     deadline = time.monotonic() + 5
-    while not d.board.gfx.queues[(1, 0, 0)].inflight and time.monotonic() < deadline: time.sleep(0.001)
+    while not d.board.gfx.queues[(1, 0, 0)].running and time.monotonic() < deadline: time.sleep(0.001)
     assert d.vram.read32(done) == 0                       # spinning
     q1.submit(_dispatch_packets(d, q1, P, "fill", struct.pack("<QII", q1.mc(flag), 5, 1), code_off=0x480000, KA=0x538000))
     deadline = time.monotonic() + 30
     while d.vram.read32(done) != 6 and time.monotonic() < deadline: time.sleep(0.002)
     assert d.vram.read32(done) == 6 and not d.board.errors
+  finally: d.close()
+
+
+def _spin_then(d, q, P, after: list[int], flag: int = 0x570000, done: int = 0x570100) -> None:
+  """Dispatch kernels/spin (done = 6 once flag is 5) and, behind it in the same ring, the packets `after`; return
+  once its waves run, still spinning (unless `after` releases them)."""
+  q.submit(_dispatch_packets(d, q, P, "spin", struct.pack("<QIIQ", q.mc(flag), 5, 0, q.mc(done))) + after)
+  assert _until(lambda: d.board.gfx.queues[(1, 0, 0)].running, 5) and d.vram.read32(done) == 0
+
+
+def _until(cond, s: float = 30) -> bool:
+  deadline = time.monotonic() + s
+  while not cond() and time.monotonic() < deadline: time.sleep(0.002)
+  return cond()
+
+
+def _write(q, P, off: int, v: int) -> list[int]:
+  a = q.mc(off)
+  return pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, a & 0xffffffff, a >> 32, v])
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_the_cp_reads_on_while_a_dispatch_runs(arch, P):
+  """PM4 orders nothing after a dispatch: a WRITE_DATA behind a kernel that spins on a flag, in the same ring, is
+  what releases it."""
+  pytest.importorskip("elftools")
+  d = Dev(arch, deterministic=False, firmware="loaded")
+  try:
+    q = ComputeRing(d)
+    q.submit(_dispatch_packets(d, q, P, "spin", struct.pack("<QIIQ", q.mc(0x570000), 5, 0, q.mc(0x570100))) + _write(q, P, 0x570000, 5))
+    assert _until(lambda: d.vram.read32(0x570100) == 6) and not d.board.errors
+  finally: d.close()
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_cs_partial_flush_holds_the_cp_until_the_waves_end(arch, P):
+  """EVENT_WRITE CS_PARTIAL_FLUSH (EVENT_TYPE 7, EVENT_INDEX 4): the packet after it waits for the dispatch's waves;
+  here they spin until the host writes the flag."""
+  pytest.importorskip("elftools")
+  d = Dev(arch, deterministic=False, firmware="loaded")
+  try:
+    q = ComputeRing(d)
+    _spin_then(d, q, P, pkt3(P["PACKET3_EVENT_WRITE"], [7 | (4 << 8)]) + _write(q, P, 0x570200, 1))
+    time.sleep(0.1)
+    assert d.vram.read32(0x570200) == 0 and d.board.gfx.queues[(1, 0, 0)].busy()
+    d.vram.write32(0x570000, 5)
+    assert _until(lambda: d.vram.read32(0x570200) == 1) and d.vram.read32(0x570100) == 6 and not d.board.errors
+  finally: d.close()
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_release_mem_acts_once_the_dispatches_before_it_ended(arch, P):
+  """RELEASE_MEM is an end-of-pipe event: the CP reads on (the WRITE_DATA after it lands at once) while its write
+  and interrupt wait for the running dispatch; two of them retire in order, the timestamp after the kernel ended."""
+  pytest.importorskip("elftools")
+  d = Dev(arch, deterministic=False, firmware="loaded")
+  try:
+    ring, wb = setup_ih(d)
+    q = ComputeRing(d)
+    d.wr("gc", "regCP_ME1_PIPE0_INT_CNTL", TIME_STAMP_INT_ENABLE=1)
+    fence, stamp = q.mc(0x570300), q.mc(0x570308)
+    stamp64 = lambda: struct.unpack("<Q", d.vram.readbytes(0x570308, 8))[0]
+    rel = lambda a, dw2, data: pkt3(P["PACKET3_RELEASE_MEM"], [0x14 | (5 << 8), dw2, a & 0xffffffff, a >> 32, data, 0, 0x55])
+    _spin_then(d, q, P, rel(fence, (1 << 29) | (1 << 24), 0x1111) + rel(stamp, 3 << 29, 0) + _write(q, P, 0x570200, 1))
+    assert _until(lambda: d.vram.read32(0x570200) == 1)
+    time.sleep(0.05)
+    assert d.vram.read32(0x570300) == 0 and stamp64() == 0 and d.vram.read32(ring) == 0   # no write, no interrupt yet
+    released = d.board.clock.now()
+    d.vram.write32(0x570000, 5)
+    assert _until(lambda: stamp64() != 0) and d.vram.read32(0x570300) == 0x1111
+    assert stamp64() >= released and d.vram.read32(0x570100) == 6
+    e = struct.unpack_from("<8I", d.vram.mem, ring)
+    assert (e[0] >> 8) & 0xff == 181 and e[4] == 0x55 and not d.board.errors
   finally: d.close()
 
 
@@ -457,8 +530,8 @@ def test_close_kills_a_kernel_that_never_finishes(P):
   q = ComputeRing(d)
   q.submit(_dispatch_packets(d, q, P, "spin", struct.pack("<QIIQ", q.mc(0x570000), 5, 0, q.mc(0x570100))))
   deadline = time.monotonic() + 5
-  while not d.board.gfx.queues[(1, 0, 0)].inflight and time.monotonic() < deadline: time.sleep(0.001)
-  t = d.board.gfx.queues[(1, 0, 0)].inflight
+  while not d.board.gfx.queues[(1, 0, 0)].running and time.monotonic() < deadline: time.sleep(0.001)
+  t = d.board.gfx.queues[(1, 0, 0)].running[0]
   d.close()
   assert t is not None and not t.is_alive()
   time.sleep(0.05)

@@ -853,6 +853,24 @@ def test_copies_and_kernels_share_the_timeline_in_submission_order(dev):
   assert dev.timeline.value == dev.timeline_gpu(dev.timeline_value - 1)
 
 
+def test_a_kernel_queued_behind_a_running_kernel_waits_for_it(dev):
+  """The CP reads on past a dispatch (PM4 orders nothing after one): exec's CS_PARTIAL_FLUSH is what keeps the next
+  kernel off a result that is not written yet. The copy kernel runs only once the spinning kernel ended."""
+  flag, done, out = dev.alloc(4, host=True), dev.alloc(4), dev.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  out.cpu()[:4] = bytes(4)
+  spin, copy = prog(dev, "spin"), prog(dev, "copy")
+  dev.synchronize()
+  spin(flag, 7, done, global_size=1, local_size=32)
+  copy(done, out, 1, global_size=1, local_size=32)
+  import time
+  time.sleep(0.1)
+  assert bytes(out.cpu()[:4]) == bytes(4), "the copy kernel ran while the kernel before it was still spinning"
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  dev.synchronize()
+  assert out.numpy(np.uint32)[0] == 8
+
+
 def test_small_copies_interleaved_with_kernels_without_waiting(dev):
   """Kernel, copy, kernel, copy... with no host wait in between: every copy sees the kernel before it (read after
   write) and no kernel overwrites what a copy before it has not read yet (write after read)."""

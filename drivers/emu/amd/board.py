@@ -314,7 +314,7 @@ class AMDBoard:
     """Drop in-flight dispatches where their waves are (the worker, which runs them a slice at a time, is stopped
     or is the caller)."""
     for q in [q for g in getattr(self, "xccs", ()) for q in list(g.queues.values())]:
-      if q.inflight is not None: q.inflight.kill()
+      q.kill_waves()
 
   def close(self) -> None:
     self._closed = True

@@ -7,7 +7,7 @@ write pointer; the read pointer is reported to CP_HQD_PQ_RPTR and to the report 
 """
 from __future__ import annotations
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 from rawgpu.drivers.emu.pcibus import BusError
 from rawgpu.drivers.emu.amd import pm4
 from rawgpu.drivers.emu.amd.fetch import Prefetch
@@ -30,9 +30,10 @@ PREFETCH_DW = 32       # dwords the CP hands the packet parser at once (a packet
 
 
 class WaveRun:
-  """A dispatch's waves in flight, run a slice at a time as the CP's TCP client; `result` once they ended."""
-  def __init__(self, slices):
-    self.slices, self.result = slices, None
+  """A dispatch's waves in flight, run a slice at a time as the CP's TCP client; `result` once they ended. `seq`
+  counts the queue's dispatches: an end-of-pipe event waits for those launched before it."""
+  def __init__(self, slices, seq: int = 0):
+    self.slices, self.result, self.seq = slices, None, seq
 
   def advance(self) -> bool:
     """Run the next slice; True when every wave has ended."""
@@ -65,7 +66,11 @@ class ComputeQueue:
     self.hung: str | None = None
     self.waiting = False
     self.dispatches = 0
-    self.inflight: WaveRun | None = None    # the dispatch whose waves are running
+    # The CP launches a dispatch and reads on (PM4 orders nothing after a dispatch: a CS_PARTIAL_FLUSH waits for its
+    # waves, an end-of-pipe RELEASE_MEM acts once they ended): the dispatches whose waves run, in launch order, and
+    # the end-of-pipe actions waiting for them, as (dispatches launched before it, action)
+    self.running: list[WaveRun] = []
+    self.eop: list[tuple[int, Callable[[], None]]] = []
     self._geometry: tuple[int, int, int, int, int] | None = None
     self.ahead = Prefetch()
     self._streams = 0                                       # IBs entered (each is a stream of its own)
@@ -79,7 +84,7 @@ class ComputeQueue:
   def activate(self) -> None:
     # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
-    self.inflight, self._geometry, self.rptr_due, self.draining = None, None, False, False
+    self.running, self.eop, self._geometry, self.rptr_due, self.draining = [], [], None, False, False
     self.ahead.clear()
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
@@ -142,13 +147,9 @@ class ComputeQueue:
                          data=(ctx, 0, 0, 0), node=self.gfx.ih_node)
 
   def dispatch(self, x: int, y: int, z: int, initiator: int) -> bool:
-    """Start (or go on with) a dispatch. In concurrent mode its waves run a slice of time per step, between the
-    other engines' and queues' steps (a kernel may spin on memory another engine writes); the packet completes
-    when the waves do. Deterministic mode runs them to the end at once."""
-    if (run := self.inflight) is not None:
-      if not run.advance(): return False
-      self.inflight = None
-      return self._finish(run.result)
+    """Launch a dispatch: its waves run a slice of time per step (_run_waves) while the CP reads on. In concurrent
+    mode the slices take turns with the other engines and queues (a kernel may spin on memory another engine, or a
+    later packet, writes); deterministic mode runs them to the end in the step that launched them."""
     g = self.gfx
     if g.gfx9 and not g.single_xcc_partition():
       raise NotImplementedError("a dispatch in a partition of several XCCs (CP_HYP_XCP_CTL.NUM_XCC_IN_XCP > 1) is not modelled")
@@ -164,8 +165,25 @@ class ComputeQueue:
     except NotModelled as e: raise pm4.BadPacket(f"dispatch refused: {e}") from None
     self.dispatches += 1
     slice_s = None if self.board.deterministic else self.board.wave_slice
-    self.inflight = WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s))
-    return self.dispatch(x, y, z, initiator)
+    self.running.append(WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s), self.dispatches))
+    return True
+
+  def at_end_of_pipe(self, action: Callable[[], None]) -> None:
+    """Run action once every dispatch launched so far has ended, after the end-of-pipe actions queued before it."""
+    if self.running or self.eop: self.eop.append((self.dispatches, action))
+    else: action()
+
+  def _run_waves(self) -> bool:
+    """Give each running dispatch a slice; retire the ended ones (a wave fault halts the queue) and the end-of-pipe
+    actions now due. True when any wave ran."""
+    ran = bool(self.running)
+    for run in list(self.running):
+      if run.advance():
+        self.running.remove(run)
+        self._finish(run.result)
+    oldest = self.running[0].seq if self.running else self.dispatches + 1
+    while self.eop and self.eop[0][0] < oldest: self.eop.pop(0)[1]()
+    return ran
 
   def _finish(self, res) -> bool:
     if not res.ok:
@@ -204,54 +222,34 @@ class ComputeQueue:
     return out
 
   def busy(self) -> bool:
-    return self.active and self.hung is None and (self.waiting or self.wptr != self.rptr or bool(self.ib) or self.inflight is not None)
+    return self.active and self.hung is None and (self.waiting or self.wptr != self.rptr or bool(self.ib) or bool(self.running) or bool(self.eop))
+
+  def kill_waves(self) -> None:
+    """The queue is reset or the board closes: running waves stop where they are, pending end-of-pipe actions never run."""
+    for run in self.running: run.kill()
+    self.running, self.eop = [], []
 
   def dequeue(self, kind: int) -> None:
     """CP_HQD_DEQUEUE_REQUEST (amdgpu's enum hqd_dequeue_request_type): DRAIN_PIPE lets the running dispatch's waves
     finish first (a wave that never ends keeps the queue active); RESET_WAVES ends them at once. SAVE_WAVES (CWSR)
     is not modelled: its waves end as for a reset."""
-    if kind == DRAIN_PIPE and self.inflight is not None and self.hung is None: self.draining = True
+    if kind == DRAIN_PIPE and (self.running or self.eop) and self.hung is None: self.draining = True
     else: self.deactivate()
 
   def deactivate(self) -> None:
-    if self.inflight is not None: self.inflight.kill()
-    self.active, self.inflight, self.draining = False, None, False
+    self.kill_waves()
+    self.active, self.draining = False, False
     self.bank[self.gfx.a_active] = 0
 
   def step(self) -> bool:
     if not self.active or self.hung is not None or "hung_queue" in self.board.faults and self._fault_engine() == "compute": return False
-    if self.draining and self.inflight is None:
-      self.deactivate()
-      return True
     acting_as(CID_CPC)
-    addr, avail, vmid, ib = self._stream()
-    if avail <= 0:
-      self._report_rptr()
-      return False
     try:
-      stream, pos = (self.ib[-1][3], addr >> 2) if ib else (0, self.rptr)
-      words = self.ahead.get(stream, pos, min(avail, PREFETCH_DW), avail, lambda n: self._read_dw(addr, n, vmid, ib))
-      hdr = words[0]
-      typ = hdr >> 30
-      if typ == 2: body, ndw, op = [], 1, pm4.NOP           # type-2 filler
-      elif typ == 3:
-        op, ndw = (hdr >> 8) & 0xff, ((hdr >> 16) & 0x3fff) + 2
-        if op == pm4.NOP and ndw == 0x4001: ndw = 1          # count 0x3fff: the header-only NOP (Mesa's PKT3_NOP_PAD, amdgpu's ring nop)
-        if ndw > avail:
-          if ib: raise pm4.BadPacket("packet runs past the end of the indirect buffer")
-          return False                                       # rest of the packet not written yet
-        body = words[1:ndw] if ndw <= len(words) else self._read_dw(addr, ndw, vmid, ib)[1:]
-      else: raise pm4.BadPacket(f"type-{typ} packet header {hdr:#010x}")
-      h = pm4.HANDLERS.get(op)
-      if h is None: raise pm4.BadPacket(f"unknown opcode {op:#x} (header {hdr:#010x})")
-      if op == pm4.INDIRECT_BUFFER: self._advance(ib, ndw)   # the IB starts after its packet was consumed
-      done = h(self, body)
-      if not done:
-        self.waiting = True
-        self._report_rptr()
-        return self.inflight is not None   # a dispatch's waves ran a slice (progress), else the packet waits
-      self.waiting = False
-      if op != pm4.INDIRECT_BUFFER: self._advance(ib, ndw)
+      ran = self._run_waves()
+      if self.draining:   # a DRAIN_PIPE dequeue: the CP reads no further, the waves and their end-of-pipe actions finish
+        if not self.running and not self.eop: self.deactivate()
+        return True
+      return self._parse() or ran
     except pm4.BadPacket as e:
       self._report_rptr()
       self.halt(f"opcode error: {e}" if "opcode" in str(e) or "type-" in str(e) else str(e))
@@ -266,6 +264,36 @@ class ComputeQueue:
       self.halt(f"memory fault: {e}")
       self.s("regCP_HQD_ERROR", self.g("regCP_HQD_ERROR") | self.gfx.err_pq)
       return True
+
+  def _parse(self) -> bool:
+    """Read and execute the next packet; False when there is none yet or it waits."""
+    addr, avail, vmid, ib = self._stream()
+    if avail <= 0:
+      self._report_rptr()
+      return False
+    stream, pos = (self.ib[-1][3], addr >> 2) if ib else (0, self.rptr)
+    words = self.ahead.get(stream, pos, min(avail, PREFETCH_DW), avail, lambda n: self._read_dw(addr, n, vmid, ib))
+    hdr = words[0]
+    typ = hdr >> 30
+    if typ == 2: body, ndw, op = [], 1, pm4.NOP           # type-2 filler
+    elif typ == 3:
+      op, ndw = (hdr >> 8) & 0xff, ((hdr >> 16) & 0x3fff) + 2
+      if op == pm4.NOP and ndw == 0x4001: ndw = 1          # count 0x3fff: the header-only NOP (Mesa's PKT3_NOP_PAD, amdgpu's ring nop)
+      if ndw > avail:
+        if ib: raise pm4.BadPacket("packet runs past the end of the indirect buffer")
+        return False                                       # rest of the packet not written yet
+      body = words[1:ndw] if ndw <= len(words) else self._read_dw(addr, ndw, vmid, ib)[1:]
+    else: raise pm4.BadPacket(f"type-{typ} packet header {hdr:#010x}")
+    h = pm4.HANDLERS.get(op)
+    if h is None: raise pm4.BadPacket(f"unknown opcode {op:#x} (header {hdr:#010x})")
+    if op == pm4.INDIRECT_BUFFER: self._advance(ib, ndw)   # the IB starts after its packet was consumed
+    done = h(self, body)
+    if not done:
+      self.waiting = True
+      self._report_rptr()
+      return False
+    self.waiting = False
+    if op != pm4.INDIRECT_BUFFER: self._advance(ib, ndw)
     return True
 
   def _advance(self, ib: bool, ndw: int) -> None:

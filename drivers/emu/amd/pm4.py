@@ -151,15 +151,22 @@ def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
   return True
 
 
+CS_PARTIAL_FLUSH = 7   # VGT_EVENT_TYPE (Mesa's sid.h V_028A90_CS_PARTIAL_FLUSH): wait until the dispatched waves ended
+
+
 def event_write(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 1, "EVENT_WRITE")
-  return True                                               # flushes/partial flushes: work is complete in order
+  # EVENT_TYPE [5:0]: a CS_PARTIAL_FLUSH holds the CP until the dispatches before it ended; the cache events do
+  # nothing in a model whose memory is coherent
+  return body[0] & 0x3f != CS_PARTIAL_FLUSH or not q.running
 
 
 def acquire_mem(q: "ComputeQueue", body: list[int]) -> bool:
   # PACKET3(ACQUIRE_MEM, 5) on gfx9 (gfx_v9_4_3), 6 from gfx10 on, which adds GCR_CNTL
   _exact(body, 6 if q.gfx.gfx9 else 7, "ACQUIRE_MEM")
-  return True                                               # cache invalidation: the model keeps memory coherent
+  # cache actions: the model keeps memory coherent; no wait for waves (radv's cache flush puts a CS_PARTIAL_FLUSH
+  # before its ACQUIRE_MEM where shaders must be idle)
+  return True
 
 
 def release_mem(q: "ComputeQueue", body: list[int]) -> bool:
@@ -170,12 +177,15 @@ def release_mem(q: "ComputeQueue", body: list[int]) -> bool:
   if dst_sel > 1: raise BadPacket(f"RELEASE_MEM dst_sel {dst_sel} (queue write pointer) is not modelled")
   if int_sel > 4: raise BadPacket(f"RELEASE_MEM int_sel {int_sel} (interrupt after a compare) is not modelled")
   if int_sel == 4 and data_sel: raise BadPacket(f"RELEASE_MEM int_sel 4 with data_sel {data_sel} is not modelled")
+  if data_sel > 4: raise BadPacket(f"RELEASE_MEM data_sel {data_sel}")
   addr = (body[3] << 32) | body[2]
-  if data_sel == 1: q.mem_write32(addr & ~3, body[4])
-  elif data_sel == 2: q.mem_write64(addr & ~7, body[4] | (body[5] << 32))
-  elif data_sel in (3, 4): q.mem_write64(addr & ~7, q.clock())
-  elif data_sel not in (0,): raise BadPacket(f"RELEASE_MEM data_sel {data_sel}")
-  if int_sel in (1, 2, 4): q.eop_interrupt(body[6])         # 3: the write is confirmed, no interrupt
+
+  def release() -> None:   # at the end of the pipe: once the dispatches before it ended, the CP reading on meanwhile
+    if data_sel == 1: q.mem_write32(addr & ~3, body[4])
+    elif data_sel == 2: q.mem_write64(addr & ~7, body[4] | (body[5] << 32))
+    elif data_sel in (3, 4): q.mem_write64(addr & ~7, q.clock())
+    if int_sel in (1, 2, 4): q.eop_interrupt(body[6])       # 3: the write is confirmed, no interrupt
+  q.at_end_of_pipe(release)
   return True
 
 
