@@ -14,6 +14,8 @@ class DeviceProps:
   vendor: str                          # "AMD" / "NV"
   arch: str                            # "gfx1100", "gfx1201", ...
   iface: str                           # "PCI", "MOCKPCI", "KFD", ...
+  target: str = ""                     # LLVM target ID code objects must match: arch plus the xnack/sramecc modes the
+                                       # device runs where it has them and they are known ("gfx942:sramecc+:xnack-")
   name: str = ""                       # marketing name where known, e.g. "Radeon RX 7900 XTX"
   pci_bus: str | None = None
   compute_units: int = 0

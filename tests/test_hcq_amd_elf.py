@@ -172,6 +172,26 @@ def test_mach_numbers_match_llvm():
 SRC = "__kernel void k(__global int* p, int v) { p[__builtin_amdgcn_workitem_id_x()] = v; }\n"
 
 
+@need_clang
+def test_target_features_match_clangs_target_ids(tmp_path):
+  """TARGET_FEATURES against clang's target-ID parser: T:xnack+ / T:sramecc+ compile exactly where the table says."""
+  from rawgpu.drivers.amd_target import TARGET_FEATURES
+  (tmp_path / "t.cl").write_text(SRC)
+  for target in elf.MACH:
+    for feat in ("sramecc", "xnack"):
+      ok = subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={target}:{feat}+", "-nogpulib", "-c", "t.cl", "-o", "/dev/null"],
+                          cwd=tmp_path, capture_output=True).returncode == 0
+      assert ok == (feat in TARGET_FEATURES.get(target, ())), (target, feat)
+
+
+def test_target_ids_name_the_known_modes_of_the_features_a_processor_has():
+  from rawgpu.drivers.amd_target import target_id
+  assert target_id("gfx942", xnack=False, sramecc=True) == "gfx942:sramecc+:xnack-"   # alphabetical, as LLVM writes them
+  assert target_id("gfx942", xnack=True, sramecc=None) == "gfx942:xnack+"              # not known: left out
+  assert target_id("gfx1100", xnack=False, sramecc=True) == "gfx1100"                   # RDNA has neither
+  with pytest.raises(ValueError, match="tgsplit"): target_id("gfx942", tgsplit=True)
+
+
 def compile_cl(tmp_path: Path, mcpu: str, cov: int) -> bytes:
   (tmp_path / "k.cl").write_text(SRC)
   subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}", f"-mcode-object-version={cov}", "-nogpulib",

@@ -1249,3 +1249,32 @@ def test_mapping_needs_both_devices_on_one_interface(dev):
   other_iface = "MOCKKFD" if dev.props.iface == "MOCKPCI" else "MOCKPCI"
   with Device(f"{other_iface}+AMD::{dev.props.arch}") as other:
     with pytest.raises(RawGPUError, match="peer mappings need both devices on the same interface"): dev.map(other.alloc(4096))
+
+
+@pytest.mark.parametrize("spec", ["MOCKKFD+AMD::gfx942", "MOCKPCI+AMD::gfx942"])
+def test_a_code_object_must_match_the_devices_xnack_and_sramecc(spec, tmp_path):
+  """The device's target ID (MOCKKFD: the emulated MI300X's RAS and amdkfd's XNACK default, gfx942:sramecc+:xnack-;
+  AM: xnack- only, SRAM ECC unknown) against code objects clang built for gfx942 with each setting."""
+  import shutil, subprocess
+  from conftest import open_hcq_target
+  from rawgpu.errors import CodeObjectError
+  if shutil.which("clang-19") is None or shutil.which("ld.lld-19") is None: pytest.skip("clang-19 / ld.lld-19 not installed")
+  (tmp_path / "k.cl").write_text("__kernel void k(__global int* p, int v) { p[0] = v; }\n")
+  def build(mcpu):
+    subprocess.run(["clang-19", "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}", "-nogpulib", "-O2", "-c", "k.cl", "-o", "k.o"], cwd=tmp_path, check=True)
+    subprocess.run(["ld.lld-19", "-shared", "k.o", "-o", "k.hsaco"], cwd=tmp_path, check=True)
+    return (tmp_path / "k.hsaco").read_bytes()
+  gen = open_hcq_target(spec)
+  dev = next(gen)
+  try:
+    kfd = spec.startswith("MOCKKFD")
+    assert dev.props.target == ("gfx942:sramecc+:xnack-" if kfd else "gfx942:xnack-")
+    out = dev.alloc(4, host=True)
+    for mcpu in ("gfx942", "gfx942:xnack-", "gfx942:sramecc+") + (() if kfd else ("gfx942:sramecc-",)):
+      dev.program(build(mcpu))(out, 5, global_size=1, local_size=1, wait=True)
+      assert out.numpy(np.int32)[0] == 5, mcpu
+      out.copyin(np.zeros(1, np.int32))
+    with pytest.raises(CodeObjectError, match="built with xnack on, the device runs xnack off"): dev.program(build("gfx942:xnack+"))
+    if kfd:
+      with pytest.raises(CodeObjectError, match="built with sramecc off, the device runs sramecc on"): dev.program(build("gfx942:sramecc-"))
+  finally: next(gen, None)

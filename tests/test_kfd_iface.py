@@ -42,8 +42,8 @@ def make_sysfs(root, gpus):
 
 class FakeKFD:
   """/dev/kfd and /dev/dri: records every ioctl; `fail` maps an ioctl name to the errno it returns."""
-  def __init__(self, version=(1, 17), fail=None, fault=None, deny=False):
-    self.version, self.fail, self.fault, self.deny = version, dict(fail or {}), fault, deny
+  def __init__(self, version=(1, 17), fail=None, fault=None, deny=False, xnack=0):
+    self.version, self.fail, self.fault, self.deny, self.xnack = version, dict(fail or {}), fault, deny, xnack
     self.fire: dict[int, dict] = {}   # event id -> the exception data the next WAIT_EVENTS copies out for it (then it is reset)
     self.waited: list[list[int]] = []   # the event ids of each WAIT_EVENTS
     self.calls, self.args, self.handles, self.events, self.types = [], {}, 0, 0, {}
@@ -78,6 +78,7 @@ class FakeFile:
   def _answer(self, k, name, a):
     if name in k.fail: raise OSError(k.fail[name], os.strerror(k.fail[name]))
     if name == "AMDKFD_IOC_GET_VERSION": a.major_version, a.minor_version = k.version
+    elif name == "AMDKFD_IOC_SET_XNACK_MODE": a.xnack_enabled = k.xnack if a.xnack_enabled < 0 else a.xnack_enabled
     elif name == "DRM_IOCTL_AMDGPU_INFO": pass   # DEV_INFO: a discrete GPU (ids_flags 0, as the caller's zeroed buffer says)
     elif name == "AMDKFD_IOC_GET_PROCESS_APERTURES_NEW":
       if a.num_of_nodes == 0: a.num_of_nodes = 1; return   # the count: this process's one GPU
@@ -144,6 +145,25 @@ def test_open_sequence_and_props(machine):
   KFDIface(0, s).close()
   assert sorted(fake.opened) == ["", "renderD128"] and fake.calls.count("AMDKFD_IOC_ACQUIRE_VM") == 1
   assert sum(1 for e in fake.args["AMDKFD_IOC_CREATE_EVENT"] if e.event_page_offset) == 1   # one event page per process
+
+
+def test_the_target_id_says_what_the_kernel_runs(machine):
+  """gfx942 as ROCr names it: sramecc from the topology's HSA_CAP_SRAM_EDCSUPPORTED, xnack from the process's mode
+  (SET_XNACK_MODE -1 asks); a kernel without the ioctl (ENOTTY) leaves xnack unknown, a node without a capability
+  line sramecc. RDNA has neither feature: nothing is asked."""
+  mi300 = lambda **extra: ((GPU_ID, gpu_props(gfxv=90402, wave_front_size=64, **extra)),)
+  for gpus, kw, want in ((mi300(capability=K.HSA_CAP_SRAM_EDCSUPPORTED), {}, "gfx942:sramecc+:xnack-"),
+                         (mi300(capability=0), {"xnack": 1}, "gfx942:sramecc-:xnack+"),
+                         (mi300(capability=K.HSA_CAP_SRAM_EDCSUPPORTED), {"fail": {"AMDKFD_IOC_SET_XNACK_MODE": errno.ENOTTY}}, "gfx942:sramecc+"),
+                         (mi300(), {}, "gfx942:xnack-")):
+    s, fake = machine(gpus, **kw)
+    it = KFDIface(0, s)
+    try: assert it.props.target == want and it.props.arch == "gfx942"
+    finally: it.close()
+  s, fake = machine()
+  it = KFDIface(0, s)
+  try: assert it.props.target == "gfx1100" and "AMDKFD_IOC_SET_XNACK_MODE" not in fake.calls
+  finally: it.close()
 
 
 def test_another_runtime_in_the_process_is_named(machine):

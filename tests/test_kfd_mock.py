@@ -216,8 +216,14 @@ def test_create_queue_checks(raw):
   assert bad(ring_base_address=raw.next_va) == errno.EINVAL           # unmapped ring
   for name in ("ring_base_address", "read_pointer_address", "eop_buffer_address", "ctx_save_restore_address"):
     assert bad(**{name: 1 << 47}) == errno.EFAULT, name                # access_ok
+  # XNACK: -1 asks (off, amdgpu's noretry default); off again is no change; on is EPERM (no retry faults modelled)
+  assert raw.io(K.AMDKFD_IOC_SET_XNACK_MODE, xnack_enabled=-1).xnack_enabled == 0
+  raw.io(K.AMDKFD_IOC_SET_XNACK_MODE, xnack_enabled=0)
+  assert raw.errno_of(K.AMDKFD_IOC_SET_XNACK_MODE, xnack_enabled=1) == errno.EPERM
   q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, **base)
   assert q.doorbell_offset >> 62 == 3 and (q.doorbell_offset >> 46) & 0xffff == raw.gpu
+  assert raw.errno_of(K.AMDKFD_IOC_SET_XNACK_MODE, xnack_enabled=0) == errno.EBUSY   # a change needs no queues
+  assert raw.io(K.AMDKFD_IOC_SET_XNACK_MODE, xnack_enabled=-1).xnack_enabled == 0
   # runtime_enable: EEXIST while the process has queues; disabling (no ENABLE bit) then works, enabling twice is EBUSY
   enable = lambda mask=K.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK: raw.errno_of(K.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=mask, capabilities_mask=0)
   assert enable() == errno.EEXIST

@@ -29,7 +29,7 @@ def run(dev_name: str | None = None, size: int | None = None) -> dict:
   dev, emulated = open_demo_device(dev_name)
   boot_s = time.perf_counter() - t0
   _say(f"{dev} in {boot_s:.2f} s")
-  arch, res = dev.props.arch, {"device": str(dev), "emulated": emulated or dev.props.emulated, "iface": dev.props.iface, "arch": dev.props.arch, "boot_s": boot_s}
+  arch, res = dev.props.arch, {"device": str(dev), "emulated": emulated or dev.props.emulated, "iface": dev.props.iface, "arch": dev.props.arch, "target": dev.props.target or dev.props.arch, "boot_s": boot_s}
   try:
     n = size or (1 << 14 if res["emulated"] else 1 << 22)
     rng = np.random.default_rng(0)

@@ -4,6 +4,7 @@ import os, threading, time, weakref
 from typing import Literal
 from rawgpu.drivers.am import mm
 from rawgpu.drivers.am.device import AMDevice
+from rawgpu.drivers.amd_target import target_id
 from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps
 from rawgpu.drivers.mmio import MMIO
 from rawgpu.drivers.system import SYSTEM, System
@@ -48,7 +49,10 @@ class AMIface(PeerMaps):
     self.mems: dict[int, Mem] = {}   # va -> this device's live allocations (freed when it closes before its board does)
     self.user_views: dict[int, MMIO] = {}   # va -> the CPU mapping of that VRAM allocation users were given (cpu_view)
     self._init_peers()
-    self.props = DeviceProps(vendor="AMD", arch=d.arch or "", iface="MOCKPCI" if system.host_memory is not None else "PCI",
+    # the target ID: AM runs without retry faults (SH_MEM_CONFIG.RETRY_DISABLE), so xnack is off; whether the board's
+    # SRAM ECC is on is amdgpu's RAS knowledge, which AM has not: a code object's sramecc setting goes unchecked
+    self.props = DeviceProps(vendor="AMD", arch=d.arch or "", target=target_id(d.arch or "", xnack=False),
+                             iface="MOCKPCI" if system.host_memory is not None else "PCI",
                              name=d.board.name + (f" XCC {xcc}" if d.gc9 else ""), pci_bus=bus, compute_units=d.gfx.active_cus(xcc), shader_engines=d.disc.gc_info["gc_num_se"],
                              wave_size=d.disc.gc_info.get("gc_wave_size", 32) if d.gc9 else 32,
                              lds_size=64 << 10, vram_size=d.vram_size, bar_size=d.bar_size, vram_write_combined=d.vram_wc, vram_uncached_why=d.vram_uncached_why,

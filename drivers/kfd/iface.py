@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit, ctypes, errno, math, os, weakref
 from typing import Literal
 from rawgpu.autogen import kfd
+from rawgpu.drivers.amd_target import TARGET_FEATURES, target_id
 from rawgpu.drivers.cpufence import fences_or_none
 from rawgpu.drivers.iface import DeviceProps, HWRing, Mem, PeerMaps, hdp_bypassed
 from rawgpu.drivers.kfd import topology
@@ -151,7 +152,7 @@ class KFDIface(PeerMaps):
                              vram_size=topology.vram_size(n), bar_size=topology.bar_size(n),
                              vram_write_combined=True,   # amdgpu maps VRAM BOs write-combined (cached where xGMI joins it to the CPU)
                              ip_versions=versions, ip_bases=bases, emulated=emulated,
-                             apu=self._is_apu(n))
+                             apu=self._is_apu(n), target=self._target(n))
     # amdgpu maps VRAM write-combined: the CPU's reads of it after a signal need a load fence, a signal set after its
     # writes a store fence; where there are none, alloc refuses VRAM with a CPU view, and there is nothing to fence
     fences, self.no_fence = fences_or_none()
@@ -194,6 +195,19 @@ class KFDIface(PeerMaps):
     self._ioctl(D.DRM_IOCTL_AMDGPU_INFO, fd=self.drm_fd, return_pointer=ctypes.addressof(info), return_size=ctypes.sizeof(info),
                 query=D.AMDGPU_INFO_DEV_INFO)
     return bool(info.ids_flags & D.AMDGPU_IDS_FLAGS_FUSION)
+
+  def _target(self, n: topology.Node) -> str:
+    """The target ID code objects must match here, as ROCr builds it: sramecc from the topology's capability
+    (HSA_CAP_SRAM_EDCSUPPORTED: amdgpu's RAS on the GFX block), xnack from this process's XNACK mode (SET_XNACK_MODE
+    with -1 asks; amdkfd's default is off where amdgpu runs without retry faults, as on MI300)."""
+    feats = TARGET_FEATURES.get(n.arch, ())
+    sramecc = bool(n.props["capability"] & F.HSA_CAP_SRAM_EDCSUPPORTED) if "sramecc" in feats and "capability" in n.props else None
+    xnack = None
+    if "xnack" in feats:
+      try: xnack = bool(self._ioctl(F.AMDKFD_IOC_SET_XNACK_MODE, xnack_enabled=-1).xnack_enabled)
+      except IoctlError as e:   # a kernel before the ioctl (5.12): the mode is not known, the loader checks none
+        if e.errno_ not in (errno.ENOTTY, errno.EINVAL): raise
+    return target_id(n.arch, sramecc=sramecc, xnack=xnack)
 
   def _queue_sizes(self, n: topology.Node) -> QueueSizes:
     p = n.props

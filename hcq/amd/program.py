@@ -41,7 +41,7 @@ class AMDProgram:
   def __init__(self, backend: "AMDBackend", code: bytes, name: str | None = None):
     dev = backend.dev
     self.backend, self.dev = backend, dev
-    co = load_code_object(code, target=dev.props.arch, name=name or "code object")
+    co = load_code_object(code, target=dev.props.target or dev.props.arch, name=name or "code object")
     if name is None:
       if len(co.kernels) != 1: raise CodeObjectError(f"the code object has kernels {', '.join(co.kernels)}: name the one to load")
       name = next(iter(co.kernels))

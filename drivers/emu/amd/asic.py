@@ -55,6 +55,8 @@ class Asic:
   ifwi_firmware: bool = False         # IFWI starts the PSP's secure OS and the SMU's PMFW (MI300: no bootloader stages, no SMU image)
   active_cus: int | None = None       # CUs the fuses leave working (of each XCC on MI300); None: all of them
   chip_rev: int = 0                   # the straps' ATI_REV_ID (MI300: amdgpu's rev_id; gfx942 is GC 9.4.3 with rev_id >= 1)
+  ecc: bool = False                   # the board runs with SRAM and HBM ECC (amdgpu's RAS on the GFX and UMC blocks):
+                                      # MI300X ships so (rocminfo lists gfx942:sramecc+); the Radeons have none
 
   def ip(self, hw_id: int, instance: int = 0) -> IPEntry:
     for e in self.ips:
@@ -123,7 +125,7 @@ def _mi300x() -> Asic:
         "gc_num_gprs": 512, "gc_wave_size": 64, "gc_max_waves_per_simd": 8, "gc_max_scratch_slots_per_cu": 32, "gc_lds_size": 64}
   return Asic("gfx942", 0x74a1, 0x00, "AMD Instinct MI300X", ips, fw, num_se=4, num_sa_per_se=1, wgp_per_sa=5, sdma_engines=16,
               pci_class=PCI_CLASS_ACCELERATOR, base_addr_64=True, gc_info=gc, boot_time_tmr=True,
-              ifwi_firmware=True, active_cus=38, chip_rev=1)
+              ifwi_firmware=True, active_cus=38, chip_rev=1, ecc=True)
 
 
 # The die an MI300 interrupt comes from, as its IV entry's node id says (amdgpu_irq.h AIDn_NODEID / XCDn_NODEID; gmc_v9_0.c

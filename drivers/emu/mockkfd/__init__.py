@@ -49,7 +49,7 @@ class MockMachine:
     for bus in buses:   # owner locks of emulated boards are private to this process (a real /tmp file would collide)
       vbus.system.mount(lock_path("am", bus), _LockFile())
     devs = [AMDevice(bus, vbus.system) for bus in buses]
-    self.gpus = [GPU(devs[i // per], node=i + 1, render_minor=128 + i, xcc=i % per) for i in range(len(buses) * per)]
+    self.gpus = [GPU(devs[i // per], node=i + 1, render_minor=128 + i, xcc=i % per, ecc=asic(arch).ecc) for i in range(len(buses) * per)]
     self.system = System()
     self.system.host_memory = vbus.system.host_memory
     self.kernel = Kernel(self.gpus, vbus.system.host_memory, self.system)

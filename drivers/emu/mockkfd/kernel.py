@@ -85,7 +85,7 @@ class UserQueue:
 class GPU:
   """One emulated board as amdgpu+amdkfd see it: the AM device, its topology node and its hardware queue slots. On
   MI300 a node is one XCC of the board (a CPX partition, as amdkfd lists them): its MEC, its two copy engines."""
-  def __init__(self, dev, node: int, render_minor: int, xcc: int = 0):
+  def __init__(self, dev, node: int, render_minor: int, xcc: int = 0, ecc: bool = False):
     self.dev, self.node, self.render_minor, self.xcc = dev, node, render_minor, xcc
     self.apu = False   # amdgpu's AMD_IS_APU (AMDGPU_INFO's FUSION flag); the emulated boards are discrete unless a test says so
     self.gpu_id = (zlib.crc32(dev.bus.encode() + (f"/{xcc}".encode() if xcc else b"")) & 0xfffe) | 1
@@ -113,7 +113,9 @@ class GPU:
                   "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
                   "location_id": self._location(dev.bus), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
                   "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": len(hw.sdma_queue_ids(dev)),
-                  "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": 0, "num_xcc": 1, "gpu_id": self.gpu_id}
+                  "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": 0, "num_xcc": 1, "gpu_id": self.gpu_id,
+                  # of the capability bits only RAS's (kfd_topology.c: SRAM ECC from RAS on GFX, memory ECC from UMC's)
+                  "capability": (K.HSA_CAP_SRAM_EDCSUPPORTED | K.HSA_CAP_MEM_EDCSUPPORTED) if ecc else 0}
     # (kfd_topology.c node_show writes local_mem_size 0: the VRAM size is in mem_banks, as topology_files publishes)
     s = queue_sizes(self.gfxv, cu * simds, simds, se * sa, sa)
     self.sizes = s
@@ -205,6 +207,7 @@ class Process:
     self.runtime_enabled = False
     self.bos: dict[int, BO] = {}           # handle -> BO
     self.queues: dict[int, UserQueue] = {}
+    self.xnack = False   # kfd_process_xnack_mode(p, false): off where amdgpu runs without retry faults
     self.events: dict[int, Event] = {}
     self.signal_bo: BO | None = None
     self.signal_handle = 0
@@ -276,6 +279,16 @@ class Process:
     """Where this process's page tables on g's board send va (None: unmapped)."""
     vm = self.vms.get(g.dev)
     return vm.pt.translate(va) if vm is not None else None
+
+  def set_xnack_mode(self, a) -> None:
+    """kfd_ioctl_set_xnack_mode: -1 asks for the process's mode, a change needs a process without queues. The mode
+    starts off (amdgpu's noretry default for GC 9.4.3 and 10.3+); turning it on is refused (EPERM, as amdkfd does from
+    GC 10.1.1 on): the emulated boards model no retry faults, which amdkfd would allow per process on GC 9.4.x."""
+    if a.xnack_enabled < 0:
+      a.xnack_enabled = int(self.xnack)
+      return
+    if self.queues: raise fail(errno.EBUSY, "the process has user queues")
+    if bool(a.xnack_enabled) != self.xnack: raise fail(errno.EPERM, "XNACK on (retry faults) is not modelled")
 
   def runtime_enable(self, a) -> None:
     if not a.mode_mask & K.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK:   # runtime_disable
@@ -642,7 +655,7 @@ class Process:
 
 
 HANDLERS = {int(K.AMDKFD_IOC_GET_VERSION): Process.get_version, int(K.AMDKFD_IOC_ACQUIRE_VM): Process.acquire_vm,
-            int(K.AMDKFD_IOC_RUNTIME_ENABLE): Process.runtime_enable, int(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW): Process.apertures_new,
+            int(K.AMDKFD_IOC_RUNTIME_ENABLE): Process.runtime_enable, int(K.AMDKFD_IOC_SET_XNACK_MODE): Process.set_xnack_mode, int(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW): Process.apertures_new,
             int(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU): Process.alloc_memory, int(K.AMDKFD_IOC_FREE_MEMORY_OF_GPU): Process.free_memory,
             int(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU): Process.map_memory, int(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU): Process.unmap_memory,
             int(K.AMDKFD_IOC_CREATE_QUEUE): Process.create_queue, int(K.AMDKFD_IOC_DESTROY_QUEUE): Process.destroy_queue,
