@@ -285,7 +285,7 @@ class ComputeQueue:
       body = words[1:ndw] if ndw <= len(words) else self._read_dw(addr, ndw, vmid, ib)[1:]
     else: raise pm4.BadPacket(f"type-{typ} packet header {hdr:#010x}")
     h = pm4.HANDLERS.get(op)
-    if h is None: raise pm4.BadPacket(f"unknown opcode {op:#x} (header {hdr:#010x})")
+    if h is None: raise pm4.BadPacket(pm4.not_modelled(op) or f"unknown opcode {op:#x} (header {hdr:#010x})")
     if op == pm4.INDIRECT_BUFFER: self._advance(ib, ndw)   # the IB starts after its packet was consumed
     done = h(self, body)
     if not done:

@@ -243,6 +243,27 @@ def query_status(q: "ComputeQueue", body: list[int]) -> bool:
   return True
 
 
+def _public_opcodes() -> dict[int, str]:
+  """Opcodes the kernel's nvd.h and soc15d.h name (their PACKET3_* opcode values below 0x100)."""
+  from rawgpu.autogen.amd import pm4_soc15
+  out: dict[int, str] = {}
+  for m in (pm4_soc15, P):
+    for k, v in vars(m).items():
+      if k.startswith("PACKET3_") and isinstance(v, int) and 0x10 <= v <= 0xff and not k.endswith(("_START", "_END")): out.setdefault(v, k)
+  return out
+
+
+PUBLIC_OPCODES = _public_opcodes()
+
+
+def not_modelled(op: int) -> str | None:
+  """Why a packet the handlers lack stops the queue: a publicly named one (COND_EXEC, ATOMIC_MEM, ...) may well be
+  valid on the MEC, so the model says it does not know it and posts no BAD_OPCODE; an opcode no header names gets
+  the hardware's bad-opcode error (None)."""
+  name = PUBLIC_OPCODES.get(op)
+  return f"{name} (0x{op:02x}) is not modelled" if name else None
+
+
 HANDLERS: dict[int, Callable[["ComputeQueue", list[int]], bool]] = {
   NOP: nop, CLEAR_STATE: nop, CONTEXT_CONTROL: nop, PFP_SYNC_ME: nop, SET_Q_PREEMPTION_MODE: nop, SET_BASE: set_base,
   SET_SH_REG: set_sh_reg, SET_SH_REG_INDEX: set_sh_reg, SET_UCONFIG_REG: set_uconfig_reg, SET_CONFIG_REG: set_config_reg,
