@@ -260,7 +260,9 @@ def test_poll_regmem_sub_ops_that_are_other_packets_stop_the_queue(d, S, sub):
   fence = 0x7b1000
   q.submit([hdr(S, "POLL_REGMEM", sub), 0, 0, 0, 0, 0] + fence_pk(S, q, fence, 1))
   q.run()
-  assert d.vram.read32(fence) == 0 and "sub-op" in d.board.sdma.engines[0].queues[0].hung
+  hung = d.board.sdma.engines[0].queues[0].hung
+  assert d.vram.read32(fence) == 0 and hung == f"SDMA_OP_POLL_REGMEM (opcode 8, sub-op {S[f'SDMA_SUBOP_{sub}']}) is not modelled"
+  assert d.board.unmodelled == [f"SDMA engine 0 queue 0: {hung}"]
 
 
 def test_srbm_write_is_refused_in_an_unprivileged_queue(d, S):

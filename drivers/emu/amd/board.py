@@ -5,7 +5,7 @@ Blocks (NBIO, GMC, IH, PSP, SMU, GFX, SDMA) each own their registers; engines ru
 doorbells and register kicks, or one step at a time with `step()` in deterministic mode.
 """
 from __future__ import annotations
-import _thread, mmap, os, sys, threading, time, weakref
+import _thread, logging, mmap, os, sys, threading, time, weakref
 from typing import Any, Protocol
 from rawgpu.drivers.emu.pcibus import Bar, HostRAM
 from rawgpu.drivers.emu.amd import discovery
@@ -62,6 +62,7 @@ class AMDBoard:
     self.removed = False
     self.faults: dict[str, Any] = {}
     self.errors: list[str] = []                 # internal errors the worker survived (a model bug: report it)
+    self.unmodelled: list[str] = []             # engines stopped where the hardware's behaviour is not public (see stopped)
     self.doorbells: dict[int, int] = {}
     self.engines: list[Engine] = []
     self.fw_loaded: set[int] = set()            # GFX_FW_TYPE_* ids the PSP has loaded
@@ -193,6 +194,13 @@ class AMDBoard:
     from rawgpu.drivers.emu.pcibus import BusError
     if not self.cfg.bus_master or self.host is None: raise BusError(addr, size)
     return self.host.dma(addr, size)
+
+  def stopped(self, engine: str, why: str) -> None:
+    """An engine stopped: where the model does not know what the hardware would do ("not modelled"), say so on the
+    rawgpu.emu logger and keep it in `unmodelled`, since the driver sees only a queue that no longer moves."""
+    if "not modelled" not in why: return
+    self.unmodelled.append(f"{engine}: {why}")
+    logging.getLogger("rawgpu.emu").warning("emulated %s: %s stopped: %s", self.arch, engine, why)
 
   # ---- execution
   def kick(self) -> None:

@@ -197,6 +197,7 @@ class ComputeQueue:
 
   def halt(self, why: str) -> None:
     self.hung = why
+    self.board.stopped(f"compute queue me{self.me} pipe {self.pipe} queue {self.queue}", why)
     a = self.gfx.pipe_int_status.get(self.pipe)
     if a is not None and "opcode" in why: self.board.regs.vals[a] = self.board.regs.vals.get(a, 0) | self.gfx.opcode_err_stat
 

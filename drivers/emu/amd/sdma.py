@@ -44,6 +44,11 @@ def queue_names(v4: bool) -> list[str]:
   return ["GFX", "PAGE"] + [f"RLC{k}" for k in range(8)] if v4 else [f"QUEUE{k}" for k in range(8)]
 
 
+# SDMA_OP_* of each generation's packet header (v4: sdma_v4, else sdma_v6), by opcode; the AQL names alias NOP
+_OP_NAMES = {v4: {v: k for k, v in reversed(vars(m).items()) if k.startswith("SDMA_OP_") and not k.startswith("SDMA_OP_AQL")}
+             for v4, m in ((True, S4), (False, S))}
+
+
 class SDMAQueue:
   def __init__(self, eng: "SDMAEngine", q: int):
     self.e, self.b, self.q = eng, eng.b, q
@@ -171,7 +176,11 @@ class SDMAQueue:
       if h is None: return False
       op, sub = h[0] & 0xff, (h[0] >> 8) & 0xff
       n = self._length(op, sub, h[0])
-      if n is None: raise Bad(f"unknown SDMA opcode {op} sub-op {sub}")
+      if n is None:
+        # a packet the engine's header names (COND_EXE, ATOMIC, a POLL_REGMEM sub-op, ...) may well run on the
+        # hardware: the model says it does not know it; what an unnamed opcode does is not public either
+        name = _OP_NAMES[self.e.v4].get(op)
+        raise Bad(f"{name} (opcode {op}, sub-op {sub}) is not modelled" if name else f"unknown SDMA opcode {op} sub-op {sub}")
       pkt = self._read(n)
       if pkt is None: return False
       if not self._exec(op, sub, pkt):
@@ -181,6 +190,7 @@ class SDMAQueue:
       if op != OP_INDIRECT: self._advance(n)
     except Bad as e:
       self.hung = str(e)
+      self.b.stopped(f"SDMA engine {self.e.i} queue {self.q}", self.hung)
       return True
     except (Fault, BusError) as e:
       self.hung = f"memory fault: {e}"
