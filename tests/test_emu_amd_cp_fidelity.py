@@ -235,3 +235,17 @@ def test_gfx9_acquire_mem_is_six_body_dwords():
   q = Queue(gfx9=True, size=0)
   assert pm4.acquire_mem(q, [0, 0xffffffff, 0xffffff, 0, 0, 0xa])
   with pytest.raises(pm4.BadPacket, match="malformed ACQUIRE_MEM"): pm4.acquire_mem(q, [0, 0xffffffff, 0xffffff, 0, 0, 0xa, 0])
+
+
+@pytest.mark.parametrize("what,body_of", [
+  ("COPY_DATA src_sel 4", lambda P, a: pkt3(P["PACKET3_COPY_DATA"], [4 | (5 << 8), 0, 0, a & 0xffffffff, a >> 32])),          # perf counters
+  ("WRITE_DATA dst_sel 3", lambda P, a: pkt3(P["PACKET3_WRITE_DATA"], [3 << 8, a & 0xffffffff, a >> 32, 1])),                 # GDS
+  ("WAIT_REG_MEM function 7", lambda P, a: pkt3(P["PACKET3_WAIT_REG_MEM"], [7 | (1 << 4), a & 0xfffffffc, a >> 32, 0, ~0 & 0xffffffff, 4]))])
+def test_field_values_the_model_lacks_stop_the_queue_and_say_so(d, P, what, body_of):
+  """A field value whose effect the model does not know stops the queue with no write, and the board names it."""
+  q = ComputeRing(d)
+  a = q.mc(0x326000)
+  q.submit(body_of(P, a) + write(q, P, 0x326100, 7))
+  q.run()
+  assert f"{what}" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x326100) == 0
+  assert len(d.board.unmodelled) == 1 and what in d.board.unmodelled[0]

@@ -33,7 +33,7 @@ def _cmp(func: int, v: int, ref: int) -> bool:
   if func == 4: return v != ref
   if func == 5: return v >= ref
   if func == 6: return v > ref
-  raise BadPacket(f"WAIT_REG_MEM function {func}")
+  raise BadPacket(f"WAIT_REG_MEM function {func} (reserved) is not modelled")
 
 
 def _need(body: list[int], n: int, name: str) -> None:
@@ -102,7 +102,7 @@ def write_data(q: "ComputeQueue", body: list[int]) -> bool:
     if one:
       for v in data: q.mem_write32(addr, v)
     else: q.mem_write(addr, b"".join(v.to_bytes(4, "little") for v in data))
-  else: raise BadPacket(f"WRITE_DATA dst_sel {dst}")
+  else: raise BadPacket(f"WRITE_DATA dst_sel {dst} is not modelled")
   return True
 
 
@@ -139,7 +139,7 @@ def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
   elif src in (1, 2): v = q.mem_read64((s_hi << 32) | s_lo) if is64 else q.mem_read32((s_hi << 32) | (s_lo & ~3))
   elif src == 5: v = s_lo | ((s_hi << 32) if is64 else 0)
   elif src == GPU_CLOCK_SRC: v = q.clock()
-  else: raise BadPacket(f"COPY_DATA src_sel {src}")
+  else: raise BadPacket(f"COPY_DATA src_sel {src} is not modelled")
   if dst == 0:
     q.reg_write(d_lo, v & 0xffffffff)
     if is64: q.reg_write(d_lo + 1, v >> 32)
@@ -147,7 +147,7 @@ def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
     a = (d_hi << 32) | (d_lo & ~3)
     if is64: q.mem_write64(a, v)
     else: q.mem_write32(a, v)
-  else: raise BadPacket(f"COPY_DATA dst_sel {dst}")
+  else: raise BadPacket(f"COPY_DATA dst_sel {dst} is not modelled")
   return True
 
 
@@ -177,7 +177,7 @@ def release_mem(q: "ComputeQueue", body: list[int]) -> bool:
   if dst_sel > 1: raise BadPacket(f"RELEASE_MEM dst_sel {dst_sel} (queue write pointer) is not modelled")
   if int_sel > 4: raise BadPacket(f"RELEASE_MEM int_sel {int_sel} (interrupt after a compare) is not modelled")
   if int_sel == 4 and data_sel: raise BadPacket(f"RELEASE_MEM int_sel 4 with data_sel {data_sel} is not modelled")
-  if data_sel > 4: raise BadPacket(f"RELEASE_MEM data_sel {data_sel}")
+  if data_sel > 4: raise BadPacket(f"RELEASE_MEM data_sel {data_sel} is not modelled")
   addr = (body[3] << 32) | body[2]
 
   def release() -> None:   # at the end of the pipe: once the dispatches before it ended, the CP reading on meanwhile
@@ -195,7 +195,7 @@ def dma_data(q: "ComputeQueue", body: list[int]) -> bool:
   # pkt3.json: DMA_DATA_WORD0_gfx9 DST_SEL [21:20], SRC_SEL [30:29]; COMMAND_gfx9 (gfx9 to gfx12) BYTE_COUNT [25:0]
   # (soc15d.h's comment gives [20:0], pkt3.json's gfx6-8 COMMAND layout)
   src_sel, dst_sel, count = (ctl >> 29) & 3, (ctl >> 20) & 3, cmd & 0x3ffffff
-  if cmd & (3 << 26): raise BadPacket("DMA_DATA register source/destination")
+  if cmd & (3 << 26): raise BadPacket("DMA_DATA with a register source or destination (SAS/DAS) is not modelled")
   if 1 in (src_sel, dst_sel): raise BadPacket("DMA_DATA to or from GDS is not modelled")
   if dst_sel == 2: return True                              # NOWHERE: radv's prefetch into L2, which the model has not
   dst = (d_hi << 32) | d_lo
