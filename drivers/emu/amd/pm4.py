@@ -81,12 +81,11 @@ def set_base(q: "ComputeQueue", body: list[int]) -> bool:
 
 
 def dispatch_indirect(q: "ComputeQueue", body: list[int]) -> bool:
-  """Compute queues give the dimensions' address in the packet (3 dwords); the 2-dword form is relative to the
-  SET_BASE index 1 base."""
-  if len(body) >= 3: addr, init = (body[1] << 32) | body[0], body[2]
-  else:
-    _need(body, 2, "DISPATCH_INDIRECT")
-    addr, init = q.bases.get(1, 0) + body[0], body[1]
+  """On compute queues the packet gives the dimensions' address (3 dwords: radv's MEC form). The graphics ring's
+  2-dword form, an offset from SET_BASE's base, radv sends to no MEC: whether the MEC takes it is not public."""
+  if len(body) == 2: raise BadPacket("the 2-dword DISPATCH_INDIRECT (offset from SET_BASE) on a compute queue is not modelled")
+  _exact(body, 3, "DISPATCH_INDIRECT")
+  addr, init = (body[1] << 32) | body[0], body[2]
   x, y, z = (q.mem_read32(addr + 4 * i) for i in range(3))
   return q.dispatch(x, y, z, init)
 
