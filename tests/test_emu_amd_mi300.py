@@ -690,35 +690,43 @@ def test_mockkfd_lists_a_node_per_xcc(mi300_fw):
   finally: a.close(); b.close()
 
 
-def test_mockkfd_xcc_nodes_of_one_board_both_map_a_bo(mi300_fw):
-  """A process maps a BO on two nodes of one MI300 (MAP_MEMORY_TO_GPU on each, as for any peer): the emulated kernel
-  keeps one set of page tables per board, so the second map is counted, not refused as a double mapping, and the
-  node that unmaps it first leaves it mapped for the other."""
+def test_mockkfd_xcc_nodes_of_one_board_have_vms_of_their_own(mi300_fw):
+  """Each XCC partition of an MI300 is a KFD node with a VM of its own (ACQUIRE_VM with the node's render node): its
+  own page tables, and in CPX mode a VMID from its half of the KFD range (kfd_device.c: 4-9 for an AID's first XCD,
+  10-15 for its second). A BO a process made on one node reaches the other's engines only once it is mapped there
+  too (MAP_MEMORY_TO_GPU, as for any peer); unmapped there, the first node keeps it; a BO never mapped there is a
+  page fault on the other node."""
   import numpy as np
   from rawgpu.drivers.emu.mockkfd import machine
+  from rawgpu.errors import DeviceFault
   from rawgpu.hcq.device import Device
   m = machine("gfx942", 8)
-  a, b = Device("MOCKKFD:3+AMD::gfx942"), Device("MOCKKFD:4+AMD::gfx942")
-  d = m.gpus[0].dev
-  vm = m.kernel.processes[0].vms[d]
-  pt = vm.pt
-  assert vm.vmid == 3   # gfx9.4.3 leaves VMIDs 3..15 to KFD (gmc_v9_0.c first_kfd_vmid)
-  d.gfx.grbm_select(vmid=vm.vmid, xcc=3)
+  a, b = Device("MOCKKFD:3+AMD::gfx942"), Device("MOCKKFD:4+AMD::gfx942")   # XCC 3 (AID 1's second XCD), XCC 4 (AID 2's first)
+  proc, d = m.kernel.processes[0], m.gpus[0].dev
+  vm_a, vm_b = proc.vms[m.gpus[3]], proc.vms[m.gpus[4]]
+  assert (vm_a.vmid, vm_b.vmid) == (10, 4) and vm_a.pt is not vm_b.pt
+  d.gfx.grbm_select(vmid=vm_a.vmid, xcc=3)
   try: assert {k: v for k, v in d.gfx.gc("regSH_MEM_CONFIG", 3).fields().items() if v} == {"ALIGNMENT_MODE": 3, "F8_MODE": 1, "RETRY_DISABLE": 1}
   finally: d.gfx.grbm_select(xcc=3)
   try:
     data = np.arange(1 << 14, dtype=np.uint32)
     x, y = a.alloc(data.nbytes).copyin(data), b.alloc(data.nbytes)
+    assert vm_a.pt.translate(x.va) is not None and vm_b.pt.translate(x.va) is None
     b.map(x)
+    assert vm_b.pt.translate(x.va) == vm_a.pt.translate(x.va)                  # the same VRAM, in node 4's tables too
     b.transfer(y, x)                                                            # node 4's copy engine reads node 3's BO
     assert np.array_equal(y.numpy(np.uint32), data)
     from test_kfd_mock import check_gpu_wakes
     check_gpu_wakes(b)                                                          # end of pipe and SDMA trap IVs reach the process
     b.iface.unmap_peer(x.mem)
-    assert pt.translate(x.va) is not None                                       # still node 3's
+    assert vm_b.pt.translate(x.va) is None and vm_a.pt.translate(x.va) is not None   # still node 3's
     assert np.array_equal(x.numpy(np.uint32), data)
     x.free()
-    assert pt.translate(x.va) is None
+    assert vm_a.pt.translate(x.va) is None
+    z = a.alloc(4096)                                                           # node 3's only: node 4's kernels fault on it
+    from rawgpu import kernels
+    with pytest.raises(DeviceFault, match=f"page fault at {z.va:#x}"):
+      b.program(kernels.path("gfx942", "fault").read_bytes(), "fault_store")(z.va, 1, local_size=(64, 1, 1), wait=True)
   finally: a.close(); b.close()
 
 

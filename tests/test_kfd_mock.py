@@ -701,7 +701,7 @@ def test_a_process_reaches_its_own_vm_only(system):
   g = gpu_of(system)
   d = Device(iface=KFDIface(0, system))
   try:
-    vm = g.kernel.processes[0].vms[g.dev]
+    vm = g.kernel.processes[0].vms[g]
     assert FIRST_KFD_VMID <= vm.vmid < 16
     buf = d.alloc(4096)
     assert translate(g, buf.va) is not None and g.dev.pt.translate(buf.va) is None
@@ -726,14 +726,14 @@ def test_process_exit_gives_back_its_vm(system, own_machine):
   free0 = g.dev.visible.free_bytes
   it = KFDIface(0, system)
   it.alloc(3 << 20); it.alloc(4096, host=True); it.create_ring("compute", 1 << 12)
-  vmid = g.kernel.processes[0].vms[g.dev].vmid
+  vmid = g.kernel.processes[0].vms[g].vmid
   cntl = g.dev.gmc.reg("gc", "regGCVM_CONTEXT%d_CNTL" % vmid)
   assert cntl.fields()["ENABLE_CONTEXT"] == 1 and g.dev.visible.free_bytes < free0
   it.close()
   exit_process(own_machine)
   assert cntl.read() == 0 and g.dev.visible.free_bytes == free0
   it = KFDIface(0, system)
-  try: assert g.kernel.processes[0].vms[g.dev].vmid == vmid
+  try: assert g.kernel.processes[0].vms[g].vmid == vmid
   finally: it.close()
 
 

@@ -105,13 +105,18 @@ class GMC(Block):
     if hub == "GC" and not self.dev.gc9: self.reg("gc", "regCP_DEBUG").update(CPG_UTCL1_ERROR_HALT_DISABLE=1)
     self.hub_ready[hub] = True
 
-  def set_context(self, vmid: int, root: int | None, start: int = mm.VA_BASE, end: int = mm.VA_BASE + mm.VA_SIZE) -> None:
-    """Point VMID's context on every hub at 4-level tables rooted at `root` (a VRAM address) over [start, end), or
-    disable it (None). Its translations are flushed either way: the hubs may hold ones of the tables before
-    (gmc_v11_0_emit_flush_gpu_tlb invalidates after every new page-table base)."""
+  def set_context(self, vmid: int, root: int | None, start: int = mm.VA_BASE, end: int = mm.VA_BASE + mm.VA_SIZE,
+                  hubs: dict[str, tuple[int, ...]] | None = None) -> None:
+    """Point VMID's context on every hub (or on `hubs`' instances: {"GC": (xcc,), "MM": (aid,)}) at 4-level tables
+    rooted at `root` (a VRAM address) over [start, end), or disable it (None). Its translations are flushed either
+    way: the hubs may hold ones of the tables before (gmc_v11_0_emit_flush_gpu_tlb invalidates after every new
+    page-table base)."""
     for hub in ("MM", "GC"):
-      for inst in self.hubs(hub)[2]: self._context(hub, inst, vmid, root, start, end)
-    self.flush_tlb(vmid)
+      for inst in self._instances(hub, hubs): self._context(hub, inst, vmid, root, start, end)
+    self.flush_tlb(vmid, hubs)
+
+  def _instances(self, hub: str, hubs: dict[str, tuple[int, ...]] | None):
+    return self.hubs(hub)[2] if hubs is None else hubs.get(hub, ())
 
   def _context(self, hub: str, inst: int, vmid: int, root: int | None, start: int, end: int) -> None:
     """The tables over the process VA window, every protection fault reported and redirected to the dummy page
@@ -132,14 +137,14 @@ class GMC(Block):
     depth, block = (mm.LEVELS - 2, 9) if self.dev.gc9 else (mm.LEVELS - 1, 0)
     self.reg(ip, p + c + "CNTL", inst).write(cntl.encode(ENABLE_CONTEXT=1, PAGE_TABLE_DEPTH=depth, PAGE_TABLE_BLOCK_SIZE=block, **faults))
 
-  def flush_tlb(self, vmid: int = 0) -> None:
-    """Invalidate VMID's translations in every hub (gmc_v11_0_flush_vm_hub: semaphore on MM, request, wait for ack;
-    GC 9.4.3 takes no semaphore, gmc_v9_0_use_invalidate_semaphore)."""
+  def flush_tlb(self, vmid: int = 0, hubs: dict[str, tuple[int, ...]] | None = None) -> None:
+    """Invalidate VMID's translations in every hub, or in `hubs`' instances (gmc_v11_0_flush_vm_hub: semaphore on
+    MM, request, wait for ack; GC 9.4.3 takes no semaphore, gmc_v9_0_use_invalidate_semaphore)."""
     self.dev.soc.flush_hdp()
     for hub in ("MM", "GC"):
       if not self.hub_ready[hub]: continue
-      ip, p, insts = self.hubs(hub)
-      for inst in insts:
+      ip, p, _ = self.hubs(hub)
+      for inst in self._instances(hub, hubs):
         req = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_REQ", inst)
         sem = self.reg(ip, f"{p}VM_INVALIDATE_ENG{INV_ENG}_SEM", inst) if hub == "MM" and not self.dev.gc9 else None
         if sem is not None: self.dev.wait(lambda: sem.read() & 1, f"{hub} hub invalidation semaphore")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from rawgpu.autogen import kfd as K
 from rawgpu.autogen.amd import ih as IH
 from rawgpu.drivers.am import facts as F, mm
+from rawgpu.drivers.am.boards import xccs_of
 from rawgpu.drivers.kfd.sizes import PAGE, align, queue_sizes
 from rawgpu.drivers.system import zero_pages
 from rawgpu.drivers.emu.mockkfd import hw
@@ -43,7 +44,7 @@ class BO:
   flags: int
   backing: object = None      # VRAM paddr, HostMem, or a list of bus addresses (userptr)
   mmap_offset: int = 0
-  tables: dict = field(default_factory=dict)  # board -> (its page-table mapping, the nodes mapping it): MI300's XCC nodes share one
+  tables: dict = field(default_factory=dict)  # node (GPU) -> its mapping in the process's VM there
   queue_refs: int = 0
   cpu_maps: int = 0          # live CPU mappings through the render node: each holds the BO, as a GEM VMA does
   freed: bool = False        # its handle is gone (FREE_MEMORY_OF_GPU); the memory goes with the last CPU mapping
@@ -51,7 +52,7 @@ class BO:
   @property
   def domain(self) -> int: return self.flags & DOMAIN_FLAGS
 
-  def mapped_on(self, g: "GPU") -> bool: return g in self.tables.get(g.dev, (None, ()))[1]
+  def mapped_on(self, g: "GPU") -> bool: return g in self.tables
 
 
 @dataclass
@@ -69,8 +70,9 @@ class Event:
 
 @dataclass
 class VM:
-  """A process's GPU address space on a board (amdgpu_vm, made at ACQUIRE_VM): its page tables, and the VMID whose
-  context on the board's hubs points at them. The nodes of one board (MI300's XCCs) share it here."""
+  """A process's GPU address space on a node (amdgpu_vm, made at ACQUIRE_VM with the node's render-node file: each
+  of MI300's XCC partitions has its own): its page tables, and the VMID whose context on the node's hubs points at
+  them."""
   vmid: int
   pt: mm.PageTables
 
@@ -87,6 +89,13 @@ class GPU:
   MI300 a node is one XCC of the board (a CPX partition, as amdkfd lists them): its MEC, its two copy engines."""
   def __init__(self, dev, node: int, render_minor: int, xcc: int = 0, ecc: bool = False):
     self.dev, self.node, self.render_minor, self.xcc = dev, node, render_minor, xcc
+    # the node's KFD VMIDs (kfd_device.c kgd2kfd_device_init): amdgpu's first_kfd_vmid on; on GC 9.4.3 in CPX mode with
+    # several nodes the range is split, 4-9 for the first XCD of an AID and 10-15 for the second
+    per_board = xccs_of(dev.pci.device) if dev.gc9 else 1
+    self.vmid_range = ((4, 9) if xcc % 2 == 0 else (10, 15)) if dev.gc9 and per_board > 1 else \
+                      (FIRST_KFD_VMID_GC943 if dev.gc9 else FIRST_KFD_VMID, VMIDS - 1)
+    # the hubs its VMs live in: its XCC's GC hub and its AID's MM hub (two XCCs share an AID); one of each elsewhere
+    self.hubs = {"GC": (xcc,), "MM": (xcc // 2,)} if dev.gc9 else None
     self.apu = False   # amdgpu's AMD_IS_APU (AMDGPU_INFO's FUSION flag); the emulated boards are discrete unless a test says so
     self.gpu_id = (zlib.crc32(dev.bus.encode() + (f"/{xcc}".encode() if xcc else b"")) & 0xfffe) | 1
     self.lock = threading.RLock()
@@ -196,7 +205,7 @@ class Kernel:
 
   def translate(self, g: GPU, va: int) -> int | None:
     """Where the page tables of the (first) process with a VM on g's board send va (None: unmapped or no process)."""
-    return next((p.translate(g, va) for p in self.processes if g.dev in p.vms), None)
+    return next((p.translate(g, va) for p in self.processes if g in p.vms), None)
 
 
 class Process:
@@ -211,7 +220,7 @@ class Process:
     self.events: dict[int, Event] = {}
     self.signal_bo: BO | None = None
     self.signal_handle = 0
-    self.vms: dict = {}                    # board (AMDevice) -> this process's VM on it
+    self.vms: dict = {}                    # node (GPU) -> this process's VM on it
     self.evicted: set[GPU] = set()         # nodes where a fault stopped this process's queues for its life
     self.pasid = next(kernel.pasids)
     kernel.processes.append(self)
@@ -262,22 +271,28 @@ class Process:
     self.drm[a.gpu_id] = f
 
   def _vm_for(self, g: GPU) -> VM:
-    """The process's VM on g's board, made with its first node's ACQUIRE_VM; each node's XCC learns its VMID."""
+    """The process's VM on node g, made with its ACQUIRE_VM: page tables of its own, a VMID from the node's range
+    on the node's hubs (its XCC's GC hub, its AID's MM hub on MI300)."""
     d = g.dev
-    if (vm := self.vms.get(d)) is None:
-      used = {p.vms[d].vmid for p in self.k.processes if d in p.vms}
-      vmid = next((v for v in range(FIRST_KFD_VMID_GC943 if d.gc9 else FIRST_KFD_VMID, VMIDS) if v not in used), None)
-      if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID is taken (this model keeps one per process for its life)")
+    if (vm := self.vms.get(g)) is None:
+      # one IH_VMID LUT per board in this model (the per-die banks of IH_VMID_LUT_INDEX are not): a VMID another
+      # process holds on any node of the board is not given again
+      used = {vm.vmid for p in self.k.processes if p is not self for n, vm in p.vms.items() if n.dev is d}
+      mine = {vm.vmid for n, vm in self.vms.items() if n.dev is d}
+      first, last = g.vmid_range
+      # this process keeps one VMID on the board where the node's range allows (one LUT entry names it)
+      vmid = next((v for v in sorted(mine) + list(range(first, last + 1)) if first <= v <= last and v not in used), None)
+      if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID of node {g.node} is taken (this model keeps one per process for its life)")
       pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags, base=0, phys_offset=d.pt.phys_offset)
-      d.gmc.set_context(vmid, pt.root, 0, USER_VA_END)   # amdgpu's user VM: 0 .. max_pfn
+      d.gmc.set_context(vmid, pt.root, 0, USER_VA_END, hubs=g.hubs)   # amdgpu's user VM: 0 .. max_pfn
       d.regs.reg("osssys", f"regIH_VMID_{vmid}_LUT").write(PASID=self.pasid)   # set_pasid_vmid_mapping: its IVs name the process
-      vm = self.vms[d] = VM(vmid, pt)
+      vm = self.vms[g] = VM(vmid, pt)
     hw.program_apertures(d, g.xcc, vm.vmid)
     return vm
 
   def translate(self, g: GPU, va: int) -> int | None:
-    """Where this process's page tables on g's board send va (None: unmapped)."""
-    vm = self.vms.get(g.dev)
+    """Where this process's page tables on node g send va (None: unmapped)."""
+    vm = self.vms.get(g)
     return vm.pt.translate(va) if vm is not None else None
 
   def set_xnack_mode(self, a) -> None:
@@ -365,7 +380,7 @@ class Process:
     del self.bos[a.handle]
 
   def _release(self, bo: BO) -> None:
-    for g in [g for _, nodes in list(bo.tables.values()) for g in nodes]: self._unmap(bo, g)
+    for g in list(bo.tables): self._unmap(bo, g)
     bo.gpu.mmaps.pop(bo.mmap_offset, None)   # drm_vma_node_revoke: no new CPU mapping; the ones made keep the BO
     bo.freed = True
     bo.gpu.put(bo)
@@ -390,17 +405,15 @@ class Process:
   def _map(self, bo: BO, g: GPU) -> None:
     """The BO in g's page tables at its VA. Another GPU (kfd_mem_attach on a peer-accessible device) reaches VRAM
     through the owner's BAR0 as system pages, so only VRAM inside the BAR is peer accessible here (amdgpu would
-    fall back to a DMA-buf through system memory; not modelled), and host pages at their bus addresses. The nodes of
-    one board (MI300's XCCs) share its page tables here (one VMID for all, see hw.py): a BO a sibling node mapped
-    already is counted, not mapped twice."""
+    fall back to a DMA-buf through system memory; not modelled), and host pages at their bus addresses. Each node has
+    page tables of its own: a sibling XCC partition of the same board reaches the BO only once it is mapped there
+    too (its own VRAM, at the same address). A BO mapped on g already stays as it is."""
     d, dom, own = g.dev, bo.domain, g is bo.gpu
     if dom not in (K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) and not own:
       raise fail(errno.EINVAL, "doorbell and MMIO-remap BOs cannot be mapped on another GPU")
-    if (held := bo.tables.get(d)) is not None:
-      held[1].add(g)
-      return
-    self._check_va(bo, d)
-    uncached, vm = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED), self.vms[d]
+    if g in bo.tables: return
+    self._check_va(bo, g)
+    uncached, vm = bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED), self.vms[g]
     # amdgpu's PTE flags from the BO's (get_pte_flags): always readable, writeable and executable if asked
     access = dict(writeable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE), executable=bool(bo.flags & K.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE))
     if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and d is bo.gpu.dev: m = vm.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached, **access)
@@ -416,27 +429,24 @@ class Process:
         else: chunks.append((x, PAGE))
       m = vm.pt.map(bo.va, chunks, system=True, snooped=True, uncached=uncached, **access)
     else: m = ("io", bo.va)   # doorbell / MMIO pages: not backed by memory the emulated walker reads
-    bo.tables[d] = (m, {g})
-    d.gmc.flush_tlb(vm.vmid)
+    bo.tables[g] = m
+    d.gmc.flush_tlb(vm.vmid, g.hubs)
 
-  def _check_va(self, bo: BO, d) -> None:
+  def _check_va(self, bo: BO, g: GPU) -> None:
     """What mapping a BO at its VA needs (kfd_mem_attach, amdgpu_vm_verify_parameters, amdgpu_vm_bo_map): a VA, page
     aligned, below max_pfn, and no other mapping of this VM there."""
     if not bo.va: raise fail(errno.EINVAL, "the BO has no VA")
     if bo.va % PAGE or bo.va + bo.size > USER_VA_END: raise fail(errno.EINVAL, f"va {bo.va:#x}+{bo.size:#x} is not a page-aligned VA below {USER_VA_END:#x}")
     for o in self.bos.values():
-      if o is not bo and d in o.tables and o.va < bo.va + bo.size and bo.va < o.va + o.size:
+      if o is not bo and g in o.tables and o.va < bo.va + bo.size and bo.va < o.va + o.size:
         raise fail(errno.EINVAL, f"va {bo.va:#x}+{bo.size:#x} conflicts with a mapping at {o.va:#x}+{o.size:#x}")
 
   def _unmap(self, bo: BO, g: GPU) -> None:
-    """Unmap the BO from g; the board's tables keep it while a sibling node still maps it."""
-    m, nodes = bo.tables[g.dev]
-    nodes.discard(g)
-    if nodes: return
-    del bo.tables[g.dev]
-    vm = self.vms[g.dev]
+    """Unmap the BO from node g's VM."""
+    m = bo.tables.pop(g)
+    vm = self.vms[g]
     if not isinstance(m, tuple): vm.pt.unmap(m)
-    g.dev.gmc.flush_tlb(vm.vmid)
+    g.dev.gmc.flush_tlb(vm.vmid, g.hubs)
 
   def unmap_memory(self, a) -> None:
     ids = self._device_ids(a)
@@ -491,7 +501,7 @@ class Process:
         if not free: raise fail(errno.EBUSY, "no free hardware compute queue")   # allocate_hqd
         eop_log = eop_size if eop_size & (eop_size - 1) == 0 and eop_size else F.GFX11_MEC_HPD_SIZE
         hwq = hw.compute_start(dev, free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address,
-                               a.eop_buffer_address, eop_log, g.xcc, self.vms[dev].vmid)
+                               a.eop_buffer_address, eop_log, g.xcc, self.vms[g].vmid)
         slots = g.compute_slots
       else:
         mine = dev.sdma.partition_engines(g.xcc)   # the node's own engines (MI300: its partition's), by the node's numbering
@@ -499,7 +509,7 @@ class Process:
         # allocate_sdma_queue: the first free bit of the bitmap, which counts engines first, then queues
         free = [(e, k) for k in hw.sdma_queue_ids(dev) for e in want if (e, k) not in g.sdma_slots]
         if not free: raise fail(errno.ENOMEM, "no more SDMA queues")
-        hwq = hw.sdma_start(dev, *free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address, self.vms[dev].vmid)
+        hwq = hw.sdma_start(dev, *free[0], a.ring_base_address, ring_size, a.read_pointer_address, a.write_pointer_address, self.vms[g].vmid)
         slots = g.sdma_slots
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
@@ -573,7 +583,7 @@ class Process:
     memory event gets the fault, its kinds from the IV's ring_id bits (kfd_int_process_v11.c), and the process's
     queues on that node stop for good, and so do those it makes there later (kfd_set_dbg_ev_from_interrupt evicts
     them, qpd->evicted stays raised: nothing restores them before the process exits)."""
-    if pasid != self.pasid or gpu.dev not in self.vms or not any(q.gpu is gpu for q in self.queues.values()): return
+    if pasid != self.pasid or gpu not in self.vms or not any(q.gpu is gpu for q in self.queues.values()): return
     self.evicted.add(gpu)
     with gpu.lock:
       for uq in self.queues.values():
@@ -646,9 +656,9 @@ class Process:
         if bo.backing is not None: gpu.put(bo)
       gpu.cpu_views.clear()
     self.events.clear()
-    for d, vm in self.vms.items():   # amdgpu_vm_fini: the VMID's context and PASID mapping go, then its page tables
-      d.regs.reg("osssys", f"regIH_VMID_{vm.vmid}_LUT").write(0)
-      d.gmc.set_context(vm.vmid, None)
+    for g, vm in self.vms.items():   # amdgpu_vm_fini: the VMID's context and PASID mapping go, then its page tables
+      g.dev.regs.reg("osssys", f"regIH_VMID_{vm.vmid}_LUT").write(0)
+      g.dev.gmc.set_context(vm.vmid, None, hubs=g.hubs)
       vm.pt.release()
     self.vms.clear()
     if self in self.k.processes: self.k.processes.remove(self)
