@@ -970,3 +970,22 @@ def test_grbm_soft_reset_bit_23_is_utcl2_not_sdma_on_gc_9_4_3(mi300_device):
   dev.transfer(dst, src)
   dev.synchronize(2000)
   assert np.array_equal(dst.numpy(np.uint32), np.arange(1024, dtype=np.uint32))
+
+
+def test_the_ih_keeps_a_vmid_pasid_lut_pair_per_die(mi300):
+  """OSSSYS 4.4.2: IH_VMID_LUT_INDEX chooses the die whose IH_VMID_n_LUT / _LUT_MM the registers reach, counted as IV
+  node ids are (AID n at 4n, its XCDs at 4n+1 and 4n+2: amdgpu_amdkfd_gc_9_4_3.c's set_pasid_vmid_mapping). An IV
+  finds its PASID in its own die's bank: _LUT for a GC-hub VMID, _LUT_MM for an MM-hub one (the copy engines')."""
+  from rawgpu.drivers.emu.amd.asic import ih_node_aid, ih_node_xcd
+  _, board, _, _ = mi300
+  r = board.regs
+  a = lambda n: r.addr("osssys", n)
+  for index, name, pasid in ((ih_node_xcd(3), "regIH_VMID_10_LUT", 0x11), (ih_node_aid(1), "regIH_VMID_10_LUT_MM", 0x22),
+                             (ih_node_xcd(2), "regIH_VMID_10_LUT", 0x33)):
+    r.write(a("regIH_VMID_LUT_INDEX"), index)
+    r.write(a(name), pasid)
+  r.write(a("regIH_VMID_LUT_INDEX"), ih_node_xcd(3))
+  assert r.read(a("regIH_VMID_10_LUT")) == 0x11 and r.read(a("regIH_VMID_10_LUT_MM")) == 0   # the bank the index names
+  ih = board.ih
+  assert ih.pasid_of(10, ih_node_xcd(3)) == 0x11 and ih.pasid_of(10, ih_node_xcd(2)) == 0x33
+  assert ih.pasid_of(10, ih_node_aid(1), mm_hub=True) == 0x22 and ih.pasid_of(10, ih_node_xcd(4)) == 0

@@ -237,7 +237,8 @@ class Hub:
     if c & m and hasattr(self.b, "ih"):
       # the IV's ring_id carries which protection failed (kfd_int_process_v9/v11.c read 0x08 valid, 0x10 read, 0x20 write)
       rid = {"VALID": 0x08, "PDE0": 0x08, "READ": 0x10, "WRITE": 0x20}.get(kind, 0)
-      self.b.ih.post(client=self.ih_client, src=IH_SRC_VM_FAULT, ring_id=rid, vmid=vmid, data=((va >> 12) & 0xffffffff, (va >> 44) & 0xf, 0, 0), node=self.ih_node)
+      self.b.ih.post(client=self.ih_client, src=IH_SRC_VM_FAULT, ring_id=rid, vmid=vmid, data=((va >> 12) & 0xffffffff, (va >> 44) & 0xf, 0, 0), node=self.ih_node,
+                     mm_hub=self.name.startswith("mm"))
 
   # ---- byte access for engines
   def chunks(self, vmid: int, va: int, size: int, write: bool) -> list[memoryview]:

@@ -78,13 +78,34 @@ class IH:
     self.rings = [IHRing(board, ""), IHRing(board, "_RING1")]
     self.posted = 0
     self.lock = threading.Lock()          # the worker and a direct post (a test's) may come at once
-    self.a_lut = [board.regs.addr("osssys", f"regIH_VMID_{v}_LUT") for v in range(16)]
+    r = board.regs
+    self.a_lut = {mm: [r.addr("osssys", f"regIH_VMID_{v}_LUT{'_MM' if mm else ''}") for v in range(16)] for mm in (False, True)}
+    # MI300 (OSSSYS 4.4.2): a LUT pair per die, IH_VMID_LUT_INDEX choosing which the registers reach; the index
+    # counts as the IV node id does, AID n at 4n and its XCDs after it (amdgpu_amdkfd_gc_9_4_3.c, amdgpu_irq.h)
+    self.banked = r.has("osssys", "regIH_VMID_LUT_INDEX")
+    self.luts: dict[tuple[int, bool], list[int]] = {}
+    if self.banked:
+      self.a_index = r.addr("osssys", "regIH_VMID_LUT_INDEX")
+      for mm, addrs in self.a_lut.items():
+        for v, a in enumerate(addrs):
+          r.rd[a] = lambda a, v=v, mm=mm: self._lut(mm)[v]
+          r.wr[a] = lambda a, val, v=v, mm=mm: self._lut(mm).__setitem__(v, val & 0xffffffff)
+
+  def _lut(self, mm: bool, bank: int | None = None) -> list[int]:
+    if bank is None: bank = self.b.regs.vals.get(self.a_index, 0) & 0xff
+    return self.luts.setdefault((bank, mm), [0] * 16)
+
+  def pasid_of(self, vmid: int, node: int = 0, mm_hub: bool = False) -> int:
+    """The PASID the driver gave a VMID: IH_VMID_n_LUT for GC-hub VMIDs, _LUT_MM for MM-hub ones (gfx9, where the
+    copy engines sit on the MM hub; amdgpu_amdkfd_gfx_v9.c writes both), in the IV's die's bank on MI300."""
+    if self.banked: return self._lut(mm_hub, node)[vmid] & 0xffff
+    return self.b.regs.vals.get(self.a_lut[mm_hub][vmid], 0) & 0xffff
 
   def post(self, client: int, src: int, ring_id: int = 0, vmid: int = 0, pasid: int = 0, data: tuple[int, int, int, int] = (0, 0, 0, 0),
-           node: int = 0) -> None:
-    """One IV. A source in a VMID other than 0 gets the PASID the driver gave that VMID in IH_VMID_n_LUT."""
+           node: int = 0, mm_hub: bool = False) -> None:
+    """One IV. A source in a VMID other than 0 gets the PASID the driver gave that VMID (pasid_of)."""
     ts = self.b.clock.now()
-    if vmid and not pasid: pasid = self.b.regs.vals.get(self.a_lut[vmid], 0) & 0xffff
+    if vmid and not pasid: pasid = self.pasid_of(vmid, node, mm_hub)
     words = struct.pack("<8I", client | (src << 8) | (ring_id << 16) | (vmid << 24), ts & 0xffffffff, (ts >> 32) & 0xffff,
                         pasid | (node << 16), *data)
     with self.lock:

@@ -276,7 +276,7 @@ class SDMAQueue:
   def _post(self, src: int, ctx: int = 0) -> None:
     """An interrupt of this queue: SOC21's GFX client; SDMA 4.4.2's SOC15 client per engine of an AID."""
     if self.e.v4: self.b.ih.post(client=SOC15_SDMA_CLIENTS[self.e.i % 4], src=src, ring_id=self.q, vmid=self.vmid, data=(ctx, 0, 0, 0),
-                                 node=ih_node_aid(self.e.i // 4))
+                                 node=ih_node_aid(self.e.i // 4), mm_hub=True)   # SDMA 4.4.2 translates through its AID's MM hub
     else: self.b.ih.post(client=IH_CLIENT_GFX, src=src, ring_id=self.q | (self.e.i << 4), vmid=self.vmid, data=(ctx, 0, 0, 0))
 
   def _count_poll(self, retries: int) -> None:

@@ -4,8 +4,7 @@ sequences are AM's own (drivers/am gfx.py and sdma.py), given the process's addr
 
 Each process has a VM and a VMID of its own per node (amdgpu's KFD range: 8..15, 3..15 on gfx9.4.3, split 4-9 / 10-15
 between the two XCDs of an AID in CPX mode; kept for the process's life here, where amdkfd without a HWS takes it with
-the first queue and amdgpu's schedulers share them out; one process's nodes of a board share a VMID number where
-their ranges allow, as the model has one IH_VMID LUT per board). SDMA user
+the first queue and amdgpu's schedulers share them out). SDMA user
 queues take the ring queues amdkfd gives them (sdma_queue_ids), with its static doorbells (sdma_doorbell).
 """
 from __future__ import annotations

@@ -132,6 +132,21 @@ class GPU:
     # amdgpu enables the SDMA trap interrupt (sdma_v*_set_trap_irq_state): a user queue's TRAP reaches the IH
     for e in dev.sdma.all_engines(): dev.sdma.r(e, "regSDMA0_CNTL").update(TRAP_ENABLE=1)
 
+  def set_pasid(self, vmid: int, pasid: int) -> None:
+    """set_pasid_vmid_mapping's IH half: IH_VMID_n_LUT (gfx11/12, amdgpu_amdkfd_gfx_v11.c); on GC 9.4.3 the LUT of
+    the node's XCD and the _LUT_MM of its AID, chosen with IH_VMID_LUT_INDEX (amdgpu_amdkfd_gc_9_4_3.c)."""
+    reg = lambda n: self.dev.regs.reg("osssys", n)
+    if not self.dev.gc9:
+      reg(f"regIH_VMID_{vmid}_LUT").write(PASID=pasid)
+      return
+    index, aid = reg("regIH_VMID_LUT_INDEX"), self.xcc // 2
+    saved = index.read()
+    index.write(aid * 4 + self.xcc % 2 + 1)
+    reg(f"regIH_VMID_{vmid}_LUT").write(PASID=pasid)
+    index.write(aid * 4)
+    reg(f"regIH_VMID_{vmid}_LUT_MM").write(PASID=pasid)
+    index.write(saved)
+
   @staticmethod
   def _location(bus: str) -> int:
     _, b, df = bus.split(":")
@@ -275,17 +290,13 @@ class Process:
     on the node's hubs (its XCC's GC hub, its AID's MM hub on MI300)."""
     d = g.dev
     if (vm := self.vms.get(g)) is None:
-      # one IH_VMID LUT per board in this model (the per-die banks of IH_VMID_LUT_INDEX are not): a VMID another
-      # process holds on any node of the board is not given again
-      used = {vm.vmid for p in self.k.processes if p is not self for n, vm in p.vms.items() if n.dev is d}
-      mine = {vm.vmid for n, vm in self.vms.items() if n.dev is d}
+      used = {p.vms[g].vmid for p in self.k.processes if g in p.vms}
       first, last = g.vmid_range
-      # this process keeps one VMID on the board where the node's range allows (one LUT entry names it)
-      vmid = next((v for v in sorted(mine) + list(range(first, last + 1)) if first <= v <= last and v not in used), None)
+      vmid = next((v for v in range(first, last + 1) if v not in used), None)
       if vmid is None: raise fail(errno.ENOSPC, f"{d.bus}: every KFD VMID of node {g.node} is taken (this model keeps one per process for its life)")
       pt = mm.PageTables(d.vram, lambda: d.visible.alloc(mm.PAGE), d.visible.free, d.pt.flags, base=0, phys_offset=d.pt.phys_offset)
       d.gmc.set_context(vmid, pt.root, 0, USER_VA_END, hubs=g.hubs)   # amdgpu's user VM: 0 .. max_pfn
-      d.regs.reg("osssys", f"regIH_VMID_{vmid}_LUT").write(PASID=self.pasid)   # set_pasid_vmid_mapping: its IVs name the process
+      g.set_pasid(vmid, self.pasid)   # its IVs name the process
       vm = self.vms[g] = VM(vmid, pt)
     hw.program_apertures(d, g.xcc, vm.vmid)
     return vm
@@ -657,7 +668,7 @@ class Process:
       gpu.cpu_views.clear()
     self.events.clear()
     for g, vm in self.vms.items():   # amdgpu_vm_fini: the VMID's context and PASID mapping go, then its page tables
-      g.dev.regs.reg("osssys", f"regIH_VMID_{vm.vmid}_LUT").write(0)
+      g.set_pasid(vm.vmid, 0)
       g.dev.gmc.set_context(vm.vmid, None, hubs=g.hubs)
       vm.pt.release()
     self.vms.clear()
