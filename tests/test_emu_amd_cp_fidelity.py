@@ -126,6 +126,16 @@ def test_a_chained_ib_replaces_the_current_one(d, P):
   assert [d.vram.read32(out + 4 * i) for i in range(5)] == [1, 2, 3, 0, 5]
 
 
+def test_an_ib_without_valid_halts_the_queue(d, P):
+  """IB_CONTROL.VALID (bit 23) clear: what the CP does is not public (every IB Mesa and amdgpu send sets it)."""
+  q = ComputeRing(d)
+  put(d, 0x590000, write(q, P, 0x593000, 1))
+  a = q.mc(0x590000)
+  q.submit(pkt3(P["PACKET3_INDIRECT_BUFFER"], [a & 0xfffffffc, a >> 32, 5]) + write(q, P, 0x593004, 2))
+  q.run()
+  assert "VALID" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x593000) == d.vram.read32(0x593004) == 0
+
+
 def test_a_chain_in_the_ring_halts_the_queue(d, P):
   """What CHAIN does outside an IB is not public: the queue halts saying so."""
   q = ComputeRing(d)

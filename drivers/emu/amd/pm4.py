@@ -125,7 +125,9 @@ def indirect_buffer(q: "ComputeQueue", body: list[int]) -> bool:
   addr = ((body[1] & 0xffff) << 32) | (body[0] & ~3)
   size = body[2] & 0xfffff                                   # IB_CONTROL (pkt3.json): IB_SIZE [19:0], CHAIN 20, VALID 23
   vmid = (body[2] >> 24) & 0xf
-  if not body[2] & (1 << 23): return True                    # INDIRECT_BUFFER_VALID clear: skipped
+  # IB_CONTROL.VALID clear: every public IB sets it (Mesa's S_3F2_VALID(1), amdgpu's INDIRECT_BUFFER_VALID); what the
+  # CP does with an IB without it is not public
+  if not body[2] & (1 << 23): raise BadPacket("an INDIRECT_BUFFER without IB_CONTROL.VALID is not modelled")
   q.push_ib(addr, size, vmid, chain=bool(body[2] & (1 << 20)))
   return True
 
