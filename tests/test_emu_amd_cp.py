@@ -668,3 +668,22 @@ def test_kiq_query_status_and_unmap_queues(d, P):
   other.submit(pkt3(P["PACKET3_WRITE_DATA"], [5 << 8, dst & 0xffffffff, dst >> 32, 9]))
   other.run()
   assert d.vram.read32(0x490100) == 8
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx1201"])
+def test_unmap_queues_stops_the_waves_of_the_queue_it_unmaps(arch, P):
+  """UNMAP_QUEUES through the KIQ takes the queue off with its waves: a kernel spinning on it stops where it is
+  (its WaveRun ends without a result) and the queue reads as inactive."""
+  pytest.importorskip("elftools")
+  d = Dev(arch, deterministic=False, firmware="loaded")
+  try:
+    kiq = ComputeRing(d)
+    d.wr("gc", "regRLC_CP_SCHEDULERS", (1 << 5) | 0x80)
+    other = ComputeRing(d, ring_off=0x480000, db=16, queue=1, rptr_off=0x47f000)
+    other.submit(_dispatch_packets(d, other, P, "spin", struct.pack("<QIIQ", other.mc(0x570000), 5, 0, other.mc(0x570100))))
+    cq = d.board.gfx.queues[(1, 0, 1)]
+    assert _until(lambda: cq.running, 5)
+    run = cq.running[0]
+    kiq.submit(pkt3(P["PACKET3_UNMAP_QUEUES"], [0, 16 << 2, 0, 0, 0]))
+    assert _until(lambda: not cq.active, 5) and not run.is_alive() and cq.running == [] and not d.board.errors
+  finally: d.close()

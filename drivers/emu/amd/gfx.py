@@ -534,7 +534,7 @@ class GFX:
 
   def unmap_doorbell(self, doorbell: int) -> None:
     for q in self.queues.values():
-      if q.active and q.doorbell_index() == doorbell: q.active = False; q.bank[self.a_active] = 0
+      if q.active and q.doorbell_index() == doorbell: q.deactivate()   # its waves stop where they are (no CWSR save modelled)
 
   # ---- RLC autoload (requested by the PSP)
   def autoload(self, loaded: set[int], required: set[int]) -> bool:
