@@ -692,6 +692,33 @@ def test_a_small_bar_board_works_without_cpu_views_of_vram():
   finally: d.close()
 
 
+def test_a_small_bar_boards_vram_is_no_peers(own_machine):
+  """amdgpu_device_is_peer_accessible: only a large-BAR owner lends its VRAM over PCIe P2P, so mapping a small-BAR
+  board's VRAM BO on another GPU is EINVAL (kfd_mem_attach), whichever part of VRAM it lies in; KFDIface names the
+  conditions. Its host memory maps on the peer as ever."""
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  exit_process(own_machine)
+  m = MockMachine("gfx1100", 2, bar_size=256 << 20)
+  a, b = Device(iface=KFDIface(0, m.system)), Device(iface=KFDIface(1, m.system))
+  try:
+    backing = lambda buf: next(o.backing for o in m.kernel.processes[0].bos.values() if o.va == buf.va)
+    held = [a.alloc(64 << 20) for _ in range(3)]                               # the kernel fills invisible VRAM first
+    x = a.alloc(64 << 20)
+    assert backing(held[0]) >= m.gpus[0].dev.bar_size > backing(x)            # x lies inside the BAR, and is still no peer's
+    with pytest.raises(IoctlError, match="large BAR") as e: b.map(x)
+    assert e.value.errno_ == errno.EINVAL
+    h = a.alloc(4096, host=True)
+    b.map(h)
+  finally:
+    a.close(); b.close()
+    for p in list(m.kernel.processes): p.exit()
+    from rawgpu.drivers.kfd import iface
+    iface._PROCESSES.pop(m.system, None)
+    m.close()
+
+
 def test_a_process_reaches_its_own_vm_only(system):
   """A process's queues run in a VMID of its own (amdgpu's KFD range, 8..15) whose page tables hold its BOs only: a
   VA that the kernel's VM (VMID 0, AM's tables) maps is a page fault for the process's kernels, and the

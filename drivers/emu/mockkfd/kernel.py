@@ -415,8 +415,8 @@ class Process:
 
   def _map(self, bo: BO, g: GPU) -> None:
     """The BO in g's page tables at its VA. Another GPU (kfd_mem_attach on a peer-accessible device) reaches VRAM
-    through the owner's BAR0 as system pages, so only VRAM inside the BAR is peer accessible here (amdgpu would
-    fall back to a DMA-buf through system memory; not modelled), and host pages at their bus addresses. Each node has
+    through the owner's BAR0 as system pages, so only a large-BAR owner's VRAM is peer accessible (as amdgpu has it),
+    and host pages at their bus addresses. Each node has
     page tables of its own: a sibling XCC partition of the same board reaches the BO only once it is mapped there
     too (its own VRAM, at the same address). A BO mapped on g already stays as it is."""
     d, dom, own = g.dev, bo.domain, g is bo.gpu
@@ -430,7 +430,9 @@ class Process:
     if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and d is bo.gpu.dev: m = vm.pt.map(bo.va, [(bo.backing + d.gmc.vram_base_offset, bo.size)], uncached=uncached, **access)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM:
       owner = bo.gpu.dev
-      if bo.backing + bo.size > owner.bar_size: raise fail(errno.EINVAL, f"VRAM at {bo.backing:#x} lies beyond {owner.bus}'s BAR: not peer accessible")
+      # amdgpu_device_is_peer_accessible: only a large-BAR owner (all of VRAM CPU-visible) lends VRAM over PCIe P2P,
+      # and kfd_mem_attach is EINVAL for any VRAM BO of another
+      if owner.bar_size < owner.vram_size: raise fail(errno.EINVAL, f"{owner.bus} has a small BAR: its VRAM is not peer accessible")
       m = vm.pt.map(bo.va, [(owner.pci.resources()[0][0] + bo.backing, bo.size)], system=True, snooped=False, uncached=True, **access)
     elif dom in (K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR):
       addrs = bo.backing.bus_addrs if dom == K.KFD_IOC_ALLOC_MEM_FLAGS_GTT else bo.backing
