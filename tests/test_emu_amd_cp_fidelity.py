@@ -250,6 +250,7 @@ def test_gfx9_acquire_mem_is_six_body_dwords():
 @pytest.mark.parametrize("what,body_of", [
   ("COPY_DATA src_sel 4", lambda P, a: pkt3(P["PACKET3_COPY_DATA"], [4 | (5 << 8), 0, 0, a & 0xffffffff, a >> 32])),          # perf counters
   ("WRITE_DATA dst_sel 3", lambda P, a: pkt3(P["PACKET3_WRITE_DATA"], [3 << 8, a & 0xffffffff, a >> 32, 1])),                 # GDS
+  ("CS_PARTIAL_FLUSH with EVENT_INDEX 0", lambda P, a: pkt3(P["PACKET3_EVENT_WRITE"], [7])),                          # nvd.h: index 4
   ("WAIT_REG_MEM function 7", lambda P, a: pkt3(P["PACKET3_WAIT_REG_MEM"], [7 | (1 << 4), a & 0xfffffffc, a >> 32, 0, ~0 & 0xffffffff, 4]))])
 def test_field_values_the_model_lacks_stop_the_queue_and_say_so(d, P, what, body_of):
   """A field value whose effect the model does not know stops the queue with no write, and the board names it."""

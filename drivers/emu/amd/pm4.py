@@ -158,8 +158,10 @@ CS_PARTIAL_FLUSH = 7   # VGT_EVENT_TYPE (Mesa's sid.h V_028A90_CS_PARTIAL_FLUSH)
 def event_write(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 1, "EVENT_WRITE")
   # EVENT_TYPE [5:0]: a CS_PARTIAL_FLUSH holds the CP until the dispatches before it ended; the cache events do
-  # nothing in a model whose memory is coherent
-  return body[0] & 0x3f != CS_PARTIAL_FLUSH or not q.running
+  # nothing in a model whose memory is coherent. EVENT_INDEX [11:8] is 4 for the partial flushes (nvd.h)
+  if body[0] & 0x3f != CS_PARTIAL_FLUSH: return True
+  if (index := (body[0] >> 8) & 0xf) != 4: raise BadPacket(f"EVENT_WRITE CS_PARTIAL_FLUSH with EVENT_INDEX {index} (not 4) is not modelled")
+  return not q.running
 
 
 def acquire_mem(q: "ComputeQueue", body: list[int]) -> bool:
