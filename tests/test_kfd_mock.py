@@ -192,6 +192,30 @@ def _queue_bufs(raw, ring_size=PAGE):
   return raw.alloc(ring_size), raw.alloc(PAGE)
 
 
+def test_a_queues_buffers_are_held_in_the_queues_vm(raw):
+  """amdgpu's queue_refcount is the bo_va's (one BO in one VM): a BO of GPU A mapped on GPU B and used by a queue on
+  B cannot leave B's VM while the queue lives (EBUSY), and leaves A's at once."""
+  from rawgpu.drivers.kfd.topology import gpu_nodes
+  nb = gpu_nodes(raw.s)[1]
+  drm_b = raw.s.open(f"/dev/dri/renderD{nb.render_minor}", os.O_RDWR)
+  try:
+    raw.io(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=drm_b, gpu_id=nb.gpu_id)
+    ring, ptrs = _queue_bufs(raw)
+    both = (ctypes.c_uint32 * 2)(raw.gpu, nb.gpu_id)
+    for bo in (ring, ptrs): raw.io(K.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle=bo.handle, device_ids_array_ptr=ctypes.addressof(both), n_devices=2, n_success=1)
+    q = raw.io(K.AMDKFD_IOC_CREATE_QUEUE, gpu_id=nb.gpu_id, queue_type=K.KFD_IOC_QUEUE_TYPE_SDMA, queue_percentage=100, queue_priority=7,
+               ring_size=PAGE, ring_base_address=_va(raw, ring), read_pointer_address=_va(raw, ptrs), write_pointer_address=_va(raw, ptrs) + 8)
+    def unmap(bo, gpu):
+      ids = (ctypes.c_uint32 * 1)(gpu)   # held while the ioctl reads it
+      raw.io(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=bo.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1, n_success=0)
+    with pytest.raises(IoctlError) as e: unmap(ring, nb.gpu_id)
+    assert e.value.errno_ == errno.EBUSY
+    unmap(ring, raw.gpu)                                                        # A's VM: no queue of A uses it
+    raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id)
+    unmap(ring, nb.gpu_id)
+  finally: raw.s.close(drm_b)
+
+
 def test_create_queue_checks(raw):
   from rawgpu.drivers.kfd.sizes import align
   s = gpu_of(raw.s).sizes
@@ -228,7 +252,8 @@ def test_create_queue_checks(raw):
   enable = lambda mask=K.KFD_RUNTIME_ENABLE_MODE_ENABLE_MASK: raw.errno_of(K.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=mask, capabilities_mask=0)
   assert enable() == errno.EEXIST
   raw.io(K.AMDKFD_IOC_RUNTIME_ENABLE, r_debug=0, mode_mask=0, capabilities_mask=0)
-  assert raw.errno_of(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=ring.handle, device_ids_array_ptr=ctypes.addressof((ctypes.c_uint32 * 1)(raw.gpu)),
+  ids = (ctypes.c_uint32 * 1)(raw.gpu)   # held while the ioctl reads it
+  assert raw.errno_of(K.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle=ring.handle, device_ids_array_ptr=ctypes.addressof(ids),
                       n_devices=1, n_success=0) == errno.EBUSY      # a queue uses it
   raw.io(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id)
   assert raw.errno_of(K.AMDKFD_IOC_DESTROY_QUEUE, queue_id=q.queue_id) == errno.EINVAL

@@ -45,7 +45,7 @@ class BO:
   backing: object = None      # VRAM paddr, HostMem, or a list of bus addresses (userptr)
   mmap_offset: int = 0
   tables: dict = field(default_factory=dict)  # node (GPU) -> its mapping in the process's VM there
-  queue_refs: int = 0
+  queue_refs: dict = field(default_factory=dict)   # node (GPU) -> queues there using it (amdgpu's bo_va->queue_refcount: per VM)
   cpu_maps: int = 0          # live CPU mappings through the render node: each holds the BO, as a GEM VMA does
   freed: bool = False        # its handle is gone (FREE_MEMORY_OF_GPU); the memory goes with the last CPU mapping
 
@@ -468,7 +468,7 @@ class Process:
       g = self.k.gpu_by_id(ids[i])
       if g is None: raise fail(errno.EINVAL, f"unknown device {ids[i]}")
       if not bo.mapped_on(g): raise fail(errno.EINVAL, f"BO {a.handle:#x} is not mapped on {ids[i]}")   # no VM reserved for it
-      if g is bo.gpu and bo.queue_refs: raise fail(errno.EBUSY, "BO is in use by a queue")
+      if bo.queue_refs.get(g): raise fail(errno.EBUSY, "BO is in use by a queue in this VM")
       self._unmap(bo, g)
       a.n_success = i + 1
 
@@ -527,7 +527,7 @@ class Process:
       uq = UserQueue(g, hwq, bos)
       slots[hwq.slot] = uq
       if g in self.evicted: hw.evict(dev, hwq)   # made evicted (q->properties.is_evicted = !!qpd->evicted): it never runs
-    for bo in bos: bo.queue_refs += 1
+    for bo in bos: bo.queue_refs[g] = bo.queue_refs.get(g, 0) + 1
     qid = next(q for q in itertools.count() if q not in self.queues)   # the lowest free id (find_available_queue_slot)
     self.queues[qid] = uq
     a.queue_id = qid
@@ -543,7 +543,7 @@ class Process:
     with g.lock:
       if uq.hwq.kind == "compute": hw.compute_stop(g.dev, uq.hwq); g.compute_slots.pop(uq.hwq.slot, None)
       else: hw.sdma_stop(g.dev, uq.hwq); g.sdma_slots.pop(uq.hwq.slot, None)
-    for bo in uq.bos: bo.queue_refs -= 1
+    for bo in uq.bos: bo.queue_refs[g] -= 1
 
   # ---- events
   def create_event(self, a) -> None:
