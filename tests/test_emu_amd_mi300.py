@@ -989,3 +989,17 @@ def test_the_ih_keeps_a_vmid_pasid_lut_pair_per_die(mi300):
   ih = board.ih
   assert ih.pasid_of(10, ih_node_xcd(3)) == 0x11 and ih.pasid_of(10, ih_node_xcd(2)) == 0x33
   assert ih.pasid_of(10, ih_node_aid(1), mm_hub=True) == 0x22 and ih.pasid_of(10, ih_node_xcd(4)) == 0
+
+
+def test_a_dispatch_in_a_partition_of_several_xccs_stops_as_not_modelled(mi300_device):
+  """Back in SPX (one partition of all eight XCCs), a dispatch would spread its workgroups over the XCCs, which the
+  model does not do: the queue stops saying so (board.unmodelled, the rawgpu.emu logger), no model error, and the
+  host's wait times out naming the signal."""
+  from rawgpu import kernels
+  from rawgpu.errors import DeviceTimeout
+  dev, board = mi300_device
+  buf = dev.alloc(4096)
+  assert board.psp.spatial_partition(1) == 0
+  dev.program(kernels.path("gfx942", "fill").read_bytes())(buf, 3, 16, local_size=16)
+  with pytest.raises(DeviceTimeout, match="stuck"): dev.synchronize(timeout_ms=300)
+  assert any("several XCCs" in u and "not modelled" in u for u in board.unmodelled) and not board.errors

@@ -152,7 +152,7 @@ class ComputeQueue:
     later packet, writes); deterministic mode runs them to the end in the step that launched them."""
     g = self.gfx
     if g.gfx9 and not g.single_xcc_partition():
-      raise NotImplementedError("a dispatch in a partition of several XCCs (CP_HYP_XCP_CTL.NUM_XCC_IN_XCP > 1) is not modelled")
+      raise pm4.BadPacket("a dispatch in a partition of several XCCs (CP_HYP_XCP_CTL.NUM_XCC_IN_XCP > 1) is not modelled")
     sh = self.sh.get
     # the registers and the packet's dims as they are: the compute units' launch_grid reads them once
     regs = shader.DispatchRegs(arch=self.board.arch, pgm_addr=((sh(g.pgm_hi, 0) << 32) | sh(g.pgm_lo, 0)) << 8,
