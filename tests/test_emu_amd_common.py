@@ -249,3 +249,18 @@ class ComputeRing:
     return v
 
   def run(self) -> None: self.d.board.run_until_idle()
+
+
+def test_a_model_error_that_recurs_every_pass_is_listed_once(dev):
+  """A model bug in an engine's step is caught (the board goes on) and kept in board.errors, once however many passes
+  it recurs in."""
+  b = dev.board
+  b.deterministic = False   # as the concurrent worker's passes are (a deterministic board raises instead)
+  class Broken:
+    def busy(self): return True
+    def step(self): raise RuntimeError("model bug")
+  b.engines.append(Broken())
+  try:
+    for _ in range(5): b._pass()
+  finally: b.engines.pop(); b.deterministic = True
+  assert b.errors == ["Broken: RuntimeError: model bug"]

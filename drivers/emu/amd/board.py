@@ -264,7 +264,8 @@ class AMDBoard:
             progressed = True
             if time.perf_counter() > until: break   # a dispatch's waves took their time: the other engines go next
         except Exception as ex:                   # a model bug must not silently stop the whole GPU
-          self.errors.append(f"{type(e).__name__}: {type(ex).__name__}: {ex}")
+          msg = f"{type(e).__name__}: {type(ex).__name__}: {ex}"
+          if msg not in self.errors: self.errors.append(msg)   # one that recurs every pass is listed once
           if self.deterministic: raise
     if self._mode1_pending and (self.clock.now() >= self._mode1_at):
       self._mode1_pending = False
