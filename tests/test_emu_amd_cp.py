@@ -687,3 +687,26 @@ def test_unmap_queues_stops_the_waves_of_the_queue_it_unmaps(arch, P):
     kiq.submit(pkt3(P["PACKET3_UNMAP_QUEUES"], [0, 16 << 2, 0, 0, 0]))
     assert _until(lambda: not cq.active, 5) and not run.is_alive() and cq.running == [] and not d.board.errors
   finally: d.close()
+
+
+def test_a_dispatch_with_scratch_waits_for_one_in_flight(d, P, monkeypatch):
+  """The compute units hand each dispatch its scratch slots from the first; the hardware shares the ring's slots out
+  across dispatches. So a second dispatch with SCRATCH_EN launches only once the one in flight ended (a schedule the
+  hardware can take: waves without a free slot wait), while one without scratch launches beside it."""
+  import rawgpu.drivers.emu.shader as cus
+  launched, release = [], []
+  def waves(mem, regs, **kw):
+    launched.append(bool(cus.decode_regs(regs).scratch_en))
+    while not release: yield
+    return cus.DispatchResult(True, None, None, 0)
+  monkeypatch.setattr(cus, "dispatch_slices", waves)
+  rsrc2 = lambda **f: pkt3(P["PACKET3_SET_SH_REG"], [d.addr("gc", "regCOMPUTE_PGM_RSRC2") - P["PACKET3_SET_SH_REG_START"],
+                                                     d.tables["gc"]["regCOMPUTE_PGM_RSRC2"].encode(**f)])
+  go = pkt3(P["PACKET3_DISPATCH_DIRECT"], [1, 1, 1, 1])
+  q = ComputeRing(d)
+  q.submit(rsrc2(SCRATCH_EN=1) + go + rsrc2(SCRATCH_EN=0) + go + rsrc2(SCRATCH_EN=1) + go)
+  for _ in range(40): d.board.step()
+  assert launched == [True, False]                 # the second scratch dispatch waits for the first
+  release.append(1)
+  for _ in range(40): d.board.step()
+  assert launched == [True, False, True] and d.board.gfx.queues[(1, 0, 0)].hung is None

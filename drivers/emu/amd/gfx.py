@@ -34,6 +34,7 @@ class WaveRun:
   counts the queue's dispatches: an end-of-pipe event waits for those launched before it."""
   def __init__(self, slices, seq: int = 0):
     self.slices, self.result, self.seq = slices, None, seq
+    self.scratch = False   # its waves hold scratch slots
 
   def advance(self) -> bool:
     """Run the next slice; True when every wave has ended."""
@@ -163,9 +164,16 @@ class ComputeQueue:
                         shader_engines=self.board.asic.num_se, sh_mem_bases=g.vm_banks.get(self.vmid, {}).get(g.a_sh_mem_bases, 0))
     try: launch_grid(regs)
     except NotModelled as e: raise pm4.BadPacket(f"dispatch refused: {e}") from None
+    # the compute units hand each dispatch its scratch slots from the first; the hardware shares the ring's slots out
+    # across dispatches, so a dispatch with private memory waits for one in flight to end (waves that find no free
+    # slot wait on the hardware too: a schedule it can take)
+    scratch = shader.decode_regs(regs).scratch_en
+    if scratch and any(r.scratch for r in self.running): return False
     self.dispatches += 1
     slice_s = None if self.board.deterministic else self.board.wave_slice
-    self.running.append(WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s), self.dispatches))
+    run = WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s), self.dispatches)
+    run.scratch = scratch
+    self.running.append(run)
     return True
 
   def at_end_of_pipe(self, action: Callable[[], None]) -> None:
