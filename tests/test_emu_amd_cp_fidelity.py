@@ -260,3 +260,52 @@ def test_field_values_the_model_lacks_stop_the_queue_and_say_so(d, P, what, body
   q.run()
   assert f"{what}" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x326100) == 0
   assert len(d.board.unmodelled) == 1 and what in d.board.unmodelled[0]
+
+
+# ---- COND_EXEC (radv_emit_cond_exec, amdgpu's init_cond_exec: skip `count` dwords when the dword at addr is 0)
+def cond_exec(q, P, off: int, count: int, third: int = 0) -> list[int]:
+  a = q.mc(off)
+  return pkt3(P["PACKET3_COND_EXEC"], [a & 0xffffffff, a >> 32, third, count])
+
+
+@pytest.mark.parametrize("cond,want", [(0, [0, 2]), (1, [1, 2])])
+def test_cond_exec_skips_the_next_dwords_when_its_dword_is_zero(d, P, cond, want):
+  """As radv's MEC predication uses it: COND_EXEC over a 5-dword WRITE_DATA; the packet after always runs."""
+  q = ComputeRing(d)
+  d.vram.write32(0x594000, cond)
+  q.submit(cond_exec(q, P, 0x594000, 5) + write(q, P, 0x593000, 1) + write(q, P, 0x593004, 2))
+  q.run()
+  assert hung(d) is None and [d.vram.read32(0x593000 + 4 * i) for i in range(2)] == want
+
+
+def test_cond_exec_in_an_ib_and_past_its_end(d, P):
+  """Inside an IB the skip stays in the IB; one that would run past the IB's end is not modelled (the queue stops)."""
+  q = ComputeRing(d)
+  inner = cond_exec(q, P, 0x594000, 5) + write(q, P, 0x593000, 1) + write(q, P, 0x593004, 2)
+  put(d, 0x590000, inner)
+  q.submit(ib(q, P, 0x590000, len(inner)) + write(q, P, 0x593008, 3))
+  q.run()
+  assert hung(d) is None and [d.vram.read32(0x593000 + 4 * i) for i in range(3)] == [0, 2, 3]
+  last = cond_exec(q, P, 0x594000, 5)                      # the IB ends right after it
+  put(d, 0x591000, last)
+  q.submit(ib(q, P, 0x591000, len(last)) + write(q, P, 0x59300c, 4))
+  q.run()
+  assert "COND_EXEC" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x59300c) == 0
+
+
+def test_cond_exec_forms_not_public_stop_the_queue(d, P):
+  q = ComputeRing(d)
+  q.submit(cond_exec(q, P, 0x594000, 5, third=1) + write(q, P, 0x593000, 1))
+  q.run()
+  assert "third dword" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x593000) == 0
+
+
+def test_cond_exec_in_the_ring_skips_dwords_written_later(d, P):
+  """The dwords to skip need not be written yet: the CP skips what is there and the rest as the host writes it."""
+  q = ComputeRing(d)
+  skipped = write(q, P, 0x593000, 1)
+  q.submit(cond_exec(q, P, 0x594000, 5) + skipped[:2])
+  q.run()
+  q.submit(skipped[2:] + write(q, P, 0x593004, 2))
+  q.run()
+  assert hung(d) is None and [d.vram.read32(0x593000 + 4 * i) for i in range(2)] == [0, 2]

@@ -77,6 +77,7 @@ class ComputeQueue:
     self._streams = 0                                       # IBs entered (each is a stream of its own)
     self.rptr_due = False                     # packets were consumed since the read pointer was last reported
     self.draining = False                     # a DRAIN_PIPE dequeue waits for the running dispatch's waves
+    self.skip: tuple[int, int] | None = None  # COND_EXEC: (dwords still to skip, the stream they are in)
 
   # ---- HQD state
   def g(self, name: str) -> int: return self.bank.get(self.gfx.hqd_addr[name], 0)
@@ -85,7 +86,7 @@ class ComputeQueue:
   def activate(self) -> None:
     # a (re)started queue begins afresh: a dispatch of its previous life no longer completes into it
     self.active, self.hung, self.ib, self.wait_armed = True, None, [], False
-    self.running, self.eop, self._geometry, self.rptr_due, self.draining = [], [], None, False, False
+    self.running, self.eop, self._geometry, self.rptr_due, self.draining, self.skip = [], [], None, False, False, None
     self.ahead.clear()
     self.rptr = self.g("regCP_HQD_PQ_RPTR")
     self.wptr = self.g("regCP_HQD_PQ_WPTR_LO") | (self.g("regCP_HQD_PQ_WPTR_HI") << 32)
@@ -210,6 +211,18 @@ class ComputeQueue:
     if a is not None and "opcode" in why: self.board.regs.vals[a] = self.board.regs.vals.get(a, 0) | self.gfx.opcode_err_stat
 
   # ---- fetch/execute
+  def skip_next(self, n: int) -> None:
+    """Skip the n dwords after the packet now executing (COND_EXEC), in the stream it is in."""
+    if n: self.skip = (n, self.ib[-1][3] if self.ib else 0)
+
+  def _skip(self, avail: int, ib: bool) -> None:
+    n, stream = self.skip
+    if stream != (self.ib[-1][3] if ib else 0) or ib and n > avail:
+      raise pm4.BadPacket("a COND_EXEC that skips past the end of its indirect buffer is not modelled")
+    k = min(n, avail)   # in the ring: what is written so far, the rest once the host writes it
+    self._advance(ib, k)
+    self.skip = (n - k, stream) if n > k else None
+
   def _stream(self) -> tuple[int, int, int, bool]:
     """(address of next dword, dwords available, vmid, in IB)"""
     while self.ib:
@@ -276,10 +289,15 @@ class ComputeQueue:
 
   def _parse(self) -> bool:
     """Read and execute the next packet; False when there is none yet or it waits."""
+    if self.skip is not None and self.ib and self.ib[-1][0] >= self.ib[-1][1]:   # the IB ended with dwords still to skip
+      raise pm4.BadPacket("a COND_EXEC that skips past the end of its indirect buffer is not modelled")
     addr, avail, vmid, ib = self._stream()
     if avail <= 0:
       self._report_rptr()
       return False
+    if self.skip is not None:
+      self._skip(avail, ib)
+      return True
     stream, pos = (self.ib[-1][3], addr >> 2) if ib else (0, self.rptr)
     words = self.ahead.get(stream, pos, min(avail, PREFETCH_DW), avail, lambda n: self._read_dw(addr, n, vmid, ib))
     hdr = words[0]

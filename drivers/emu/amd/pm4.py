@@ -155,6 +155,18 @@ def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
 CS_PARTIAL_FLUSH = 7   # VGT_EVENT_TYPE (Mesa's sid.h V_028A90_CS_PARTIAL_FLUSH): wait until the dispatched waves ended
 
 
+def cond_exec(q: "ComputeQueue", body: list[int]) -> bool:
+  """If the dword at the address is 0, the CP skips the `count` dwords after the packet (radv_emit_cond_exec: "If the
+  API predication VA == 0, skip next command"; amdgpu's rings: "discard following DWs if *cond_exec_gpu_addr==0").
+  Both send 0 in the third dword, whose meaning is not public."""
+  _exact(body, 4, "COND_EXEC")                              # PKT3(COND_EXEC, 3) from gfx7 on
+  if body[2]: raise BadPacket(f"COND_EXEC with {body[2]:#x} in its third dword is not modelled")
+  addr = (body[1] << 32) | body[0]
+  if addr & 3: raise BadPacket(f"COND_EXEC on the unaligned address {addr:#x} is not modelled")
+  if q.mem_read32(addr) == 0: q.skip_next(body[3])
+  return True
+
+
 def event_write(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 1, "EVENT_WRITE")
   # EVENT_TYPE [5:0]: a CS_PARTIAL_FLUSH holds the CP until the dispatches before it ended; the cache events do
@@ -260,7 +272,7 @@ PUBLIC_OPCODES = _public_opcodes()
 
 
 def not_modelled(op: int) -> str | None:
-  """Why a packet the handlers lack stops the queue: a publicly named one (COND_EXEC, ATOMIC_MEM, ...) may well be
+  """Why a packet the handlers lack stops the queue: a publicly named one (ATOMIC_MEM, COND_WRITE, ...) may well be
   valid on the MEC, so the model says it does not know it and posts no BAD_OPCODE; an opcode no header names gets
   the hardware's bad-opcode error (None)."""
   name = PUBLIC_OPCODES.get(op)
@@ -271,7 +283,7 @@ HANDLERS: dict[int, Callable[["ComputeQueue", list[int]], bool]] = {
   NOP: nop, CLEAR_STATE: nop, CONTEXT_CONTROL: nop, PFP_SYNC_ME: nop, SET_Q_PREEMPTION_MODE: nop, SET_BASE: set_base,
   SET_SH_REG: set_sh_reg, SET_SH_REG_INDEX: set_sh_reg, SET_UCONFIG_REG: set_uconfig_reg, SET_CONFIG_REG: set_config_reg,
   DISPATCH_DIRECT: dispatch_direct, P.PACKET3_DISPATCH_INDIRECT: dispatch_indirect, WRITE_DATA: write_data, WAIT_REG_MEM: wait_reg_mem, INDIRECT_BUFFER: indirect_buffer,
-  COPY_DATA: copy_data, EVENT_WRITE: event_write, ACQUIRE_MEM: acquire_mem, RELEASE_MEM: release_mem, DMA_DATA: dma_data,
+  COPY_DATA: copy_data, P.PACKET3_COND_EXEC: cond_exec, EVENT_WRITE: event_write, ACQUIRE_MEM: acquire_mem, RELEASE_MEM: release_mem, DMA_DATA: dma_data,
   INVALIDATE_TLBS: invalidate_tlbs, SET_RESOURCES: set_resources, MAP_QUEUES: map_queues, UNMAP_QUEUES: unmap_queues,
   QUERY_STATUS: query_status,
 }
