@@ -145,23 +145,23 @@ def test_ring_wraps(d, P):
 
 
 def test_a_public_opcode_the_model_lacks_halts_without_a_bad_opcode_error(d, P, caplog):
-  """ATOMIC_MEM is a packet nvd.h names (the MEC may well run it): the model, which does not, stops the queue saying
+  """COND_WRITE is a packet nvd.h names (the MEC may well run it): the model, which does not, stops the queue saying
   so, and posts no CP_BAD_OPCODE interrupt nor sets OPCODE_ERROR_INT_STATUS, which would claim the hardware refuses it."""
   from rawgpu.drivers.emu.amd import pm4
-  assert P["PACKET3_ATOMIC_MEM"] not in pm4.HANDLERS
+  assert P["PACKET3_COND_WRITE"] not in pm4.HANDLERS
   ring, wb = setup_ih(d)
   q = ComputeRing(d)
   d.wr("gc", "regCP_ME1_PIPE0_INT_CNTL", OPCODE_ERROR_INT_ENABLE=1)
-  q.submit(pkt3(P["PACKET3_ATOMIC_MEM"], [0] * 8))
+  q.submit(pkt3(P["PACKET3_COND_WRITE"], [0] * 8))
   q.run()
   hung = d.board.gfx.queues[(1, 0, 0)].hung or ""
-  assert "PACKET3_ATOMIC_MEM (0x1e) is not modelled" in hung and "opcode error" not in hung
+  assert "PACKET3_COND_WRITE (0x45) is not modelled" in hung and "opcode error" not in hung
   assert struct.unpack_from("<8I", d.vram.mem, ring)[0] == 0 and q.hqd("regCP_HQD_PQ_RPTR") == 0
   st = d.rd("gc", "regCP_ME1_PIPE0_INT_STATUS")
   assert d.f("gc", "regCP_ME1_PIPE0_INT_STATUS", st, "OPCODE_ERROR_INT_STATUS") == 0
   # the driver sees only a queue that stopped: the emulator says why on its logger
-  assert d.board.unmodelled == ["compute queue me1 pipe 0 queue 0: PACKET3_ATOMIC_MEM (0x1e) is not modelled"]
-  assert any(r.name == "rawgpu.emu" and "ATOMIC_MEM" in r.getMessage() for r in caplog.records)
+  assert d.board.unmodelled == ["compute queue me1 pipe 0 queue 0: PACKET3_COND_WRITE (0x45) is not modelled"]
+  assert any(r.name == "rawgpu.emu" and "COND_WRITE" in r.getMessage() for r in caplog.records)
 
 
 def test_unknown_opcode_halts_queue(d, P):

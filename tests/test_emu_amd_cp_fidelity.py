@@ -309,3 +309,41 @@ def test_cond_exec_in_the_ring_skips_dwords_written_later(d, P):
   q.submit(skipped[2:] + write(q, P, 0x593004, 2))
   q.run()
   assert hung(d) is None and [d.vram.read32(0x593000 + 4 * i) for i in range(2)] == [0, 2]
+
+
+# ---- ATOMIC_MEM (Mesa's sid.h: ATOMIC_OP [6:0], ATOMIC_COMMAND [9:8]; radv's perf-counter lock loops on CMPSWAP_32)
+def atomic(q, P, off: int, op: int, cmd: int, data: int, cmp: int = 0) -> list[int]:
+  a = q.mc(off)
+  return pkt3(P["PACKET3_ATOMIC_MEM"], [op | (cmd << 8), a & 0xffffffff, a >> 32, data & 0xffffffff, data >> 32, cmp & 0xffffffff, cmp >> 32, 10])
+
+
+def test_atomic_mem_ops(d, P):
+  """SUB_RTN_32 (16), SUB_64 (112), XOR_64 (119), and CMPSWAP_32 (72) that does not swap when the compare fails."""
+  q = ComputeRing(d)
+  d.vram.writebytes(0x595000, struct.pack("<IIQQI", 10, 0, 1 << 40, 0xff00, 7))
+  q.submit(atomic(q, P, 0x595000, 16, 0, 3) + atomic(q, P, 0x595008, 112, 3, 5) + atomic(q, P, 0x595010, 119, 2, 0x0ff0)
+           + atomic(q, P, 0x595018, 72, 0, 9, cmp=6) + write(q, P, 0x59501c, 1))
+  q.run()
+  assert hung(d) is None
+  assert struct.unpack("<IIQQII", d.vram.readbytes(0x595000, 32)) == (7, 0, (1 << 40) - 5, 0xf0f0, 7, 1)
+
+
+def test_atomic_mem_loop_waits_until_the_swap_happens(d, P):
+  """CMPSWAP_32 with COMMAND LOOP (radv's lock: 0 -> 1) holds the queue while the dword is not the compare value."""
+  q = ComputeRing(d)
+  d.vram.write32(0x595100, 1)                              # held
+  q.submit(atomic(q, P, 0x595100, 72, 1, 1, cmp=0) + write(q, P, 0x595104, 5))
+  q.run()
+  assert d.vram.read32(0x595104) == 0 and hung(d) is None
+  d.vram.write32(0x595100, 0)                              # released
+  d.board.run_until_idle()
+  assert d.vram.read32(0x595100) == 1 and d.vram.read32(0x595104) == 5
+
+
+@pytest.mark.parametrize("op,cmd", [(72, 3), (112, 1), (5, 0)])
+def test_atomic_mem_forms_not_public_stop_the_queue(d, P, op, cmd):
+  """An _RTN op without a returning command, LOOP on an op that cannot fail, an opcode sid.h does not name."""
+  q = ComputeRing(d)
+  q.submit(atomic(q, P, 0x595200, op, cmd, 1) + write(q, P, 0x595204, 1))
+  q.run()
+  assert "ATOMIC_MEM" in (hung(d) or "") and "not modelled" in hung(d) and d.vram.read32(0x595204) == 0

@@ -167,6 +167,34 @@ def cond_exec(q: "ComputeQueue", body: list[int]) -> bool:
   return True
 
 
+# ATOMIC_MEM (Mesa's sid.h): ATOMIC_OP [6:0], ATOMIC_COMMAND [9:8]; the TC opcodes sid.h names, as (bits, operation)
+ATOMIC_OPS = {16: (32, "sub"), 48: (64, "sub"), 72: (32, "cmpswap"), 112: (64, "sub"), 119: (64, "xor")}
+ATOMIC_RTN = {16, 48, 72}                                    # the _RTN opcodes (SEND_RTN and LOOP take only these)
+ATOMIC_SEND_RTN, ATOMIC_LOOP, ATOMIC_WR_CONFIRM, ATOMIC_SEND_NO_RTN = 0, 1, 2, 3
+
+
+def atomic_mem(q: "ComputeQueue", body: list[int]) -> bool:
+  """An atomic on memory (radv's perf-counter lock: CMPSWAP_32 with COMMAND LOOP, which tries again until the dword
+  equals the compare value). Body: control, address, data, compare data (64 bits each), loop interval. The returned
+  value of an _RTN op goes nowhere a packet names; the loop interval is not timed here (one try per step)."""
+  _exact(body, 8, "ATOMIC_MEM")
+  ctl, addr = body[0], (body[2] << 32) | body[1]
+  op, cmd = ctl & 0x7f, (ctl >> 8) & 3
+  if ctl & ~0x37f or op not in ATOMIC_OPS or (cmd in (ATOMIC_SEND_RTN, ATOMIC_LOOP)) != (op in ATOMIC_RTN) or cmd == ATOMIC_LOOP and op != 72:
+    raise BadPacket(f"ATOMIC_MEM with control {ctl:#x} (op {op}, command {cmd}) is not modelled")
+  bits, what = ATOMIC_OPS[op]
+  if addr % (bits // 8): raise BadPacket(f"ATOMIC_MEM on the unaligned address {addr:#x} is not modelled")
+  data, cmp = body[3] | (body[4] << 32), body[5] | (body[6] << 32)
+  read, write = (q.mem_read32, q.mem_write32) if bits == 32 else (q.mem_read64, q.mem_write64)
+  mask = (1 << bits) - 1
+  old = read(addr)
+  if what == "sub": write(addr, (old - data) & mask)
+  elif what == "xor": write(addr, (old ^ data) & mask)
+  elif old == cmp & mask: write(addr, data & mask)
+  elif cmd == ATOMIC_LOOP: return False                       # the swap did not happen: try again
+  return True
+
+
 def event_write(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 1, "EVENT_WRITE")
   # EVENT_TYPE [5:0]: a CS_PARTIAL_FLUSH holds the CP until the dispatches before it ended; the cache events do
@@ -272,7 +300,7 @@ PUBLIC_OPCODES = _public_opcodes()
 
 
 def not_modelled(op: int) -> str | None:
-  """Why a packet the handlers lack stops the queue: a publicly named one (ATOMIC_MEM, COND_WRITE, ...) may well be
+  """Why a packet the handlers lack stops the queue: a publicly named one (COND_WRITE, WAIT_REG_MEM64, ...) may well be
   valid on the MEC, so the model says it does not know it and posts no BAD_OPCODE; an opcode no header names gets
   the hardware's bad-opcode error (None)."""
   name = PUBLIC_OPCODES.get(op)
@@ -283,7 +311,7 @@ HANDLERS: dict[int, Callable[["ComputeQueue", list[int]], bool]] = {
   NOP: nop, CLEAR_STATE: nop, CONTEXT_CONTROL: nop, PFP_SYNC_ME: nop, SET_Q_PREEMPTION_MODE: nop, SET_BASE: set_base,
   SET_SH_REG: set_sh_reg, SET_SH_REG_INDEX: set_sh_reg, SET_UCONFIG_REG: set_uconfig_reg, SET_CONFIG_REG: set_config_reg,
   DISPATCH_DIRECT: dispatch_direct, P.PACKET3_DISPATCH_INDIRECT: dispatch_indirect, WRITE_DATA: write_data, WAIT_REG_MEM: wait_reg_mem, INDIRECT_BUFFER: indirect_buffer,
-  COPY_DATA: copy_data, P.PACKET3_COND_EXEC: cond_exec, EVENT_WRITE: event_write, ACQUIRE_MEM: acquire_mem, RELEASE_MEM: release_mem, DMA_DATA: dma_data,
+  COPY_DATA: copy_data, P.PACKET3_COND_EXEC: cond_exec, P.PACKET3_ATOMIC_MEM: atomic_mem, EVENT_WRITE: event_write, ACQUIRE_MEM: acquire_mem, RELEASE_MEM: release_mem, DMA_DATA: dma_data,
   INVALIDATE_TLBS: invalidate_tlbs, SET_RESOURCES: set_resources, MAP_QUEUES: map_queues, UNMAP_QUEUES: unmap_queues,
   QUERY_STATUS: query_status,
 }
