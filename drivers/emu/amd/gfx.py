@@ -32,9 +32,8 @@ PREFETCH_DW = 32       # dwords the CP hands the packet parser at once (a packet
 class WaveRun:
   """A dispatch's waves in flight, run a slice at a time as the CP's TCP client; `result` once they ended. `seq`
   counts the queue's dispatches: an end-of-pipe event waits for those launched before it."""
-  def __init__(self, slices, seq: int = 0):
-    self.slices, self.result, self.seq = slices, None, seq
-    self.scratch = False   # its waves hold scratch slots
+  def __init__(self, slices, seq: int = 0, scratch: bool = False):
+    self.slices, self.result, self.seq, self.scratch = slices, None, seq, scratch   # scratch: its waves hold scratch slots
 
   def advance(self) -> bool:
     """Run the next slice; True when every wave has ended."""
@@ -172,9 +171,7 @@ class ComputeQueue:
     if scratch and any(r.scratch for r in self.running): return False
     self.dispatches += 1
     slice_s = None if self.board.deterministic else self.board.wave_slice
-    run = WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s), self.dispatches)
-    run.scratch = scratch
-    self.running.append(run)
+    self.running.append(WaveRun(shader.dispatch_slices(VMMemory(self.hub(), self.vmid), regs, slice_s=slice_s), self.dispatches, scratch))
     return True
 
   def at_end_of_pipe(self, action: Callable[[], None]) -> None:
@@ -211,13 +208,16 @@ class ComputeQueue:
     if a is not None and "opcode" in why: self.board.regs.vals[a] = self.board.regs.vals.get(a, 0) | self.gfx.opcode_err_stat
 
   # ---- fetch/execute
+  def _stream_id(self) -> int: return self.ib[-1][3] if self.ib else 0   # the IB being read (0: the ring)
+
   def skip_next(self, n: int) -> None:
     """Skip the n dwords after the packet now executing (COND_EXEC), in the stream it is in."""
-    if n: self.skip = (n, self.ib[-1][3] if self.ib else 0)
+    if n: self.skip = (n, self._stream_id())
 
   def _skip(self, avail: int, ib: bool) -> None:
     n, stream = self.skip
-    if stream != (self.ib[-1][3] if ib else 0) or ib and n > avail:
+    # another stream: the IB ended (and was left) with dwords still to skip
+    if stream != self._stream_id() or ib and n > avail:
       raise pm4.BadPacket("a COND_EXEC that skips past the end of its indirect buffer is not modelled")
     k = min(n, avail)   # in the ring: what is written so far, the rest once the host writes it
     self._advance(ib, k)
@@ -289,8 +289,6 @@ class ComputeQueue:
 
   def _parse(self) -> bool:
     """Read and execute the next packet; False when there is none yet or it waits."""
-    if self.skip is not None and self.ib and self.ib[-1][0] >= self.ib[-1][1]:   # the IB ended with dwords still to skip
-      raise pm4.BadPacket("a COND_EXEC that skips past the end of its indirect buffer is not modelled")
     addr, avail, vmid, ib = self._stream()
     if avail <= 0:
       self._report_rptr()
@@ -298,7 +296,7 @@ class ComputeQueue:
     if self.skip is not None:
       self._skip(avail, ib)
       return True
-    stream, pos = (self.ib[-1][3], addr >> 2) if ib else (0, self.rptr)
+    stream, pos = self._stream_id(), (addr >> 2 if ib else self.rptr)
     words = self.ahead.get(stream, pos, min(avail, PREFETCH_DW), avail, lambda n: self._read_dw(addr, n, vmid, ib))
     hdr = words[0]
     typ = hdr >> 30

@@ -4,6 +4,7 @@ Each handler gets the queue and the packet body; it returns False to retry the s
 yet satisfied), True when done. An unknown opcode or a malformed body is raised as BadPacket; the queue then halts.
 """
 from __future__ import annotations
+import functools
 from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.gfx import ComputeQueue
 
@@ -152,9 +153,6 @@ def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
   return True
 
 
-CS_PARTIAL_FLUSH = 7   # VGT_EVENT_TYPE (Mesa's sid.h V_028A90_CS_PARTIAL_FLUSH): wait until the dispatched waves ended
-
-
 def cond_exec(q: "ComputeQueue", body: list[int]) -> bool:
   """If the dword at the address is 0, the CP skips the `count` dwords after the packet (radv_emit_cond_exec: "If the
   API predication VA == 0, skip next command"; amdgpu's rings: "discard following DWs if *cond_exec_gpu_addr==0").
@@ -170,7 +168,7 @@ def cond_exec(q: "ComputeQueue", body: list[int]) -> bool:
 # ATOMIC_MEM (Mesa's sid.h): ATOMIC_OP [6:0], ATOMIC_COMMAND [9:8]; the TC opcodes sid.h names, as (bits, operation)
 ATOMIC_OPS = {16: (32, "sub"), 48: (64, "sub"), 72: (32, "cmpswap"), 112: (64, "sub"), 119: (64, "xor")}
 ATOMIC_RTN = {16, 48, 72}                                    # the _RTN opcodes (SEND_RTN and LOOP take only these)
-ATOMIC_SEND_RTN, ATOMIC_LOOP, ATOMIC_WR_CONFIRM, ATOMIC_SEND_NO_RTN = 0, 1, 2, 3
+ATOMIC_SEND_RTN, ATOMIC_LOOP = 0, 1                         # ATOMIC_COMMAND; 2 WR_CONFIRM and 3 SEND_NO_RTN for the others
 
 
 def atomic_mem(q: "ComputeQueue", body: list[int]) -> bool:
@@ -193,6 +191,9 @@ def atomic_mem(q: "ComputeQueue", body: list[int]) -> bool:
   elif old == cmp & mask: write(addr, data & mask)
   elif cmd == ATOMIC_LOOP: return False                       # the swap did not happen: try again
   return True
+
+
+CS_PARTIAL_FLUSH = 7   # VGT_EVENT_TYPE (Mesa's sid.h V_028A90_CS_PARTIAL_FLUSH): wait until the dispatched waves ended
 
 
 def event_write(q: "ComputeQueue", body: list[int]) -> bool:
@@ -286,6 +287,7 @@ def query_status(q: "ComputeQueue", body: list[int]) -> bool:
   return True
 
 
+@functools.cache   # asked only when a packet has no handler: nothing at import time
 def _public_opcodes() -> dict[int, str]:
   """Opcodes the kernel's nvd.h and soc15d.h name (their PACKET3_* opcode values below 0x100)."""
   from rawgpu.autogen.amd import pm4_soc15
@@ -296,14 +298,11 @@ def _public_opcodes() -> dict[int, str]:
   return out
 
 
-PUBLIC_OPCODES = _public_opcodes()
-
-
 def not_modelled(op: int) -> str | None:
   """Why a packet the handlers lack stops the queue: a publicly named one (COND_WRITE, WAIT_REG_MEM64, ...) may well be
   valid on the MEC, so the model says it does not know it and posts no BAD_OPCODE; an opcode no header names gets
   the hardware's bad-opcode error (None)."""
-  name = PUBLIC_OPCODES.get(op)
+  name = _public_opcodes().get(op)
   return f"{name} (0x{op:02x}) is not modelled" if name else None
 
 

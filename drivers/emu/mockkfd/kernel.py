@@ -219,7 +219,7 @@ class Kernel:
   def gpu_by_id(self, gpu_id: int) -> GPU | None: return next((g for g in self.gpus if g.gpu_id == gpu_id), None)
 
   def translate(self, g: GPU, va: int) -> int | None:
-    """Where the page tables of the (first) process with a VM on g's board send va (None: unmapped or no process)."""
+    """Where the page tables of the (first) process with a VM on node g send va (None: unmapped or no process)."""
     return next((p.translate(g, va) for p in self.processes if g in p.vms), None)
 
 
@@ -416,9 +416,9 @@ class Process:
   def _map(self, bo: BO, g: GPU) -> None:
     """The BO in g's page tables at its VA. Another GPU (kfd_mem_attach on a peer-accessible device) reaches VRAM
     through the owner's BAR0 as system pages, so only a large-BAR owner's VRAM is peer accessible (as amdgpu has it),
-    and host pages at their bus addresses. Each node has
-    page tables of its own: a sibling XCC partition of the same board reaches the BO only once it is mapped there
-    too (its own VRAM, at the same address). A BO mapped on g already stays as it is."""
+    and host pages at their bus addresses. Each node has page tables of its own: a sibling XCC partition of the same
+    board reaches the BO only once it is mapped there too (its own VRAM, at the same address). A BO mapped on g
+    already stays as it is."""
     d, dom, own = g.dev, bo.domain, g is bo.gpu
     if dom not in (K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR) and not own:
       raise fail(errno.EINVAL, "doorbell and MMIO-remap BOs cannot be mapped on another GPU")
