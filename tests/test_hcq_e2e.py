@@ -497,6 +497,19 @@ def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   assert done.numpy(np.uint32)[0] == 8
 
 
+def test_a_waiting_launch_gives_up_after_its_timeout(dev):
+  from rawgpu.errors import DeviceTimeout
+  flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  t0 = time.monotonic()
+  with pytest.raises(DeviceTimeout, match="timeline.*stuck"):
+    prog(dev, "spin")(flag, 7, done, global_size=1, local_size=32, timing=True, timeout_ms=300)
+  assert time.monotonic() - t0 < 5   # not the 10 s default
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  dev.synchronize()
+  assert done.numpy(np.uint32)[0] == 8
+
+
 def test_closing_a_device_whose_kernel_never_ends_resets_its_waves(spare_dev):
   """A drain (DEQUEUE_REQ DRAIN_PIPE) waits for the queue's waves, and a wave that spins forever never ends: the
   HQD stays active. Closing the device takes its queue off with the waves reset (RESET_WAVES, as

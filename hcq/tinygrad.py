@@ -1,0 +1,118 @@
+"""rawgpu as a tinygrad device: tinygrad's tensors computed through rawgpu's queues, on any device rawgpu opens (the
+emulated GPU included). tinygrad renders and compiles each kernel (its LLVM renderer, LLVM in-process); rawgpu loads
+and launches it.
+
+    from rawgpu.hcq import tinygrad as rg
+    rg.register("MOCKPCI+AMD")                 # tinygrad's device "RAWGPU" is this rawgpu device
+    from tinygrad import Tensor
+    (Tensor([1.0, 2.0], device="RAWGPU") * 3).numpy()
+
+register(spec, spec2, ...) makes RAWGPU:1, RAWGPU:2, ... the other specs (several boards: MOCKPCI:1+AMD, ...);
+register(..., name="RG1201") gives them another tinygrad name, so devices of several kinds can be open at once. A
+spec may also be an open rawgpu.hcq.Device, which tinygrad then shares with its owner (and leaves open at exit).
+Written against tinygrad 0.14.0 (`pip install 'rawgpu[tinygrad]'`); another version is refused with the reason.
+
+tinygrad's LLVM backend emits relocatable objects; rawgpu loads linked code objects only (ET_DYN, as ROCr does), so
+each kernel is linked with ld.lld (LLVM 19's, or $RAWGPU_LLD) before it is loaded.
+"""
+from __future__ import annotations
+import os, shutil, subprocess, sys, tempfile, types
+from rawgpu.errors import RawGPUError
+
+TINYGRAD_VERSION = "0.14.0"   # the tinygrad whose device interface this module implements
+_ET_REL = 1
+
+
+def _tinygrad():
+  try: import tinygrad
+  except ImportError as e: raise RawGPUError(f"tinygrad is not installed: pip install tinygrad=={TINYGRAD_VERSION}") from e
+  from importlib.metadata import version
+  if (v := version("tinygrad")) != TINYGRAD_VERSION:
+    raise RawGPUError(f"tinygrad {v} is installed; rawgpu.hcq.tinygrad implements tinygrad {TINYGRAD_VERSION}'s device "
+                      f"interface (Compiled, Allocator, Program), which changes between versions: pip install tinygrad=={TINYGRAD_VERSION}")
+  return tinygrad
+
+
+def lld() -> str:
+  """The linker used for tinygrad's relocatable objects: $RAWGPU_LLD, else ld.lld-19 or ld.lld on PATH."""
+  if (path := os.environ.get("RAWGPU_LLD")): return path
+  for name in ("ld.lld-19", "ld.lld"):
+    if (path := shutil.which(name)): return path
+  raise RawGPUError("tinygrad's kernels need linking and no ld.lld was found: install lld-19 (Debian: apt install lld-19) or set RAWGPU_LLD")
+
+
+def link(obj: bytes, name: str) -> bytes:
+  """A relocatable AMDGPU object linked into a code object (ld.lld -shared); a linked one is returned as it is."""
+  if len(obj) < 18 or obj[:4] != b"\x7fELF" or int.from_bytes(obj[16:18], "little") != _ET_REL: return obj
+  with tempfile.TemporaryDirectory(prefix="rawgpu-tinygrad-") as d:
+    src, dst = os.path.join(d, "kernel.o"), os.path.join(d, "kernel.so")
+    with open(src, "wb") as f: f.write(obj)
+    try: r = subprocess.run([linker := lld(), "-shared", "-o", dst, src], capture_output=True, text=True)
+    except OSError as e: raise RawGPUError(f"linking tinygrad kernel {name}: cannot run {linker}: {e}") from e
+    if r.returncode != 0: raise RawGPUError(f"linking tinygrad kernel {name} failed: {r.stderr.strip() or r.stdout.strip()}")
+    with open(dst, "rb") as f: return f.read()
+
+
+def register(*specs, name: str = "RAWGPU") -> str:
+  """Make tinygrad's device `name` (and name:1, name:2, ...) the rawgpu devices `specs`, DEV strings or open Devices
+  (default: rawgpu's default device); returns the name. A DEV string opens when tinygrad first uses it. A name
+  tinygrad has opened already keeps its devices (tinygrad caches them): register another name instead."""
+  _tinygrad()
+  if not name.isalnum() or not name.isupper() or not name[0].isalpha():
+    raise RawGPUError(f"tinygrad device name {name!r}: use capital letters and digits, starting with a letter (e.g. RAWGPU)")
+  module = f"tinygrad.runtime.ops_{name.lower()}"
+  cls = type(f"{name.capitalize()}Device", (_device_class(),), {"SPECS": tuple(specs) or (None,)})
+  mod = types.ModuleType(module, f"tinygrad device {name}: rawgpu devices {', '.join(map(str, cls.SPECS))}")
+  setattr(mod, cls.__name__, cls)
+  sys.modules[module] = mod
+  return name
+
+
+_CLASS = None
+
+def _device_class():
+  """The tinygrad classes, built once tinygrad is imported (so importing this module needs no tinygrad)."""
+  global _CLASS
+  if _CLASS is not None: return _CLASS
+  from tinygrad.device import BufferSpec, Compiled, LRUAllocator
+  from tinygrad.renderer.llvmir import AMDLLVMRenderer
+
+  class Allocator(LRUAllocator):
+    def _alloc(self, size: int, options: BufferSpec):
+      if options.external_ptr is not None: raise RawGPUError(f"{self.dev.device}: buffers at external pointers are not supported")
+      return self.dev.rg.alloc(size, host=options.host, uncached=options.uncached, cpu_access=options.cpu_access)
+    def _free(self, opaque, options: BufferSpec) -> None: opaque.free()   # waits for queued work that uses it
+    def _copyin(self, dest, src: memoryview) -> None: dest.copyin(src)
+    def _copyout(self, dest: memoryview, src) -> None: src.copyout(dest)
+    def _offset(self, buf, size: int, offset: int): return buf.view(offset, size)
+
+  class Program:
+    def __init__(self, dev, obj):
+      self.dev, self.name = dev, obj.name
+      self.prg = dev.rg.program(link(obj.lib, obj.name), obj.name)
+
+    def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait: bool = False, timeout: int | None = None):
+      """tinygrad's launch: buffers, then the integer values; with wait, the GPU seconds it took."""
+      kw = {} if timeout is None else {"timeout_ms": timeout}
+      return self.prg(*bufs, *vals, global_size=tuple(global_size), local_size=tuple(local_size), timing=wait, **kw)
+
+  class RawgpuDevice(Compiled):
+    SPECS: tuple = (None,)
+    def __init__(self, device: str):
+      from rawgpu.hcq.device import Device
+      idx = int(device.split(":")[1]) if ":" in device else 0
+      if idx >= len(self.SPECS):
+        raise RawGPUError(f"tinygrad device {device}: {device.split(':')[0]} has {len(self.SPECS)} rawgpu device(s) "
+                          f"({', '.join(map(str, self.SPECS))}); give register() more specs")
+      spec = self.SPECS[idx]
+      self.owned = not isinstance(spec, Device)   # a Device given to register() stays its owner's
+      self.rg = Device(spec) if self.owned else spec
+      super().__init__(device, Allocator(self, supports_transfer=False), [AMDLLVMRenderer], Program, arch=self.rg.props.arch)
+    def synchronize(self, timeout: int | None = None) -> None:
+      if timeout is None: self.rg.synchronize()
+      else: self.rg.synchronize(timeout_ms=timeout)
+    def finalize(self) -> None:
+      if self.owned and not self.rg.closed: self.rg.close()
+
+  _CLASS = RawgpuDevice
+  return _CLASS

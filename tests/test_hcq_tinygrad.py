@@ -1,0 +1,178 @@
+"""rawgpu as tinygrad's runtime (rawgpu.hcq.tinygrad) on the emulated boards: tinygrad renders and compiles the
+kernels (its LLVM backend), rawgpu links, loads and launches them. Results are checked against numpy, and against
+tinygrad's own PYTHON device (its uop interpreter) where numpy has no equal (its random numbers, a training run)."""
+import ctypes.util
+import os
+import shutil
+import numpy as np
+import pytest
+from rawgpu.errors import RawGPUError
+
+from conftest import open_hcq_target
+
+tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14.0 is not installed (the test extra installs it: pip install -e '.[test]')")
+if not any(ctypes.util.find_library(n) for n in ("LLVM", "LLVM-19", "LLVM-20", "LLVM-18")):
+  pytest.skip("tinygrad's LLVM backend needs libLLVM (Debian: llvm-19-dev; .ci/run installs it)", allow_module_level=True)
+if not (shutil.which("ld.lld-19") or shutil.which("ld.lld")): pytest.skip("ld.lld is not installed (Debian: lld-19)", allow_module_level=True)
+
+from tinygrad import Context, Tensor, TinyJit, dtypes, nn   # noqa: E402
+from rawgpu.hcq import tinygrad as rg                      # noqa: E402
+
+TARGETS = ["MOCKPCI+AMD::gfx1100", "MOCKPCI+AMD::gfx1201", "MOCKKFD+AMD::gfx942"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_env_leak():
+  """tinygrad sets DEV in the environment when it picks a default device itself; rawgpu reads DEV too."""
+  before = os.environ.get("DEV")
+  yield
+  if before is None: os.environ.pop("DEV", None)
+  else: os.environ["DEV"] = before
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def tg(request):
+  """tinygrad's name for the open rawgpu device of this target; tests run inside Context(DEV=name)."""
+  for dev in open_hcq_target(request.param):
+    name = rg.register(dev, name="RG" + request.param.split("::")[1].upper())
+    with Context(DEV=name, CACHELEVEL=0):   # CACHELEVEL=0: every kernel compiled here, none from tinygrad's disk cache
+      yield name
+
+
+RNG = np.random.default_rng(0)
+A, B = RNG.standard_normal((7, 33)).astype(np.float32), RNG.standard_normal((7, 33)).astype(np.float32)
+P = np.abs(A) + 0.5
+IA, IB = RNG.integers(-1000, 1000, 64).astype(np.int32), RNG.integers(1, 50, 64).astype(np.int32)
+H1, H2 = RNG.standard_normal((32, 32)).astype(np.float16), RNG.standard_normal((32, 32)).astype(np.float16)
+Q, K, V = (RNG.standard_normal((2, 16, 32)).astype(np.float32) for _ in range(3))
+
+
+def _attention(q, k, v):
+  s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+  s = np.exp(s - s.max(-1, keepdims=True))
+  return (s / s.sum(-1, keepdims=True)) @ v
+
+
+OPS = {   # name: (tinygrad, numpy)
+  "add": (lambda: Tensor(A) + Tensor(B), lambda: A + B),
+  "div": (lambda: Tensor(A) / Tensor(P), lambda: A / P),
+  "exp_log_sqrt": (lambda: Tensor(A).exp() + Tensor(P).log() * Tensor(P).sqrt(), lambda: np.exp(A) + np.log(P) * np.sqrt(P)),
+  "sin_tanh_sigmoid": (lambda: Tensor(A).sin() + Tensor(A).tanh() - Tensor(A).sigmoid(), lambda: np.sin(A) + np.tanh(A) - 1 / (1 + np.exp(-A))),
+  "pow": (lambda: Tensor(P) ** 1.7, lambda: P ** 1.7),
+  "where_floor": (lambda: (Tensor(A) > 0).where(Tensor(A * 3).floor(), Tensor(B)), lambda: np.where(A > 0, np.floor(A * 3), B)),
+  "int_arith": (lambda: Tensor(IA) * 3 + Tensor(IA) // Tensor(IB) - Tensor(IA) % Tensor(IB), lambda: IA * 3 + IA // IB - IA % IB),
+  "int_bits": (lambda: (Tensor(IA) & 0x3f) | (Tensor(IA) ^ Tensor(IB)), lambda: (IA & 0x3f) | (IA ^ IB)),
+  "half": (lambda: (Tensor(A).half() * Tensor(B).half()).float(), lambda: (A.astype(np.float16) * B.astype(np.float16)).astype(np.float32)),
+  "uint8_cast": (lambda: Tensor(IA).cast(dtypes.uint8).cast(dtypes.int32), lambda: IA.astype(np.uint8).astype(np.int32)),
+  "sum_max_mean": (lambda: Tensor(A).sum(axis=1) + Tensor(A).max(axis=1) + Tensor(A).mean(axis=1), lambda: A.sum(1) + A.max(1) + A.mean(1)),
+  "argmax": (lambda: Tensor(A).argmax(axis=1), lambda: A.argmax(1)),
+  "cumsum": (lambda: Tensor(A).cumsum(axis=1), lambda: A.cumsum(1)),
+  "large_sum": (lambda: (Tensor(np.arange(100_000, dtype=np.float32)) * 2).sum(), lambda: np.float32(99_999 * 100_000)),
+  "matmul_odd": (lambda: Tensor(A) @ Tensor(B.T.copy()), lambda: A @ B.T),
+  "matmul_batched": (lambda: Tensor(A[:4, :32].reshape(4, 4, 8)) @ Tensor(B[:4, :32].reshape(4, 8, 4)),
+                     lambda: A[:4, :32].reshape(4, 4, 8) @ B[:4, :32].reshape(4, 8, 4)),
+  "matmul_half": (lambda: Tensor(H1).matmul(Tensor(H2), dtype=dtypes.float), lambda: H1.astype(np.float32) @ H2.astype(np.float32)),
+  "log_softmax": (lambda: Tensor(A).log_softmax(axis=1), lambda: A - A.max(1, keepdims=True) - np.log(np.exp(A - A.max(1, keepdims=True)).sum(1, keepdims=True))),
+  "gather": (lambda: Tensor(A)[Tensor(np.array([3, 0, 6], dtype=np.int32))], lambda: A[[3, 0, 6]]),
+  "attention": (lambda: Tensor(Q).scaled_dot_product_attention(Tensor(K), Tensor(V)), lambda: _attention(Q, K, V)),
+}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_tensor_ops_match_numpy(tg, op):
+  run, ref = OPS[op]
+  got, want = run().numpy(), ref()
+  assert got.shape == np.shape(want)
+  np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_jit_replays_with_new_inputs(tg):
+  @TinyJit
+  def f(u, v): return (u * v + 1).realize()
+  for i in range(5):   # the first calls capture, the rest replay the captured kernels on the new buffers
+    np.testing.assert_allclose(f(Tensor(A + i), Tensor(B)).numpy(), (A + i) * B + 1, rtol=1e-6, atol=1e-6)   # atol: the kernel fuses to one fma
+
+
+def _on_python_device(fn):
+  """fn's result computed by tinygrad's PYTHON device (its interpreter of the same kernels' uops)."""
+  with Context(DEV="PYTHON"): return fn()
+
+
+def test_random_numbers_match_tinygrad_python_device(tg):
+  """tinygrad's threefry generator is integer math on the device: the same bits as its interpreter gives."""
+  def draw():
+    Tensor.manual_seed(42)
+    return Tensor.rand(300).numpy()
+  assert np.array_equal(draw(), _on_python_device(draw))
+
+
+def _train(steps: int = 3):
+  """A small CNN's SGD steps under TinyJit: the losses and the trained weights."""
+  rng = np.random.default_rng(1)
+  class Net:
+    def __init__(self): self.c1, self.l1 = nn.Conv2d(1, 4, 3), nn.Linear(4 * 6 * 6, 10)
+    def __call__(self, x): return self.l1(self.c1(x).relu().max_pool2d(2).flatten(1))
+  Tensor.manual_seed(0)
+  net = Net()
+  opt = nn.optim.SGD(nn.state.get_parameters(net), lr=0.1)
+  X, Y = Tensor(rng.standard_normal((8, 1, 14, 14)).astype(np.float32)), Tensor(rng.integers(0, 10, 8).astype(np.int32))
+  @TinyJit
+  def step():
+    with Context(TRAINING=1):
+      opt.zero_grad()
+      loss = net(X).sparse_categorical_crossentropy(Y)
+      loss.backward()
+      opt.step()
+      return loss.realize()
+  return [step().item() for _ in range(steps)], net.c1.weight.numpy(), net.l1.weight.numpy()
+
+
+_REFERENCE: list = []
+
+def test_training_matches_tinygrad_python_device(tg):
+  if not _REFERENCE: _REFERENCE.append(_on_python_device(_train))
+  losses, conv, lin = _train()
+  want_losses, want_conv, want_lin = _REFERENCE[0]
+  assert losses[-1] < losses[0]   # it learns
+  np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+  np.testing.assert_allclose(conv, want_conv, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(lin, want_lin, rtol=1e-4, atol=1e-6)
+
+
+def test_a_device_index_past_the_registered_ones_is_a_clear_error(tg):
+  with pytest.raises(RawGPUError, match=r"has 1 rawgpu device\(s\).*give register\(\) more specs"):
+    (Tensor(A, device=f"{tg}:1") + 1).numpy()
+
+
+# ---- errors without a device
+
+def test_another_tinygrad_version_is_refused_with_the_reason(monkeypatch):
+  import importlib.metadata
+  monkeypatch.setattr(importlib.metadata, "version", lambda pkg: "0.13.0")
+  with pytest.raises(RawGPUError, match=r"tinygrad 0\.13\.0 is installed.*pip install tinygrad==0\.14\.0"):
+    rg.register("MOCKPCI+AMD", name="RGOLD")
+
+
+@pytest.mark.parametrize("name", ["rawgpu", "RG-1", "1RG", ""])
+def test_a_bad_device_name_is_refused(name):
+  with pytest.raises(RawGPUError, match="capital letters and digits"): rg.register("MOCKPCI+AMD", name=name)
+
+
+def test_a_kernel_that_does_not_link_is_a_clear_error():
+  bad = b"\x7fELF\x02\x01\x01" + bytes(9) + (1).to_bytes(2, "little") + bytes(46)   # ET_REL, nothing valid after
+  with pytest.raises(RawGPUError, match="linking tinygrad kernel E_1 failed"): rg.link(bad, "E_1")
+
+
+def test_a_missing_linker_is_a_clear_error(monkeypatch):
+  monkeypatch.setenv("RAWGPU_LLD", "/nonexistent/ld.lld")
+  rel = b"\x7fELF\x02\x01\x01" + bytes(9) + (1).to_bytes(2, "little") + bytes(46)
+  with pytest.raises(RawGPUError, match="cannot run /nonexistent/ld.lld"): rg.link(rel, "E_1")
+  monkeypatch.delenv("RAWGPU_LLD")
+  monkeypatch.setenv("PATH", "/nonexistent")
+  with pytest.raises(RawGPUError, match="no ld.lld was found.*lld-19"): rg.link(rel, "E_1")
+
+
+def test_a_linked_code_object_is_loaded_as_it_is():
+  from rawgpu import kernels
+  code = kernels.path("gfx1100", "fill").read_bytes()
+  assert rg.link(code, "fill") is code
