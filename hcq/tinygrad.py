@@ -1,6 +1,6 @@
 """rawgpu as a tinygrad device: tinygrad's tensors computed through rawgpu's queues, on any device rawgpu opens (the
 emulated GPU included). tinygrad renders and compiles each kernel (its LLVM renderer, LLVM in-process); rawgpu loads
-and launches it.
+and launches it, and replays TinyJit's batches of kernels as rawgpu Graphs.
 
     from rawgpu.hcq import tinygrad as rg
     rg.register("MOCKPCI+AMD")                 # tinygrad's device "RAWGPU" is this rawgpu device
@@ -75,7 +75,10 @@ def _device_class():
   global _CLASS
   if _CLASS is not None: return _CLASS
   from tinygrad.device import BufferSpec, Compiled, LRUAllocator
+  from tinygrad.engine.jit import GraphRunner
   from tinygrad.renderer.llvmir import AMDLLVMRenderer
+  from tinygrad.uop.ops import Ops
+  from rawgpu.hcq.graph import Graph
 
   class Allocator(LRUAllocator):
     def _alloc(self, size: int, options: BufferSpec):
@@ -96,6 +99,32 @@ def _device_class():
       kw = {} if timeout is None else {"timeout_ms": timeout}
       return self.prg(*bufs, *vals, global_size=tuple(global_size), local_size=tuple(local_size), timing=wait, **kw)
 
+  class RawgpuGraph(GraphRunner):
+    """A batch of TinyJit's kernels as one rawgpu Graph: recorded once, replayed with the jit's new input buffers and
+    variables by patching (one indirect buffer per replay)."""
+    @staticmethod
+    def supports_uop(batch_devs, new_call) -> bool:   # kernels of one device whose grid does not change between calls
+      p = new_call.src[0]
+      return GraphRunner.supports_uop(batch_devs, new_call) and all(isinstance(d, int) for d in (*p.arg.global_size, *(p.arg.local_size or ())))
+
+    def __init__(self, linear, input_uops=()):
+      super().__init__(linear, input_uops)
+      self.dev = self.runtimes[0].dev.rg   # supports_uop let in one device's programs only
+      self.graph = Graph(self.dev)
+      for j, ((_, ast, bufs, device_vars), runtime) in enumerate(zip(self.calls, self.runtimes)):
+        assert ast.op is Ops.PROGRAM and runtime is not None
+        args = [b._buf for b in bufs] + list(ast.arg.vals({v: 0 for v in self.vars} | device_vars))
+        for pos, iidx in self.uop_replace[j]: args[pos] = self.graph.input(f"in{iidx}")
+        for i, vidx in self.var_vals_replace.get(j, ()): args[len(bufs) + i] = self.graph.input(f"var:{self.vars[vidx]}")
+        g, l = ast.arg.launch_dims({})
+        self.graph.exec(runtime.prg, *args, global_size=tuple(g), local_size=tuple(l or (1, 1, 1)))
+      self.inputs = sorted({iidx for r in self.uop_replace for _, iidx in r})
+
+    def __call__(self, input_uops, var_vals, wait=False):
+      ticket = self.graph.replay(**{f"in{i}": input_uops[i].buffer._buf for i in self.inputs}, **{f"var:{v}": var_vals[v] for v in self.vars})
+      if wait: self.dev.wait_timeline(ticket)
+      return None   # the replay's GPU time is not measured
+
   class RawgpuDevice(Compiled):
     SPECS: tuple = (None,)
     def __init__(self, device: str):
@@ -107,7 +136,7 @@ def _device_class():
       spec = self.SPECS[idx]
       self.owned = not isinstance(spec, Device)   # a Device given to register() stays its owner's
       self.rg = Device(spec) if self.owned else spec
-      super().__init__(device, Allocator(self, supports_transfer=False), [AMDLLVMRenderer], Program, arch=self.rg.props.arch)
+      super().__init__(device, Allocator(self, supports_transfer=False), [AMDLLVMRenderer], Program, graph=RawgpuGraph, arch=self.rg.props.arch)
     def synchronize(self, timeout: int | None = None) -> None:
       if timeout is None: self.rg.synchronize()
       else: self.rg.synchronize(timeout_ms=timeout)

@@ -93,6 +93,26 @@ def test_jit_replays_with_new_inputs(tg):
     np.testing.assert_allclose(f(Tensor(A + i), Tensor(B)).numpy(), (A + i) * B + 1, rtol=1e-6, atol=1e-6)   # atol: the kernel fuses to one fma
 
 
+def test_jit_batches_replay_as_rawgpu_graphs(tg, monkeypatch):
+  """TinyJit's batch of kernels becomes one rawgpu Graph; each call patches the new input buffers and the bound
+  variable into it and replays it."""
+  from tinygrad import Variable
+  from rawgpu.hcq.graph import Graph
+  replays = []
+  real = Graph.replay
+  monkeypatch.setattr(Graph, "replay", lambda self, **inputs: replays.append(sorted(inputs)) or real(self, **inputs))
+  @TinyJit
+  def f(u, v, n):
+    x = (u * v + n).contiguous()
+    y = (x.exp() * 2).contiguous()
+    return (y.sum(axis=1) + x.max(axis=1)).realize()
+  for i in range(5):
+    x = (A + i) * B + i
+    got = f(Tensor(A + i), Tensor(B), Variable("n", 0, 10).bind(i)).numpy()
+    np.testing.assert_allclose(got, (np.exp(x) * 2).sum(1) + x.max(1), rtol=1e-4)
+  assert len(replays) == 4 and replays[0] == ["in0", "in1", "var:n"]   # the capture's own run and three calls after it
+
+
 def _on_python_device(fn):
   """fn's result computed by tinygrad's PYTHON device (its interpreter of the same kernels' uops)."""
   with Context(DEV="PYTHON"): return fn()
