@@ -2,13 +2,17 @@
 kernels (its LLVM backend), rawgpu links, loads and launches them. Results are checked against numpy, and against
 tinygrad's own PYTHON device (its uop interpreter) where numpy has no equal (its random numbers, a training run)."""
 import ctypes.util
+import json
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 import numpy as np
 import pytest
 from rawgpu.errors import RawGPUError
 
-from conftest import open_hcq_target
+from conftest import need_firmware, open_hcq_target
 
 tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14.0 is not installed (the test extra installs it: pip install -e '.[test]')")
 if not any(ctypes.util.find_library(n) for n in ("LLVM", "LLVM-19", "LLVM-20", "LLVM-18")):
@@ -162,6 +166,39 @@ def test_training_matches_tinygrad_python_device(tg):
 def test_a_device_index_past_the_registered_ones_is_a_clear_error(tg):
   with pytest.raises(RawGPUError, match=r"has 1 rawgpu device\(s\).*give register\(\) more specs"):
     (Tensor(A, device=f"{tg}:1") + 1).numpy()
+
+
+# ---- tinygrad's own tests
+
+TINYGRAD_TESTS = Path(os.environ.get("RAWGPU_CACHE", Path.home() / ".cache" / "rawgpu")) / f"tinygrad-{rg.TINYGRAD_VERSION}" / "test"
+_RUN_TINY = """
+import json, sys, unittest
+from rawgpu.hcq import tinygrad as rg
+rg.register(sys.argv[1])
+res = unittest.TestResult()
+unittest.defaultTestLoader.loadTestsFromName("test_tiny").run(res)
+print(json.dumps({"run": res.testsRun, "failed": [(str(t), tb[-3000:]) for t, tb in res.failures + res.errors],
+                  "skipped": [(str(t), why) for t, why in res.skipped]}))
+"""
+
+
+@pytest.mark.parametrize("spec", TARGETS)
+def test_tinygrads_device_smoke_test_passes(spec):
+  """tinygrad's test/test_tiny.py (its self-contained checks of a device: copies, elementwise, gemm and hgemm, random
+  numbers, TinyJit, BEAM search, symbolic shapes, an MNIST model forward and backward) with rawgpu as the default
+  device, in a process of its own (tinygrad takes its default device from DEV)."""
+  if not (TINYGRAD_TESTS / "test_tiny.py").is_file(): pytest.skip(f"tinygrad's tests are not fetched into {TINYGRAD_TESTS}: run .ci/fetch-tinygrad-tests")
+  need_firmware()
+  env = {**os.environ, "DEV": "RAWGPU", "PYTHONPATH": str(TINYGRAD_TESTS)}
+  if spec.endswith("gfx942"): env["RAWGPU_AM_IN_PROGRESS"] = "1"
+  if not shutil.which(env.get("CC", "clang")):   # tinygrad folds some constants on its CPU device, which compiles C
+    if not shutil.which("clang-19"): pytest.skip("tinygrad's CPU device needs a C compiler: clang or clang-19")
+    env["CC"] = "clang-19"
+  r = subprocess.run([sys.executable, "-c", _RUN_TINY, spec], cwd=TINYGRAD_TESTS, env=env, capture_output=True, text=True, timeout=900)
+  assert r.returncode == 0 and r.stdout.strip(), r.stderr[-3000:]
+  res = json.loads(r.stdout.strip().splitlines()[-1])
+  assert res["failed"] == [], "\n\n".join(f"{t}:\n{tb}" for t, tb in res["failed"])
+  assert res["run"] >= 20 and all("only supported on CL" in why for _, why in res["skipped"]), res["skipped"]
 
 
 # ---- errors without a device
