@@ -16,7 +16,7 @@ tinygrad's LLVM backend emits relocatable objects; rawgpu loads linked code obje
 each kernel is linked with ld.lld (LLVM 19's, or $RAWGPU_LLD) before it is loaded.
 """
 from __future__ import annotations
-import os, shutil, subprocess, sys, tempfile, types
+import os, shutil, subprocess, sys, tempfile, types, warnings
 from rawgpu.errors import RawGPUError
 
 TINYGRAD_VERSION = "0.14.0"   # the tinygrad whose device interface this module implements
@@ -69,6 +69,7 @@ def register(*specs, name: str = "RAWGPU") -> str:
 
 
 _CLASS = None
+_HOST_COPIES: set = set()   # (source, destination) tinygrad devices already warned that their copies go through the host
 
 def _device_class():
   """The tinygrad classes, built once tinygrad is imported (so importing this module needs no tinygrad)."""
@@ -88,6 +89,20 @@ def _device_class():
     def _copyin(self, dest, src: memoryview) -> None: dest.copyin(src)
     def _copyout(self, dest: memoryview, src) -> None: src.copyout(dest)
     def _offset(self, buf, size: int, offset: int): return buf.view(offset, size)
+    def _transfer(self, dest, src, sz: int, src_dev, dest_dev) -> None:
+      """Between two rawgpu devices: the destination maps the source (peer VRAM or host pages) and copies it on its
+      copy engine; where the two cannot map each other (another interface, a small BAR), through the host."""
+      d = dest_dev.rg
+      try: d.map(src)
+      except RawGPUError as e:
+        if (src_dev.device, dest_dev.device) not in _HOST_COPIES:
+          _HOST_COPIES.add((src_dev.device, dest_dev.device))
+          warnings.warn(f"tinygrad copies from {src_dev.device} to {dest_dev.device} go through the host: {e}", RuntimeWarning, stacklevel=2)
+        tmp = memoryview(bytearray(sz))
+        src.view(0, sz).copyout(tmp)
+        dest.view(0, sz).copyin(tmp)
+        return
+      d.transfer(dest, src, sz)
 
   class Program:
     def __init__(self, dev, obj):
@@ -136,7 +151,7 @@ def _device_class():
       spec = self.SPECS[idx]
       self.owned = not isinstance(spec, Device)   # a Device given to register() stays its owner's
       self.rg = Device(spec) if self.owned else spec
-      super().__init__(device, Allocator(self, supports_transfer=False), [AMDLLVMRenderer], Program, graph=RawgpuGraph, arch=self.rg.props.arch)
+      super().__init__(device, Allocator(self), [AMDLLVMRenderer], Program, graph=RawgpuGraph, arch=self.rg.props.arch)
     def synchronize(self, timeout: int | None = None) -> None:
       if timeout is None: self.rg.synchronize()
       else: self.rg.synchronize(timeout_ms=timeout)

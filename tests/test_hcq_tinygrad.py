@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from rawgpu.errors import RawGPUError
 
-from conftest import need_firmware, open_hcq_target
+from conftest import need_firmware, open_hcq_pair, open_hcq_target
 
 tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14.0 is not installed (the test extra installs it: pip install -e '.[test]')")
 if not any(ctypes.util.find_library(n) for n in ("LLVM", "LLVM-19", "LLVM-20", "LLVM-18")):
@@ -26,12 +26,15 @@ TARGETS = ["MOCKPCI+AMD::gfx1100", "MOCKPCI+AMD::gfx1201", "MOCKKFD+AMD::gfx942"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def no_env_leak():
-  """tinygrad sets DEV in the environment when it picks a default device itself; rawgpu reads DEV too."""
-  before = os.environ.get("DEV")
+def environment():
+  """tinygrad sets DEV in the environment when it picks a default device itself, and rawgpu reads DEV too: restored
+  after. tinygrad folds some constants on its CPU device, which compiles C with $CC (default clang)."""
+  mp = pytest.MonkeyPatch()
+  mp.setenv("DEV", os.environ.get("DEV", ""))
+  if not os.environ.get("DEV"): mp.delenv("DEV")
+  if not shutil.which(os.environ.get("CC", "clang")) and shutil.which("clang-19"): mp.setenv("CC", "clang-19")
   yield
-  if before is None: os.environ.pop("DEV", None)
-  else: os.environ["DEV"] = before
+  mp.undo()
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -161,6 +164,43 @@ def test_training_matches_tinygrad_python_device(tg):
   np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
   np.testing.assert_allclose(conv, want_conv, rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(lin, want_lin, rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def tg_pair():
+  """tinygrad's RGPAIR and RGPAIR:1: two emulated boards on one PCI bus."""
+  for a, b in open_hcq_pair("MOCKPCI", "gfx1100", "gfx1100"):
+    with Context(CACHELEVEL=0): yield rg.register(a, b, name="RGPAIR"), (a, b)
+
+
+def test_copies_between_devices_use_the_copy_engine(tg_pair, monkeypatch):
+  """A tensor moved to the other board is copied by that board's copy engine from the source's mapped VRAM; a
+  tensor sharded over both boards computes each half where it lies."""
+  from rawgpu.hcq.device import Device
+  name, (a, b) = tg_pair
+  transfers = []
+  real = Device.transfer
+  monkeypatch.setattr(Device, "transfer", lambda self, dst, src, size=None: transfers.append((self, src.dev)) or real(self, dst, src, size))
+  moved = (Tensor(A, device=name) * 2).to(f"{name}:1")
+  np.testing.assert_allclose((moved + 1).numpy(), A * 2 + 1, rtol=1e-6)
+  assert (b, a) in transfers
+  with Context(DEV=name):
+    a6, b6 = A[:6], B[:6]   # an even split: 3 rows a board
+    s = Tensor(a6).shard((name, f"{name}:1"), axis=0)
+    np.testing.assert_allclose((s * Tensor(b6).shard((name, f"{name}:1"), axis=0)).sum(axis=1).numpy(), (a6 * b6).sum(1), rtol=1e-5, atol=1e-6)
+
+
+def test_copies_between_devices_that_cannot_map_each_other_go_through_the_host_with_a_warning():
+  kfd = open_hcq_target("MOCKKFD+AMD::gfx1100")
+  pci = open_hcq_target("MOCKPCI+AMD::gfx1100")
+  a, b = next(pci), next(kfd)
+  try:
+    name = rg.register(a, b, name="RGMIX")
+    with pytest.warns(RuntimeWarning, match="RGMIX to RGMIX:1 go through the host: .*same interface"):
+      moved = (Tensor(A, device=name) - 1).to(f"{name}:1").realize()
+    np.testing.assert_allclose(moved.numpy(), A - 1, rtol=1e-6)
+  finally:
+    for gen in (pci, kfd): next(gen, None)
 
 
 def test_a_device_index_past_the_registered_ones_is_a_clear_error(tg):
