@@ -104,7 +104,9 @@ class Graph:
     self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
     view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
     self.sync = self.dev.new_signal("graph sync", narrow=True)
-    self.stamps = self.dev.new_signal("graph stamps")   # where the clock goes when no Profiler asks for it
+    # where the clock goes when no Profiler asks for it: the replay's start, and its end (written last, after the
+    # clock of any node timed while profiling, which goes there too)
+    self.stamps = (self.dev.new_signal("graph start"), self.dev.new_signal("graph end"))
     queues = [self._node_queue(k, w) for k, w in self.nodes]
     self.devices = list({id(q.be.dev): q.be.dev for q in [self.cq] + queues}.values())   # the graph's device first
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the chain's signal
@@ -226,10 +228,12 @@ class Graph:
     vals["timeline"] = dev.timeline_gpu(value)
     if (prof := dev._profiler) is not None:
       vals["ts_start"], vals["ts_end"] = prof.timed(f"graph ({len(self.launches)} kernels, {len(self.nodes) - len(self.launches)} other nodes)", "graph", value)
+      self.clock = prof.events[-1][3:]   # (view, index) of the replay's start and end
       for name, kind, at in self.timed: vals[f"{at}:start"], vals[f"{at}:end"] = prof.timed(name, kind, value)
     else:
-      vals["ts_start"] = vals["ts_end"] = self.stamps.timestamp_va
-      for _name, _kind, at in self.timed: vals[f"{at}:start"] = vals[f"{at}:end"] = self.stamps.timestamp_va
+      start, end = self.stamps
+      vals["ts_start"], vals["ts_end"], self.clock = start.timestamp_va, end.timestamp_va, None
+      for _name, _kind, at in self.timed: vals[f"{at}:start"] = vals[f"{at}:end"] = end.timestamp_va
     base, self.replays = self.replays * self.nsync, self.replays + 1
     for k, name in enumerate(self.sync_names, 1): vals[name] = base + k
     for ring, words, writers, written in self.submits:
@@ -238,6 +242,14 @@ class Graph:
       ring.push(words)
     self.last = value
     return value
+
+  def gpu_time(self) -> float:
+    """GPU seconds the last replay took, from its start to the end of its last node (waits for it)."""
+    if self.ka is None or not self.last: raise RawGPUError("the graph was not replayed yet: replay() it first")
+    self.dev.wait_timeline(self.last)
+    if self.clock is None: start, end = (s.timestamp for s in self.stamps)
+    else: view, i = self.clock; start, end = view[i], view[i + 1]
+    return (end - start) / self.dev.backend.timestamp_hz
 
   def _check_alive(self, inputs: dict) -> None:
     """Every buffer the replay would touch is still allocated: those recorded in the graph, the inputs given, and

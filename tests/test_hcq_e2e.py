@@ -162,6 +162,25 @@ def test_graph_replay_with_new_inputs(dev):
   dev.synchronize()  # the refused replays took no timeline ticket
 
 
+def test_graph_replay_reports_its_gpu_time(dev):
+  from rawgpu.hcq.profile import Profiler
+  fill, a = prog(dev, "fill"), dev.alloc(4 * 256)
+  g = Graph(dev)
+  for _ in range(8): g.exec(fill, a, g.input("v"), 256, local_size=256)
+  with pytest.raises(RawGPUError, match="not replayed yet"): g.gpu_time()
+  g.replay(v=1)
+  one = fill(a, 2, 256, local_size=256, timing=True)   # queued after the replay: gpu_time waits for the replay only
+  assert g.gpu_time() > one > 0                         # eight such kernels, one after the other
+  prof = Profiler(dev)
+  try:
+    g.replay(v=3)
+    t = g.gpu_time()
+    (_, _, _, view, i), = prof.events
+    assert t == (view[i + 1] - view[i]) / dev.backend.timestamp_hz > 0   # the profiler's graph event, the same clock
+  finally: prof.close()
+  assert np.all(a.numpy(np.uint32) == 3)
+
+
 def test_graph_replay_refuses_buffers_freed_since_it_was_recorded(dev):
   """A buffer recorded in the graph, or an input kept from the last replay (or given again), that was freed since is
   a clear error before anything is queued: the GPU would write memory that may be someone else's by then."""

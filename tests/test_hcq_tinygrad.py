@@ -118,6 +118,10 @@ def test_jit_batches_replay_as_rawgpu_graphs(tg, monkeypatch):
     got = f(Tensor(A + i), Tensor(B), Variable("n", 0, 10).bind(i)).numpy()
     np.testing.assert_allclose(got, (np.exp(x) * 2).sum(1) + x.max(1), rtol=1e-4)
   assert len(replays) == 4 and replays[0] == ["in0", "in1", "var:n"]   # the capture's own run and three calls after it
+  from tinygrad.helpers import GlobalCounters
+  GlobalCounters.reset()
+  with Context(DEBUG=2): f(Tensor(A), Tensor(B), Variable("n", 0, 10).bind(1))   # DEBUG=2 waits and reports each call's GPU time
+  assert len(replays) == 5 and GlobalCounters.time_sum_s > 0
 
 
 def _on_python_device(fn):
