@@ -60,6 +60,9 @@ def register(*specs, name: str = "RAWGPU") -> str:
   _tinygrad()
   if not name.isalnum() or not name.isupper() or not name[0].isalpha():
     raise RawGPUError(f"tinygrad device name {name!r}: use capital letters and digits, starting with a letter (e.g. RAWGPU)")
+  from tinygrad.device import Device as TinygradDevices
+  if any(d.split(":")[0] == name for d in TinygradDevices._opened_devices):   # tinygrad caches a device once opened
+    raise RawGPUError(f"tinygrad device {name} is open already and keeps its rawgpu devices; register another name")
   module = f"tinygrad.runtime.ops_{name.lower()}"
   cls = type(f"{name.capitalize()}Device", (_device_class(),), {"SPECS": tuple(specs) or (None,)})
   mod = types.ModuleType(module, f"tinygrad device {name}: rawgpu devices {', '.join(map(str, cls.SPECS))}")
@@ -110,9 +113,10 @@ def _device_class():
       self.prg = dev.rg.program(link(obj.lib, obj.name), obj.name)
 
     def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait: bool = False, timeout: int | None = None):
-      """tinygrad's launch: buffers, then the integer values; with wait, the GPU seconds it took."""
-      kw = {} if timeout is None else {"timeout_ms": timeout}
-      return self.prg(*bufs, *vals, global_size=tuple(global_size), local_size=tuple(local_size), timing=wait, **kw)
+      """tinygrad's launch: buffers, then the integer values; with wait, the GPU seconds it took. tinygrad's timeout
+      (BEAM's early stop: a candidate 3x slower than the best so far) is ignored, as tinygrad's own devices do where
+      they cannot recover from a kernel stopped midway: the kernel runs to its end (a hang is still a DeviceTimeout)."""
+      return self.prg(*bufs, *vals, global_size=tuple(global_size), local_size=tuple(local_size), timing=wait)
 
   class RawgpuGraph(GraphRunner):
     """A batch of TinyJit's kernels as one rawgpu Graph: recorded once, replayed with the jit's new input buffers and
@@ -151,9 +155,7 @@ def _device_class():
       self.owned = not isinstance(spec, Device)   # a Device given to register() stays its owner's
       self.rg = Device(spec) if self.owned else spec
       super().__init__(device, Allocator(self), [AMDLLVMRenderer], Program, graph=RawgpuGraph, arch=self.rg.props.arch)
-    def synchronize(self, timeout: int | None = None) -> None:
-      if timeout is None: self.rg.synchronize()
-      else: self.rg.synchronize(timeout_ms=timeout)
+    def synchronize(self, timeout: int | None = None) -> None: self.rg.synchronize()   # timeout: as in Program.__call__
     def finalize(self) -> None:
       if self.owned and not self.rg.closed: self.rg.close()
 

@@ -195,8 +195,8 @@ def test_copies_between_devices_use_the_copy_engine(tg_pair, monkeypatch):
 
 
 def test_copies_between_devices_that_cannot_map_each_other_go_through_the_host_with_a_warning():
-  kfd = open_hcq_target("MOCKKFD+AMD::gfx1100")
-  pci = open_hcq_target("MOCKPCI+AMD::gfx1100")
+  kfd = open_hcq_target("MOCKKFD+AMD::gfx1201")
+  pci = open_hcq_target("MOCKPCI:2+AMD::gfx1201")   # boards the module's other fixtures do not hold
   a, b = next(pci), next(kfd)
   try:
     name = rg.register(a, b, name="RGMIX")

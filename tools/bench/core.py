@@ -58,7 +58,7 @@ class Bench:
 
 
 BENCHMARKS: dict[str, Bench] = {}
-ORDER = ("launch", "signal", "copy", "emu", "boot", "alloc", "import")
+ORDER = ("launch", "signal", "copy", "emu", "boot", "alloc", "import", "tinygrad")
 
 
 def benchmark(name: str):

@@ -6,7 +6,7 @@ hcq documents it: `prg = dev.program(code, name)`, `prg(*args, global_size=(x, y
 with global_size counting workgroups (tinygrad's convention), `dev.compute_queue().signal(signal, value).submit(dev)`.
 """
 from __future__ import annotations
-import contextlib, subprocess, sys, time
+import contextlib, itertools, subprocess, sys, time
 import numpy as np
 from rawgpu.tools.bench.core import Ctx, Skip, benchmark, samples
 
@@ -397,3 +397,42 @@ def bench_boot(ctx: Ctx) -> None:
     return float(r.stdout.strip().splitlines()[-1])
   ctx.figure("new process", "open", "ms", samples(fresh, 0, ctx.size(1, 5)), where=where)
   ctx.figure("reopen", "open", "ms", samples(reopen, 1, ctx.repeats), where=where)
+
+
+_TINYGRAD_RUNS = itertools.count()
+
+@benchmark("tinygrad")
+def bench_tinygrad(ctx: Ctx) -> None:
+  """rawgpu as tinygrad's runtime (rawgpu.hcq.tinygrad): a small CNN's SGD step under TinyJit, host time per step
+  with the jit's kernels replayed as one rawgpu Graph and launched one by one (tinygrad's JIT=2), and step + wait"""
+  dev = ctx.device()
+  with ctx.needs("tinygrad (pip install 'rawgpu[tinygrad]')"):
+    from rawgpu.hcq import tinygrad as rg
+    name = rg.register(dev, name=f"RGBENCH{next(_TINYGRAD_RUNS)}")   # tinygrad keeps a name's device once opened
+    from tinygrad import Context, Tensor, TinyJit, nn
+  rng = np.random.default_rng(0)
+  for case, jit in (("cnn step, graph", 1), ("cnn step, one launch at a time", 2)):
+    with ctx.case(case, "host time per step", "us", dev=dev), Context(DEV=name, JIT=jit):
+      c1, l1 = nn.Conv2d(1, 4, 3), nn.Linear(4 * 6 * 6, 10)   # 23 kernels a step on tinygrad 0.14.0
+      opt = nn.optim.SGD([c1.weight, c1.bias, l1.weight, l1.bias], lr=0.01)
+      X, Y = Tensor(rng.standard_normal((8, 1, 14, 14)).astype(np.float32)), Tensor(rng.integers(0, 10, 8).astype(np.int32))
+      @TinyJit
+      def step():
+        with Context(TRAINING=1):
+          opt.zero_grad()
+          loss = l1(c1(X).relu().max_pool2d(2).flatten(1)).sparse_categorical_crossentropy(Y)
+          loss.backward()
+          opt.step()
+          return loss
+      with ctx.needs("tinygrad's compiler (its LLVM backend: libLLVM) and ld.lld"):
+        for _ in range(3): step().realize()   # run, capture, first replay
+      def host() -> float:
+        dev.synchronize()
+        t0 = time.perf_counter()
+        step()
+        dt = time.perf_counter() - t0
+        dev.synchronize()
+        return dt
+      def step_and_wait() -> None: step(); dev.synchronize()
+      ctx.figure(case, "host time per step", "us", samples(host, ctx.warmup, ctx.repeats), dev=dev)
+      ctx.figure(case, "step + wait", "ms", samples(step_and_wait, ctx.warmup, ctx.repeats), dev=dev)
