@@ -93,6 +93,22 @@ def test_tensor_ops_match_numpy(tg, op):
   np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 
+def test_half_matmul_runs_on_the_tensor_cores(tg, monkeypatch, tmp_path):
+  """tinygrad's tensor-core kernel (WMMA on RDNA3/4, MFMA on CDNA3, as llvm-objdump reads the code rawgpu loaded)
+  gives numpy's product."""
+  if not shutil.which("llvm-objdump-19"): pytest.skip("llvm-objdump-19 is not installed (Debian: llvm-19)")
+  loaded, real = [], rg.link
+  monkeypatch.setattr(rg, "link", lambda obj, name: loaded.append(code := real(obj, name)) or code)
+  h = RNG.standard_normal((32, 32)).astype(np.float16)
+  got = Tensor(h).matmul(Tensor(h.T.copy()), dtype=dtypes.float).numpy()
+  np.testing.assert_allclose(got, h.astype(np.float32) @ h.T.astype(np.float32), rtol=2e-3, atol=2e-3)
+  text = ""
+  for i, code in enumerate(loaded):
+    (path := tmp_path / f"kernel{i}.so").write_bytes(code)
+    text += subprocess.run(["llvm-objdump-19", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+  assert ("v_mfma_f32_16x16x16" if "GFX942" in tg else "v_wmma_f32_16x16x16_f16") in text
+
+
 def test_jit_replays_with_new_inputs(tg):
   @TinyJit
   def f(u, v): return (u * v + 1).realize()
