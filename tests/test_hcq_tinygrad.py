@@ -223,6 +223,44 @@ def test_copies_between_devices_that_cannot_map_each_other_go_through_the_host_w
     for gen in (pci, kfd): next(gen, None)
 
 
+class _Block:
+  """A pre-norm transformer block: causal attention over 4 heads, a SwiGLU MLP."""
+  def __init__(self, d: int, hidden: int, heads: int = 4):
+    self.n1, self.n2, self.heads = nn.RMSNorm(d), nn.RMSNorm(d), heads
+    self.qkv, self.o = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+    self.w1, self.w2, self.w3 = nn.Linear(d, hidden, bias=False), nn.Linear(hidden, d, bias=False), nn.Linear(d, hidden, bias=False)
+  def __call__(self, x):
+    b, t, d = x.shape
+    q, k, v = self.qkv(self.n1(x)).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+    x = x + self.o(q.scaled_dot_product_attention(k, v, is_causal=True).transpose(1, 2).reshape(b, t, d))
+    return x + self.w2(self.w1(self.n2(x)).silu() * self.w3(self.n2(x)))
+
+
+def test_every_kernel_of_a_transformer_step_matches_tinygrads_cpu_device(tg):
+  """tinygrad's VALIDATE_WITH_CPU: each kernel of a 2-block transformer's initialisation, forward and backward (a few
+  hundred) also runs on tinygrad's CPU device (the same kernel compiled with clang for the host) on copies of its
+  inputs, and its outputs must agree (tinygrad's tolerance, 1e-3)."""
+  if not shutil.which(os.environ.get("CC", "clang")): pytest.skip("tinygrad's CPU device needs a C compiler: clang or clang-19")
+  from tinygrad.helpers import GlobalCounters
+  with Context(VALIDATE_WITH_CPU=1):
+    Tensor.manual_seed(0)
+    emb, blocks, head = nn.Embedding(64, 32), [_Block(32, 64) for _ in range(2)], nn.Linear(32, 64)
+    toks = Tensor([[1, 7, 3, 9, 22, 5, 0, 11]], dtype=dtypes.int32)
+    GlobalCounters.reset()
+    x = emb(toks)
+    for blk in blocks: x = blk(x)
+    logp = head(x).log_softmax(-1)
+    loss = -logp[0, :-1].gather(1, toks[0, 1:].reshape(-1, 1)).mean()
+    loss.backward()
+    grad = head.weight.grad.numpy()
+  assert GlobalCounters.kernel_count > 200 and np.isfinite(loss.item()) and grad.std() > 0
+
+
+def test_a_name_tinygrad_opened_already_is_refused(tg):
+  (Tensor(A, device=tg) + 1).realize()
+  with pytest.raises(RawGPUError, match=f"tinygrad device {tg} is open already.*register another name"): rg.register("MOCKPCI+AMD", name=tg)
+
+
 def test_a_device_index_past_the_registered_ones_is_a_clear_error(tg):
   with pytest.raises(RawGPUError, match=r"has 1 rawgpu device\(s\).*give register\(\) more specs"):
     (Tensor(A, device=f"{tg}:1") + 1).numpy()
