@@ -161,3 +161,21 @@ def _device_class():
 
   _CLASS = RawgpuDevice
   return _CLASS
+
+
+def run_script(dev, script: str, args: list[str]) -> int:
+  """Run a tinygrad program unchanged with rawgpu's device `dev` (an open Device) as tinygrad's default device
+  (RAWGPU): `rawgpu tinygrad script.py`. Returns the script's exit status."""
+  import runpy
+  if not os.path.isfile(script): raise RawGPUError(f"no such script: {script}")
+  register(dev)
+  from tinygrad.helpers import DEV
+  DEV.value = os.environ["DEV"] = "RAWGPU"   # tinygrad's default device, here and in its children (rawgpu read its DEV already)
+  if not shutil.which(os.environ.get("CC", "clang")) and shutil.which("clang-19"):
+    print("rawgpu tinygrad: tinygrad's CPU device compiles C with $CC; there is no clang, so CC=clang-19", file=sys.stderr)
+    os.environ["CC"] = "clang-19"
+  sys.argv = [script, *args]
+  sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+  try: runpy.run_path(script, run_name="__main__")
+  except SystemExit as e: return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+  return 0

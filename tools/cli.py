@@ -1,4 +1,4 @@
-"""The `rawgpu` command: devices, demo, bench, decode."""
+"""The `rawgpu` command: devices, demo, bench, decode, tinygrad."""
 from __future__ import annotations
 import argparse, json, os, sys
 from rawgpu.errors import RawGPUError
@@ -10,6 +10,7 @@ EPILOG = """examples:
   rawgpu demo --dev MOCKPCI+AMD::gfx1201
   rawgpu bench --quick        every benchmark once at a tiny size (see rawgpu bench --help)
   rawgpu decode pm4 ring.bin  PM4 packets of a dump, one per line (also sdma; isa for code objects)
+  rawgpu tinygrad train.py    a tinygrad program, unchanged, on rawgpu's device
 
 exit codes: 0 ok, 1 failure (the message says why), 2 bad usage, 3 not available in this build
 """
@@ -59,6 +60,18 @@ def cmd_demo(args) -> int:
     print(json.dumps(res, indent=2))
     return 0 if res["vadd_ok"] and res["matmul_ok"] else 1
   return demo.report(res)
+
+
+def cmd_tinygrad(args) -> int:
+  from rawgpu.hcq import tinygrad
+  from rawgpu.tools.demo import open_demo_device
+  tinygrad._tinygrad()   # installed, and the version this runtime implements, before a device boots
+  if not os.path.isfile(args.script): raise RawGPUError(f"no such script: {args.script}")
+  dev, emulated = open_demo_device(args.dev)
+  print(f"rawgpu tinygrad: RAWGPU is {dev}{' (emulated GPU, not real hardware)' if emulated else ''}", file=sys.stderr)
+  try: return tinygrad.run_script(dev, args.script, args.args)
+  finally:
+    if not dev.closed: dev.close()
 
 
 def cmd_bench(args) -> int:
@@ -168,6 +181,16 @@ def _parser() -> argparse.ArgumentParser:
   m.add_argument("--size", type=int, help="vector add length (default: 2^14 emulated, 2^22 real)")
   m.add_argument("--json", action="store_true", help="print the results as JSON")
   m.set_defaults(fn=cmd_demo)
+  t = sub.add_parser("tinygrad", help="run a tinygrad program with rawgpu as its default device", formatter_class=fmt,
+                     description="Run a tinygrad (0.14.0) script unchanged with rawgpu's device as tinygrad's default device, "
+                     "RAWGPU (rawgpu.hcq.tinygrad): tinygrad compiles the kernels, rawgpu loads and launches them.",
+                     epilog="examples:\n  rawgpu tinygrad train.py --epochs 1\n  rawgpu tinygrad --dev MOCKPCI+AMD::gfx1201 model.py\n\n"
+                     "needs: tinygrad 0.14.0 (pip install 'rawgpu[tinygrad]'), libLLVM for its compiler (Debian: llvm-19-dev), "
+                     "ld.lld (lld-19).\nexit codes: the script's; 1 if rawgpu fails (the message says why)")
+  t.add_argument("--dev", help="device to use (DEV grammar, e.g. PCI+AMD, MOCKPCI+AMD::gfx1201); default: first real GPU, else emulated")
+  t.add_argument("script", help="the tinygrad program (a .py file)")
+  t.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+  t.set_defaults(fn=cmd_tinygrad)
   b = sub.add_parser("bench", help="measure launches, signals, copies, the emulator, boot, alloc, import", epilog=BENCH_EPILOG, formatter_class=fmt,
                      description="Run the benchmarks and print a table (and with --json FILE, one JSON record per figure).")
   b.add_argument("--dev", metavar="DEV", help="the device to measure (DEV grammar, e.g. MOCKPCI+AMD; default: $DEV)")
