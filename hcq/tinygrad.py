@@ -56,7 +56,7 @@ def link(obj: bytes, name: str) -> bytes:
 def register(*specs, name: str = "RAWGPU") -> str:
   """Make tinygrad's device `name` (and name:1, name:2, ...) the rawgpu devices `specs`, DEV strings or open Devices
   (default: rawgpu's default device); returns the name. A DEV string opens when tinygrad first uses it. A name
-  tinygrad has opened already keeps its devices (tinygrad caches them): register another name instead."""
+  tinygrad has opened already is refused: tinygrad keeps a device once opened, so register another name."""
   _tinygrad()
   if not name.isalnum() or not name.isupper() or not name[0].isalpha():
     raise RawGPUError(f"tinygrad device name {name!r}: use capital letters and digits, starting with a letter (e.g. RAWGPU)")
@@ -165,9 +165,8 @@ def _device_class():
 
 def run_script(dev, script: str, args: list[str]) -> int:
   """Run a tinygrad program unchanged with rawgpu's device `dev` (an open Device) as tinygrad's default device
-  (RAWGPU): `rawgpu tinygrad script.py`. Returns the script's exit status."""
+  (RAWGPU): `rawgpu tinygrad script.py`, which has checked the script exists. Returns the script's exit status."""
   import runpy
-  if not os.path.isfile(script): raise RawGPUError(f"no such script: {script}")
   register(dev)
   from tinygrad.helpers import DEV
   DEV.value = os.environ["DEV"] = "RAWGPU"   # tinygrad's default device, here and in its children (rawgpu read its DEV already)
