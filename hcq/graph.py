@@ -11,6 +11,8 @@ another device) the next queue waits on a graph-private signal the previous one 
     g.wait(peer_signal, g.input("go"))     # waits and signals (on this or a mapped peer's signal) run on the compute
     g.signal(done_signal, g.input("n"))    # queue in recorded order; their values may be inputs (ints at replay)
 
+    g.exec(prg, x, out, n, global_size=(g.input("blocks"), 1, 1), local_size=256)   # grid sizes may be inputs too
+
 Several devices: a launch runs on its program's device, a copy or wait/signal on `on=` (default: the graph's
 device); buffers a device touches must be mapped there (Device.map). The graph's kernel arguments and its signal live
 on the graph's device and are mapped into the others. replay() returns the graph device's ticket, which marks the
@@ -50,6 +52,8 @@ class Graph:
                                                  # ("wait" | "signal", (signal, value, device))
     self.copy_sites: dict[str, list[tuple]] = {} # input name -> [(patch slot, offset, copy size, device)] of copies
     self.sites: dict[str, list[tuple]] = {}      # input name -> [(kernarg view, KernelArg, program, offset in the block)]
+    self.dim_inputs: dict[int, tuple] = {}       # launch index -> ({axis: Input} of its grid, of its workgroup)
+    self.dim_sites: dict[str, list[tuple]] = {}  # input name -> [(launch index, 0 grid | 1 workgroup, axis)]
     self.cur: dict[str, object] = {}
     self.ka = None
     self.last = 0                                # timeline value of the last replay
@@ -57,11 +61,18 @@ class Graph:
   def input(self, name: str) -> Input: return Input(name)
 
   def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), dynamic_lds: int = 0) -> "Graph":
+    """A launch of prg over global_size workgroups of local_size work-items; any argument, and any dimension of
+    either size, may be a graph input (an int at replay, checked as a launch checks it)."""
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
-    from rawgpu.hcq.amd.program import launch_dims
     if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
+    (gs, g_in), (ls, l_in) = _dims_and_inputs(global_size), _dims_and_inputs(local_size)
+    g, l = _checked_dims(prg, gs, ls, check_workgroup=not l_in)   # a workgroup with inputs is checked at replay
+    if g_in or l_in:
+      self.dim_inputs[len(self.launches)] = (g_in, l_in)
+      for kind, ins in enumerate((g_in, l_in)):
+        for axis, inp in ins.items(): self.dim_sites.setdefault(inp.name, []).append((len(self.launches), kind, axis))
     self.nodes.append(("exec", len(self.launches)))
-    self.launches.append((prg, args, *launch_dims(global_size, local_size)))
+    self.launches.append((prg, args, g, l))
     return self
 
   def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None, *, on: "Device | None" = None) -> "Graph":
@@ -111,6 +122,7 @@ class Graph:
     self.devices = list({id(q.be.dev): q.be.dev for q in [self.cq] + queues}.values())   # the graph's device first
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the chain's signal
       d.map(self.ka); d.map(self.sync)
+    self.kviews: dict[int, tuple] = {}   # launch index -> (its kernarg view, their address)
     self.nsync, self.value_sites = 0, set()   # value_sites: inputs that are signal values (patch slots "value:<name>")
     # the chain starts and ends on the graph's device (its clock and ticket mark the whole replay)
     cur = queues[0] if queues and queues[0].be.dev is self.dev else self.cq
@@ -142,7 +154,7 @@ class Graph:
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
     self.replays, self.slot_vals, self.others_last = 0, {}, {}
-    self.names = set(self.sites) | set(self.copy_sites) | self.value_sites
+    self.names = set(self.sites) | set(self.copy_sites) | self.value_sites | set(self.dim_sites)
     self.checks = {n: self._input_checks(n) for n in self.names}     # input name -> what a given value must pass
     self.writers = {n: self._input_writers(n) for n in self.names}   # input name -> what a new value changes
     # what each replay submits: a queue's words (its indirect buffer once bound) with its patch slots, which the graph
@@ -170,12 +182,15 @@ class Graph:
       from rawgpu.hcq.amd.queues import fill_dispatch_packet
       (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
       kv, ka_va = view[off:off + size], self.ka.va + off
+      self.kviews[what] = (kv, ka_va)
       prg.check_arg_count(args)
       for a, meta in zip(args, prg.args):
         if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg, off + meta.offset))  # written at replay
         else: prg._pack_one(kv, meta, a, 0)
       prg._pack_hidden(kv, g, l)
       if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
+      g_in, l_in = self.dim_inputs.get(what, ({}, {}))
+      g, l = (tuple(Var(f"dim:{ins[a].name}", 32) if a in ins else n for a, n in enumerate(d)) for d, ins in ((g, g_in), (l, l_in)))
       q.exec(prg, ka_va, g, l, dispatch_id=what)   # a kernel that reads its dispatch id gets its place in the graph
 
   def _switch(self, cur, q):
@@ -204,6 +219,7 @@ class Graph:
     for name, v in inputs.items():  # checked before a ticket is taken: a refused replay leaves no hole in the timeline
       for check in checks[name]: check(v)
     self._check_alive(inputs)
+    new_dims = self._new_dims(inputs) if self.dim_sites and not inputs.keys().isdisjoint(self.dim_sites) else {}
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
       for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signal
@@ -213,6 +229,7 @@ class Graph:
       if cur.get(name) is v: continue
       for write in writers[name]: write(v, value)
       cur[name] = v
+    for i, (g, l) in new_dims.items(): self._relaunch(i, g, l)
     vals, devices = self.slot_vals, self.devices
     if len(devices) > 1:   # the other devices' tickets, each behind its own earlier work
       for d in devices[1:]:
@@ -251,6 +268,32 @@ class Graph:
     else: view, i = self.clock; start, end = view[i], view[i + 1]
     return (end - start) / self.dev.backend.timestamp_hz
 
+  def _new_dims(self, inputs: dict) -> dict[int, tuple]:
+    """The new (grid, workgroup) of each launch whose dimensions these inputs change, checked as a launch is (before
+    anything is written: a refused replay changes nothing)."""
+    out = {}
+    for i in sorted({i for name in inputs.keys() & self.dim_sites.keys() for i, _, _ in self.dim_sites[name]}):
+      prg, _, g, l = self.launches[i]
+      dims = [list(g), list(l)]
+      for kind, ins in enumerate(self.dim_inputs[i]):
+        for axis, inp in ins.items():
+          v = inputs[inp.name] if inp.name in inputs else self.cur[inp.name]
+          if type(v) is not int or v < 1: raise RawGPUError(f"graph input {inp.name!r} is a launch dimension of kernel {prg.name}: give a positive int, not {v!r}")
+          dims[kind][axis] = v
+      try: out[i] = _checked_dims(prg, *dims, check_workgroup=bool(self.dim_inputs[i][1]))
+      except RawGPUError as e: raise RawGPUError(f"graph replay: {e}") from None
+    return out
+
+  def _relaunch(self, i: int, g: tuple, l: tuple) -> None:
+    """Launch i's new dimensions into its kernel arguments (the hidden ones, the dispatch packet); the queue's
+    dimension slots are patched with the others."""
+    from rawgpu.hcq.amd.queues import fill_dispatch_packet
+    prg, args, *_ = self.launches[i]
+    self.launches[i] = (prg, args, g, l)
+    kv, ka_va = self.kviews[i]
+    prg._pack_hidden(kv, g, l)
+    if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
+
   def _check_alive(self, inputs: dict) -> None:
     """Every buffer the replay would touch is still allocated: those recorded in the graph, the inputs given, and
     those kept from the last replay (the GPU would otherwise write memory that may belong to someone else by now)."""
@@ -286,6 +329,9 @@ class Graph:
     if name in self.value_sites:
       def signal_value(v, t): vals[f"value:{name}"] = v
       out.append(signal_value)
+    if name in self.dim_sites:   # the launches' hidden arguments follow in _relaunch
+      def dimension(v, t): vals[f"dim:{name}"] = v
+      out.append(dimension)
     if name not in self.sites: return out
     sites = self.sites[name]
     kv, meta, prg, _ = sites[0]
@@ -310,6 +356,23 @@ class Graph:
         else: prg2._pack_one(kv2, meta2, v, t)
     out.append(each_site)
     return out
+
+
+def _dims_and_inputs(d) -> tuple:
+  """Launch dimensions that may hold graph inputs: (the dimensions with 1 for each input, {axis: Input})."""
+  t = (d,) if isinstance(d, (int, Input)) else tuple(d)
+  ins = {a: x for a, x in enumerate(t) if isinstance(x, Input)}
+  return tuple(1 if isinstance(x, Input) else x for x in t), ins
+
+
+def _checked_dims(prg, g, l, check_workgroup: bool = True) -> tuple:
+  """(grid, workgroup) as three ints each, checked as a launch checks them (the grid fits the dispatch; the workgroup
+  fits the kernel and the device)."""
+  from rawgpu.hcq.amd.elf import check_launch
+  from rawgpu.hcq.amd.program import launch_dims
+  g, l = launch_dims(g, l)
+  if check_workgroup: check_launch(prg.kernel, l, prg.limits)
+  return g, l
 
 
 def _kind(prg, meta) -> tuple:

@@ -81,7 +81,7 @@ def _device_class():
   from tinygrad.device import BufferSpec, Compiled, LRUAllocator
   from tinygrad.engine.jit import GraphRunner
   from tinygrad.renderer.llvmir import AMDLLVMRenderer
-  from tinygrad.uop.ops import Ops
+  from tinygrad.uop.ops import Ops, sym_infer
   from rawgpu.hcq.graph import Graph
 
   class Allocator(LRUAllocator):
@@ -119,28 +119,31 @@ def _device_class():
       return self.prg(*bufs, *vals, global_size=tuple(global_size), local_size=tuple(local_size), timing=wait)
 
   class RawgpuGraph(GraphRunner):
-    """A batch of TinyJit's kernels as one rawgpu Graph: recorded once, replayed with the jit's new input buffers and
-    variables by patching (one indirect buffer per replay)."""
-    @staticmethod
-    def supports_uop(batch_devs, new_call) -> bool:   # kernels of one device whose grid does not change between calls
-      p = new_call.src[0]
-      return GraphRunner.supports_uop(batch_devs, new_call) and all(isinstance(d, int) for d in (*p.arg.global_size, *(p.arg.local_size or ())))
-
+    """A batch of TinyJit's kernels as one rawgpu Graph: recorded once, replayed with the jit's new input buffers,
+    variables and the launch dimensions that follow from them, by patching (one indirect buffer per replay)."""
     def __init__(self, linear, input_uops=()):
       super().__init__(linear, input_uops)
       self.dev = self.runtimes[0].dev.rg   # supports_uop let in one device's programs only
       self.graph = Graph(self.dev)
+      # a launch dimension that depends on variables is a graph input "dim<k>.<axis>" (k: which of the batch's
+      # symbolic shapes), its value computed from the variables at each call
+      self.sym_axes = [[a for a, d in enumerate(dims) if not isinstance(d, (int, float))] for dims in self.symbolic_dims]
       for j, ((_, ast, bufs, device_vars), runtime) in enumerate(zip(self.calls, self.runtimes)):
         assert ast.op is Ops.PROGRAM and runtime is not None
         args = [b._buf for b in bufs] + list(ast.arg.vals({v: 0 for v in self.vars} | device_vars))
         for pos, iidx in self.uop_replace[j]: args[pos] = self.graph.input(f"in{iidx}")
         for i, vidx in self.var_vals_replace.get(j, ()): args[len(bufs) + i] = self.graph.input(f"var:{self.vars[vidx]}")
-        g, l = ast.arg.launch_dims({})
-        self.graph.exec(runtime.prg, *args, global_size=tuple(g), local_size=tuple(l or (1, 1, 1)))
+        g, l = (self._dims(k, d) for k, d in zip(self.launch_dims_replace.get(j, (None, None)), (ast.arg.global_size, ast.arg.local_size or (1, 1, 1))))
+        self.graph.exec(runtime.prg, *args, global_size=g, local_size=l)
       self.inputs = sorted({iidx for r in self.uop_replace for _, iidx in r})
 
+    def _dims(self, k: int | None, dims) -> tuple:
+      if k is None: return tuple(int(d) for d in dims)
+      return tuple(self.graph.input(f"dim{k}.{a}") if a in self.sym_axes[k] else int(d) for a, d in enumerate(dims))
+
     def __call__(self, input_uops, var_vals, wait=False):
-      self.graph.replay(**{f"in{i}": input_uops[i].buffer._buf for i in self.inputs}, **{f"var:{v}": var_vals[v] for v in self.vars})
+      dims = {f"dim{k}.{a}": int(sym_infer(d[a], var_vals)) for k, d in enumerate(self.symbolic_dims) for a in self.sym_axes[k]}
+      self.graph.replay(**{f"in{i}": input_uops[i].buffer._buf for i in self.inputs}, **{f"var:{v}": var_vals[v] for v in self.vars}, **dims)
       return self.graph.gpu_time() if wait else None   # gpu_time waits for the replay
 
   class RawgpuDevice(Compiled):

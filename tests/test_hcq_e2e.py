@@ -181,6 +181,64 @@ def test_graph_replay_reports_its_gpu_time(dev):
   assert np.all(a.numpy(np.uint32) == 3)
 
 
+DIMS = """
+// What a work-item reads of its launch: 4 words at its global index. The grid in work-items (dispatch packet), the
+// workgroup (code object v5: hidden arguments; v4: dispatch packet), then v5's hidden block count and grid dims, or
+// v4's workgroups and dims from the dispatch packet (setup).
+__kernel void dims(__global uint* out) {
+  uint lx = __builtin_amdgcn_workgroup_size_x(), ly = __builtin_amdgcn_workgroup_size_y();
+  uint gx = __builtin_amdgcn_grid_size_x(), gy = __builtin_amdgcn_grid_size_y();
+#if COV == 5
+  __constant uint* h = (__constant uint*)__builtin_amdgcn_implicitarg_ptr();
+  uint extra = h[0] << 4 | ((__constant ushort*)h)[32];
+#else
+  __constant ushort* d = (__constant ushort*)__builtin_amdgcn_dispatch_ptr();
+  uint extra = (gx / lx) << 4 | (d[1] & 3);
+#endif
+  uint i = __builtin_amdgcn_workgroup_id_x() * lx + __builtin_amdgcn_workitem_id_x()
+         + (__builtin_amdgcn_workgroup_id_y() * ly + __builtin_amdgcn_workitem_id_y()) * gx;
+  out[4 * i] = gx; out[4 * i + 1] = gy; out[4 * i + 2] = lx << 16 | ly; out[4 * i + 3] = extra;
+}
+"""
+
+
+def _dims_expected(n: int, gx: int, gy: int, lx: int) -> np.ndarray:
+  want, items = np.zeros((n, 4), np.uint32), gx * lx * gy
+  want[:items] = gx * lx, gy, lx << 16 | 1, gx << 4 | (2 if gy > 1 else 1)
+  return want.ravel()
+
+
+@pytest.mark.parametrize("cov", [5, 4])
+def test_graph_launch_dimensions_are_inputs(dev, cov):
+  """Grid and workgroup sizes given at replay: the dispatch, and what the kernel reads of its launch (code object
+  v5's hidden arguments, v4's dispatch packet), follow each replay; a shape a launch would refuse is refused before
+  anything is written, and the replay after it runs with the last good one."""
+  from test_emu_rdna_common import compile_cl
+  k = dev.program(compile_cl(DIMS, dev.props.arch, (f"-mcode-object-version={cov}", f"-DCOV={cov}")), "dims")
+  assert k.needs_dispatch and bool(k.hidden) == (cov == 5)
+  n, out = 1024, dev.alloc(4 * 4 * 1024)
+  g = Graph(dev)
+  g.exec(k, out, global_size=(g.input("gx"), g.input("gy")), local_size=g.input("lx"))
+  for gx, gy, lx in ((2, 1, 64), (3, 2, 32), (1, 1, 128), (5, 3, 16)):
+    out.copyin(np.zeros(4 * n, np.uint32))
+    dev.wait_timeline(g.replay(gx=gx, gy=gy, lx=lx))
+    assert np.array_equal(out.numpy(np.uint32), _dims_expected(n, gx, gy, lx)), (gx, gy, lx)
+  before = dev.timeline_value
+  with pytest.raises(RawGPUError, match="'gx' is a launch dimension of kernel dims: give a positive int, not 0"): g.replay(gx=0)
+  with pytest.raises(RawGPUError, match="positive int, not 2.0"): g.replay(lx=2.0)
+  with pytest.raises(RawGPUError, match="more than its maximum"): g.replay(lx=2048)
+  with pytest.raises(RawGPUError, match="more than the 4294967295 a dispatch can count"): g.replay(gx=1 << 30)
+  assert dev.timeline_value == before
+  out.copyin(np.zeros(4 * n, np.uint32))
+  dev.wait_timeline(g.replay(gy=1))   # the others as the last replay that ran left them
+  assert np.array_equal(out.numpy(np.uint32), _dims_expected(n, 5, 1, 16))
+
+
+def test_graph_refuses_a_workgroup_the_kernel_cannot_take(dev):
+  g = Graph(dev)
+  with pytest.raises(RawGPUError, match="more than its maximum"): g.exec(prog(dev, "fill"), dev.alloc(64), 1, 1, local_size=2048)
+
+
 def test_graph_replay_refuses_buffers_freed_since_it_was_recorded(dev):
   """A buffer recorded in the graph, or an input kept from the last replay (or given again), that was freed since is
   a clear error before anything is queued: the GPU would write memory that may be someone else's by then."""

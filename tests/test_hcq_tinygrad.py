@@ -141,6 +141,31 @@ def test_jit_batches_replay_as_rawgpu_graphs(tg, monkeypatch):
   assert len(replays) == 5 and GlobalCounters.time_sum_s > 0
 
 
+def test_jit_kernels_whose_grid_follows_a_variable_replay_in_the_graph(tg, monkeypatch):
+  """Attention over the first n rows of a cache (a KV cache's shape): the kernels' grids depend on n. They replay
+  in the rawgpu Graph too, their launch dimensions patched from n at each call, and no kernel is launched alone."""
+  from tinygrad import Variable
+  from rawgpu.hcq.amd.program import AMDProgram
+  from rawgpu.hcq.graph import Graph
+  replays, single = [], []
+  real_replay, real_call = Graph.replay, AMDProgram.__call__
+  monkeypatch.setattr(Graph, "replay", lambda self, **inputs: replays.append(inputs) or real_replay(self, **inputs))
+  monkeypatch.setattr(AMDProgram, "__call__", lambda self, *a, **kw: single.append(self.name) or real_call(self, *a, **kw))
+  K, V, q = (RNG.standard_normal(s).astype(np.float32) for s in ((16, 8), (16, 8), (1, 8)))
+  kc, vc = Tensor(K).realize(), Tensor(V).realize()
+  @TinyJit
+  def f(q, n): return ((q @ kc[:n].T) / 4).softmax() @ vc[:n]
+  for i in (1, 2, 3, 9, 16, 5):
+    got = f(Tensor(q), Variable("n", 1, 16).bind(i)).numpy()
+    s = q @ K[:i].T / 4
+    w = np.exp(s - s.max())
+    np.testing.assert_allclose(got, (w / w.sum()) @ V[:i], rtol=1e-5, atol=1e-6)
+    if i == 2: single.clear()   # captured: from here on, the graph alone
+  dims = [{k: v for k, v in r.items() if k.startswith("dim")} for r in replays]
+  assert dims and all(dims) and len({tuple(sorted(d.items())) for d in dims}) == len(dims)   # every call a new grid
+  assert not single, single
+
+
 def _on_python_device(fn):
   """fn's result computed by tinygrad's PYTHON device (its interpreter of the same kernels' uops)."""
   with Context(DEV="PYTHON"): return fn()

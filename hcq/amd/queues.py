@@ -81,8 +81,10 @@ class AMDComputeQueue(HWQueue):
     return self._add(pm4.acquire_mem, gen=self.be.gfx)
 
   def exec(self, prg: "AMDProgram", kernargs: int | Var, global_size, local_size, dispatch_id: int = 0) -> "AMDComputeQueue":
-    """Dispatch prg over global_size workgroups; kernargs is the address of its argument block (usually a Var: then
-    the dispatch packet's address and the dispatch id are the patch slots "dispatch" and "dispatch_id" too)."""
+    """Dispatch prg over global_size workgroups of local_size work-items; kernargs is the address of its argument
+    block (usually a Var: then the dispatch packet's address and the dispatch id are the patch slots "dispatch" and
+    "dispatch_id" too). Any of the six dimensions may be a 32-bit Var (DISPATCH_DIRECT's workgroup counts and the
+    COMPUTE_NUM_THREAD_X/Y/Z dwords); the caller keeps the kernel's hidden arguments in step with them."""
     r, g, (gx, gy, gz), (lx, ly, lz) = self.be.reg, self.be.gfx, global_size, local_size
     initiator = pm4.dispatch_initiator(prg.wave32, g)  # raises for wave32 on gfx9 before anything is queued
     sh = lambda name, *v: self._add(pm4.set_sh_reg, r(name), *v, gen=g)
@@ -98,8 +100,8 @@ class AMDComputeQueue(HWQueue):
       self._add(lambda ka, dp, di: pm4.set_sh_reg(r("regCOMPUTE_USER_DATA_0"), *_user_data(prg, ka, dp, di), gen=g), ka=kernargs,
                 dp=Var("dispatch") if var else kernargs + prg.dispatch_offset, di=Var("dispatch_id") if var else dispatch_id)
     sh("regCOMPUTE_RESOURCE_LIMITS", 0)
-    sh("regCOMPUTE_START_X", 0, 0, 0, lx, ly, lz)
-    self._add(pm4.dispatch_direct, gx, gy, gz, initiator, gen=g)
+    self._add(lambda x, y, z: pm4.set_sh_reg(r("regCOMPUTE_START_X"), 0, 0, 0, x, y, z, gen=g), x=lx, y=ly, z=lz)
+    self._add(lambda x, y, z: pm4.dispatch_direct(x, y, z, initiator, gen=g), x=gx, y=gy, z=gz)
     return self._add(pm4.event_write, pm4.Event.CS_PARTIAL_FLUSH, gen=g)
 
   def _indirect(self, va: int, ndw: int) -> list[int]: return pm4.indirect_buffer(va, ndw, gen=self.be.gfx)
