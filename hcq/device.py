@@ -155,17 +155,18 @@ class Device:
     """The value the GPU writes to (and compares with) the timeline signal for `ticket`."""
     return ticket - self.timeline_base
 
-  def wait_timeline(self, ticket: int, timeout_ms: float = 10_000) -> None:
-    """Wait until the work of `ticket` is done (tickets from before a restart are done already)."""
+  def wait_timeline(self, ticket: int, timeout_ms: float = 10_000, report: bool = True) -> None:
+    """Wait until the work of `ticket` is done (tickets from before a restart are done already); report: as in
+    Signal.wait."""
     if ticket <= self.timeline_base: return
     ticket = min(ticket, self.timeline_value - 1)   # a ticket of another device's timeline (a peer's use) never exceeds ours
     if self.timeline.value >= ticket - self.timeline_base: return self.read_fence()   # done (before any fault): nothing to wait for
     self.check_open()
-    self._wait_ticket(ticket, timeout_ms)
+    self._wait_ticket(ticket, timeout_ms, report)
 
-  def _wait_ticket(self, ticket: int, timeout_ms: float) -> None:
+  def _wait_ticket(self, ticket: int, timeout_ms: float, report: bool = True) -> None:
     if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
-    try: self.timeline.wait(ticket - self.timeline_base, timeout_ms)
+    try: self.timeline.wait(ticket - self.timeline_base, timeout_ms, report)
     except (DeviceFault, DeviceNotFound) as e:
       self.faulted = str(e).splitlines()[0]
       raise
@@ -207,19 +208,28 @@ class Device:
   def compute_queue(self): self.check_open(); return self.backend.compute_queue()
   def copy_queue(self): self.check_open(); return self.backend.copy_queue()
 
+  @property
+  def recovers_in_place(self) -> bool:
+    """Whether recover() can restart this device's queues without reopening it (AM can; KFD's queues are the
+    kernel's)."""
+    return hasattr(self.iface, "reset_ring")
+
   def recover(self) -> None:
-    """After a fault: restart the queues in place (the work queued on them is dropped) and fast-forward the
-    timeline, so the process can go on without reopening the device."""
+    """After a fault, or a wait that timed out (a hang): restart the queues in place and fast-forward the timeline,
+    so the process can go on without reopening the device. The work queued on them is dropped, and a kernel still
+    running is stopped (its waves reset). Nothing to do when neither happened, or the late work has finished since."""
     self.check_open()
-    if not self.faulted: return
-    reset = getattr(self.iface, "reset_ring", None)
-    if reset is None: raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")
-    for ring in self._rings.values():   # the fault may have stopped either engine; both restart empty
-      reset(ring.hw)
+    if self.stalled and not self.faulted and self.timeline.value >= self.timeline_gpu(self.timeline_value - 1):
+      self.stalled = False   # the slow work finished after all: nothing to stop
+    if not (self.faulted or self.stalled): return
+    if not self.recovers_in_place:
+      raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")
+    for ring in self._rings.values():   # a fault or a hang may have stopped either engine; both restart empty
+      self.iface.reset_ring(ring.hw)
       ring.restart()
     self._ticket_engine = None
     self.timeline.value = self.timeline_gpu(self.timeline_value - 1)   # abandoned tickets count as done
-    self.faulted = ""
+    self.faulted, self.stalled = "", False
 
   def close(self) -> None:
     """Drain and release the device. After a fault there is nothing to drain: release it as it is."""

@@ -30,9 +30,10 @@ class Signal:
   @property
   def timestamp_va(self) -> int: return self.va + 8
 
-  def wait(self, value: int, timeout_ms: float = 10_000) -> None:
+  def wait(self, value: int, timeout_ms: float = 10_000, report: bool = True) -> None:
     """Wait until value >= `value` (as the GPU compares: 32-bit wrap-safe is the timeline's job). The timeout counts
-    from the last change of the signal, so long work that keeps progressing never times out."""
+    from the last change of the signal, so long work that keeps progressing never times out. Its DeviceTimeout
+    decodes the last commands submitted and dumps them (report=False: the bare timeout, for a caller expecting one)."""
     check_u64(value, f"a wait on {self.name}")
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
     now = time.monotonic()
@@ -46,6 +47,6 @@ class Signal:
         if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
-        raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)\n"
-                            f"last commands submitted:\n{self.dev.last_submitted()}")
+        raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)"
+                            + (f"\nlast commands submitted:\n{self.dev.last_submitted()}" if report else ""))
     self.dev.read_fence()

@@ -17,7 +17,7 @@ each kernel is linked with ld.lld (LLVM 19's, or $RAWGPU_LLD) before it is loade
 """
 from __future__ import annotations
 import os, shutil, subprocess, sys, tempfile, types, warnings
-from rawgpu.errors import RawGPUError
+from rawgpu.errors import DeviceTimeout, RawGPUError
 
 TINYGRAD_VERSION = "0.14.0"   # the tinygrad whose device interface this module implements
 _ET_REL = 1
@@ -114,9 +114,17 @@ def _device_class():
 
     def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait: bool = False, timeout: int | None = None):
       """tinygrad's launch: buffers, then the integer values; with wait, the GPU seconds it took. tinygrad's timeout
-      (BEAM's early stop: a candidate 3x slower than the best so far) is ignored, as tinygrad's own devices do where
-      they cannot recover from a kernel stopped midway: the kernel runs to its end (a hang is still a DeviceTimeout)."""
-      return self.prg(*bufs, *vals, global_size=tuple(global_size), local_size=tuple(local_size), timing=wait)
+      in ms (BEAM's early stop: a candidate 3x slower than the best so far; 0 or None is none) stops a kernel that
+      runs longer, on a device that recovers in place (AM): its waves are reset, the queues restarted, and the
+      RuntimeError tinygrad's search expects is raised. Elsewhere (KFD) it is ignored, as tinygrad's own devices do
+      where they cannot recover: the kernel runs to its end (a hang is still a DeviceTimeout)."""
+      args = dict(global_size=tuple(global_size), local_size=tuple(local_size), timing=wait)
+      rg = self.dev.rg
+      if not (wait and timeout and rg.recovers_in_place): return self.prg(*bufs, *vals, **args)
+      try: return self.prg(*bufs, *vals, **args, timeout_ms=timeout, report=False)   # no hang report: BEAM expects this
+      except DeviceTimeout as e:
+        rg.recover()
+        raise RuntimeError(f"{self.name} on {self.dev.device} ran past tinygrad's timeout of {timeout} ms: stopped") from e
 
   class RawgpuGraph(GraphRunner):
     """A batch of TinyJit's kernels as one rawgpu Graph: recorded once, replayed with the jit's new input buffers,

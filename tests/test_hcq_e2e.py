@@ -484,7 +484,7 @@ def _fill_works(d2) -> None:
 def test_page_fault_then_in_place_recovery(spare_dev):
   from rawgpu.errors import DeviceFault
   d = spare_dev
-  if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  if not d.recovers_in_place: pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
   d.ring("compute")   # created before the copy ring: recover() meets it first (a refusal must still come before any reset)
   prog(d, "fill")(d.alloc(64), 1, 16, local_size=16, wait=True)
   done = d.timeline_value - 1
@@ -522,7 +522,7 @@ def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare
   import copy
   from rawgpu.errors import DeviceFault
   d = spare_dev
-  if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  if not d.recovers_in_place: pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
   fill, buf = prog(d, "fill"), d.alloc(64)
   fill(buf, 1, 16, local_size=16, wait=True)
   bad_code = copy.copy(fill)
@@ -543,7 +543,7 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   on MI300 the SMU's engine reset) with the compute queue, and both engines work again."""
   from rawgpu.errors import DeviceFault
   d = spare_dev
-  if not hasattr(d.iface, "reset_ring"): pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  if not d.recovers_in_place: pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
   y = d.alloc(1 << 16)
   v = d.next_timeline("sdma")
   d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
@@ -576,15 +576,72 @@ def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
 
 def test_a_waiting_launch_gives_up_after_its_timeout(dev):
   from rawgpu.errors import DeviceTimeout
-  flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)
+  flag, done, other = dev.alloc(4, host=True), dev.alloc(4, host=True), dev.alloc(4)
+  fill = prog(dev, "fill")   # loaded before the spin: on KFD its code goes to VRAM on the copy engine, and waits
   flag.cpu()[:4] = bytes(4)
   t0 = time.monotonic()
   with pytest.raises(DeviceTimeout, match="timeline.*stuck"):
     prog(dev, "spin")(flag, 7, done, global_size=1, local_size=32, timing=True, timeout_ms=300)
   assert time.monotonic() - t0 < 5   # not the 10 s default
+  with pytest.raises(DeviceTimeout, match="ms without progress\\)$") as e:   # the bare timeout: nothing decoded or dumped
+    fill(other, 1, 1, wait=True, timeout_ms=100, report=False)
+  assert "last commands" not in str(e.value)
   flag.cpu()[:4] = (7).to_bytes(4, "little")
   dev.synchronize()
   assert done.numpy(np.uint32)[0] == 8
+
+
+def test_a_hang_is_stopped_in_place_by_recover(spare_dev):
+  """recover() after a wait timed out: a kernel that never ends, a compute queue waiting for a signal nobody writes
+  and a copy engine polling one are each stopped in place (the HQD dequeued with its waves reset, the SDMA engine
+  reset); what was queued behind them is dropped, the timeline fast-forwarded, and the device goes on. KFD cannot
+  (its queues are the kernel's): recover() says so and the device still closes."""
+  from rawgpu.errors import DeviceTimeout
+  d = spare_dev
+  fill, spin = prog(d, "fill"), prog(d, "spin")
+  flag, done, behind = d.alloc(4, host=True), d.alloc(4, host=True), d.alloc(64)
+  gate = d.new_signal("never written")
+  def kernel_spins():
+    spin(flag, 7, done, global_size=1, local_size=32)
+  def compute_waits():
+    v = d.next_timeline("compute")
+    d.compute_queue().wait(gate, 1).signal(d.timeline, d.timeline_gpu(v)).submit(d)
+  def copy_polls():
+    v = d.next_timeline("sdma")
+    d.copy_queue().wait(gate, 1).signal(d.timeline, d.timeline_gpu(v)).submit(d)
+  for hang in (kernel_spins, compute_waits, copy_polls):
+    flag.cpu()[:4], done.cpu()[:4] = bytes(4), bytes(4)
+    hang()
+    fill(behind, 5, 16, local_size=16)   # queued behind the hang: dropped
+    with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=200)
+    if not d.recovers_in_place:
+      with pytest.raises(RawGPUError, match="cannot restart a queue in place; close the device and open it again"): d.recover()
+      return
+    t0 = time.monotonic()
+    d.recover()
+    assert time.monotonic() - t0 < 2, hang.__name__
+    d.synchronize(timeout_ms=1000)   # nothing pending: the abandoned tickets count as done
+    flag.cpu()[:4] = (7).to_bytes(4, "little")   # too late: the spinning waves are gone
+    fill(behind, 9, 16, local_size=16, wait=True)
+    assert list(behind.numpy(np.uint32)) == [9] * 16 and done.numpy(np.uint32)[0] == 0, hang.__name__
+    y = d.alloc(4096)
+    assert np.array_equal(y.copyin(np.arange(1024, dtype=np.uint32)).numpy(np.uint32), np.arange(1024)), hang.__name__
+
+
+def test_recover_after_a_timeout_leaves_work_that_finished_since_alone(spare_dev, monkeypatch):
+  """A wait that gave up on slow work, which then finished: recover() has nothing to stop and restarts nothing."""
+  from rawgpu.errors import DeviceTimeout
+  d = spare_dev
+  resets = []
+  if d.recovers_in_place: monkeypatch.setattr(d.iface, "reset_ring", resets.append)
+  flag, done = d.alloc(4, host=True), d.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  prog(d, "spin")(flag, 7, done, global_size=1, local_size=32)
+  with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=100)
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  while d.timeline.value < d.timeline_gpu(d.timeline_value - 1): time.sleep(0.01)
+  d.recover()   # on KFD too: there is nothing to restart
+  assert done.numpy(np.uint32)[0] == 8 and resets == []
 
 
 def test_closing_a_device_whose_kernel_never_ends_resets_its_waves(spare_dev):

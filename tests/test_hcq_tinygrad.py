@@ -166,6 +166,33 @@ def test_jit_kernels_whose_grid_follows_a_variable_replay_in_the_graph(tg, monke
   assert not single, single
 
 
+def test_a_kernel_past_tinygrads_timeout_is_stopped_where_the_device_recovers(tg, monkeypatch):
+  """BEAM's early stop: a launch that waits with tinygrad's timeout (ms) is stopped when it runs longer, on a device
+  that recovers in place (AM on MOCKPCI), with the RuntimeError tinygrad's search expects; KFD runs it to its end.
+  The device goes on either way."""
+  import time
+  from tinygrad import Device
+  P = Device[tg].runtime_t   # rawgpu.hcq.tinygrad's Program
+  calls, real = [], P.__call__
+  monkeypatch.setattr(P, "__call__", lambda self, *b, **kw: calls.append((self, b, kw)) or real(self, *b, **kw))
+  M = RNG.standard_normal((64, 64)).astype(np.float32)
+  a = Tensor(M).realize()
+  (a @ a).realize()
+  prg, bufs, kw = calls[-1]   # the matmul
+  kw = {k: v for k, v in kw.items() if k not in ("wait", "timeout")}
+  t0 = time.monotonic()
+  gpu = prg(*bufs, **kw, wait=True)
+  whole = time.monotonic() - t0
+  assert gpu > 0.005   # the emulated matmul runs for milliseconds: a 1 ms timeout cuts it short
+  t0 = time.monotonic()
+  if Device[tg].rg.recovers_in_place:
+    with pytest.raises(RuntimeError, match=f"{prg.name} on {tg} ran past tinygrad's timeout of 1 ms: stopped"): prg(*bufs, **kw, wait=True, timeout=1)
+    assert time.monotonic() - t0 < whole / 2
+  else: assert prg(*bufs, **kw, wait=True, timeout=1) > 0.005   # ignored: it ran to its end
+  for t in (0, None): assert prg(*bufs, **kw, wait=True, timeout=t) > 0.005   # tinygrad's "no timeout"
+  np.testing.assert_allclose((a @ a + 1).numpy(), M @ M + 1, rtol=1e-4, atol=1e-4)
+
+
 def _on_python_device(fn):
   """fn's result computed by tinygrad's PYTHON device (its interpreter of the same kernels' uops)."""
   with Context(DEV="PYTHON"): return fn()

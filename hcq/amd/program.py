@@ -204,14 +204,15 @@ class AMDProgram:
     for a, v in zip(self.args, args): self._pack_one(ka, a, v, ticket)
 
   def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False,
-               dynamic_lds: int = 0, timeout_ms: float = 10_000) -> float | None:
+               dynamic_lds: int = 0, timeout_ms: float = 10_000, report: bool = True) -> float | None:
     """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits;
-    wait and timing wait at most timeout_ms for the kernel, then raise DeviceTimeout).
+    wait and timing wait at most timeout_ms for the kernel, then raise DeviceTimeout, with the last submissions
+    decoded and dumped unless report=False).
     __local pointer arguments take a Local(nbytes); dynamic_lds: bytes of LDS each workgroup gets after the kernel's
     own and those (see with_lds_args)."""
     if dynamic_lds or self._locals:
       prg, args = self.with_lds_args(args, dynamic_lds)
-      return prg(*args, global_size=global_size, local_size=local_size, wait=wait, timing=timing, timeout_ms=timeout_ms)
+      return prg(*args, global_size=global_size, local_size=local_size, wait=wait, timing=timing, timeout_ms=timeout_ms, report=report)
     dev = self.dev
     if dev.closed: dev.check_open()
     prof = dev._profiler
@@ -242,7 +243,7 @@ class AMDProgram:
       ln.q.submit(dev, values)
     else: ln.ring.push(ln.words)
     if not (wait or timing): return None
-    dev.wait_timeline(value, timeout_ms)
+    dev.wait_timeline(value, timeout_ms, report)
     if not timing: return None
     if prof is not None: return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
     return (ln.q.t_end.timestamp - ln.q.t_start.timestamp) / self.backend.timestamp_hz
