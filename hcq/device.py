@@ -125,9 +125,10 @@ class Device:
       if (prefix := self.backend.ring_prefix(engine)) is not None: r.prefix = array("I", prefix)
     return r
 
-  def next_timeline(self, engine: str | None = None, last: str | None = None) -> int:
-    """Take the next ticket for work that starts on `engine` (and signals the timeline from `last`, by default the
-    same engine); the caller's queue signals the timeline with timeline_gpu(ticket) when its work is done.
+  def next_timeline(self, engine: str | tuple[str, ...] | None = None, last: str | None = None) -> int:
+    """Take the next ticket for work that starts on `engine` (several: work that starts on each of them at once; it
+    signals the timeline from `last`, by default the same engine); the caller's queue signals the timeline with
+    timeline_gpu(ticket) when its work is done.
     One engine finishes its work in order, two engines do not: where the previous ticket is another engine's and may
     still be pending, `engine` is first told to wait for it. So the device's work runs in submission order across its
     engines and the timeline only moves forward. engine=None: the caller orders its work itself (any engine after it
@@ -137,10 +138,11 @@ class Device:
     if self.timeline_value - self.timeline_base >= TIMELINE_LIMIT - 1:
       self.synchronize()
       self.timeline.value, self.timeline_base = 0, self.timeline_value - 1
-    if engine is not None and self._ticket_engine != engine:
-      prev = self.timeline_value - 1 - self.timeline_base    # the GPU value of the latest ticket
-      if prev > 0 and self.timeline.value < prev: self._engine_waits(engine, prev)
-    self._ticket_engine = last or engine
+    engines = (engine,) if isinstance(engine, str) else engine or ()
+    prev = self.timeline_value - 1 - self.timeline_base    # the GPU value of the latest ticket
+    for e in engines:
+      if self._ticket_engine != e and prev > 0 and self.timeline.value < prev: self._engine_waits(e, prev)
+    self._ticket_engine = last or (engine if isinstance(engine, str) else None)
     v, self.timeline_value = self.timeline_value, self.timeline_value + 1
     return v
 

@@ -14,9 +14,19 @@ another device) the next queue waits on a graph-private signal the previous one 
     g.exec(prg, x, out, n, global_size=(g.input("blocks"), 1, 1), local_size=256)   # grid sizes may be inputs too
 
 Several devices: a launch runs on its program's device, a copy or wait/signal on `on=` (default: the graph's
-device); buffers a device touches must be mapped there (Device.map). The graph's kernel arguments and its signal live
+device); buffers a device touches must be mapped there (Device.map). The graph's kernel arguments and its signals live
 on the graph's device and are mapped into the others. replay() returns the graph device's ticket, which marks the
 end of all of it; every other device also takes a ticket for its share.
+
+Graph(dev, ordered=False): each queue (a device's compute or copy engine) runs its own nodes in recorded order, and a
+node waits for other queues' nodes only where it says so (`after=`: ids of earlier nodes, `g.last_node` of each), so
+a copy overlaps a kernel it does not depend on, and two devices work at once:
+
+    g = Graph(dev, ordered=False)
+    g.copy(next_in, host_in); c = g.last_node        # on the copy engine, while the kernel runs
+    g.exec(prg, x, out, n, global_size=4)            # on the compute engine, waits for nothing in the graph
+    g.exec(prg, next_in, out2, n, after=[c])         # waits for the copy
+The replay starts after the devices' earlier work and ends when every queue is done, as in order.
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -43,13 +53,14 @@ class Input:
 
 
 class Graph:
-  def __init__(self, dev: "Device"):
-    self.dev = dev
+  def __init__(self, dev: "Device", ordered: bool = True):
+    self.dev, self.ordered = dev, ordered
     self.cq = dev.compute_queue()
     self.queues: dict[tuple, object] = {(dev, "compute"): self.cq}   # (device, engine) -> its queue in this graph
     self.launches: list[tuple] = []              # (program, args, g, l)
     self.nodes: list[tuple] = []                 # in order: ("exec", launch index), ("copy", (dst, src, size, device)),
                                                  # ("wait" | "signal", (signal, value, device))
+    self.after: list[tuple[int, ...]] = []       # per node: the earlier nodes it waits for (ordered=False)
     self.copy_sites: dict[str, list[tuple]] = {} # input name -> [(patch slot, offset, copy size, device)] of copies
     self.sites: dict[str, list[tuple]] = {}      # input name -> [(kernarg view, KernelArg, program, offset in the block)]
     self.dim_inputs: dict[int, tuple] = {}       # launch index -> ({axis: Input} of its grid, of its workgroup)
@@ -60,7 +71,21 @@ class Graph:
 
   def input(self, name: str) -> Input: return Input(name)
 
-  def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), dynamic_lds: int = 0) -> "Graph":
+  @property
+  def last_node(self) -> int:
+    """The id of the node recorded last, for a later node's after=."""
+    if not self.nodes: raise RawGPUError("the graph has no nodes yet")
+    return len(self.nodes) - 1
+
+  def _add_node(self, kind: str, what, after) -> None:
+    after = tuple(sorted(set(after)))
+    if after and self.ordered: raise RawGPUError("after= is for Graph(dev, ordered=False): in order, every node runs after the one before")
+    if any(type(j) is not int or not 0 <= j < len(self.nodes) for j in after):
+      raise RawGPUError(f"after= takes ids of nodes recorded before this one (0..{len(self.nodes) - 1}), got {list(after)}")
+    self.nodes.append((kind, what))
+    self.after.append(after)
+
+  def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), dynamic_lds: int = 0, after=()) -> "Graph":
     """A launch of prg over global_size workgroups of local_size work-items; any argument, and any dimension of
     either size, may be a graph input (an int at replay, checked as a launch checks it)."""
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
@@ -71,11 +96,11 @@ class Graph:
       self.dim_inputs[len(self.launches)] = (g_in, l_in)
       for kind, ins in enumerate((g_in, l_in)):
         for axis, inp in ins.items(): self.dim_sites.setdefault(inp.name, []).append((len(self.launches), kind, axis))
-    self.nodes.append(("exec", len(self.launches)))
+    self._add_node("exec", len(self.launches), after)
     self.launches.append((prg, args, g, l))
     return self
 
-  def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None, *, on: "Device | None" = None) -> "Graph":
+  def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None, *, on: "Device | None" = None, after=()) -> "Graph":
     """A copy on the copy engine of `on` (default: the graph's device), ordered after everything recorded before it;
     dst/src may be inputs (then give size)."""
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
@@ -84,22 +109,23 @@ class Graph:
     if size is None and len(sizes) < 2: raise RawGPUError("a graph copy with an input needs its size")
     n = min(sizes) if size is None else check_copy_size(size)
     if sizes and n > min(sizes): raise RawGPUError(f"graph copy of {n} bytes does not fit a {min(sizes)}-byte buffer")
-    if n: self.nodes.append(("copy", (dst, src, n, on or self.dev)))   # 0 bytes: nothing to copy or order
+    if n: self._add_node("copy", (dst, src, n, on or self.dev), after)   # 0 bytes: nothing to copy or order
     return self
 
-  def wait(self, signal, value: int | Input, *, on: "Device | None" = None) -> "Graph":
+  def wait(self, signal, value: int | Input, *, on: "Device | None" = None, after=()) -> "Graph":
     """The compute queue (of `on`, default the graph's device) waits here until signal >= value (the signal may be a
     peer device's, mapped there)."""
-    return self._sync_node("wait", signal, value, on)
+    return self._sync_node("wait", signal, value, on, after)
 
-  def signal(self, signal, value: int | Input, *, on: "Device | None" = None) -> "Graph":
-    """The compute queue (of `on`) writes value to signal once everything recorded before it is done."""
-    return self._sync_node("signal", signal, value, on)
+  def signal(self, signal, value: int | Input, *, on: "Device | None" = None, after=()) -> "Graph":
+    """The compute queue (of `on`) writes value to signal once everything recorded before it (in order; else what
+    that queue ran before and `after`) is done."""
+    return self._sync_node("signal", signal, value, on, after)
 
-  def _sync_node(self, kind: str, signal, value, on) -> "Graph":
+  def _sync_node(self, kind: str, signal, value, on, after) -> "Graph":
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
     if not isinstance(value, (int, Input)): raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
-    self.nodes.append((kind, (signal, value, on or self.dev)))
+    self._add_node(kind, (signal, value, on or self.dev), after)
     return self
 
   def _node_queue(self, kind: str, what):
@@ -120,35 +146,24 @@ class Graph:
     self.stamps = (self.dev.new_signal("graph start"), self.dev.new_signal("graph end"))
     queues = [self._node_queue(k, w) for k, w in self.nodes]
     self.devices = list({id(q.be.dev): q.be.dev for q in [self.cq] + queues}.values())   # the graph's device first
-    for d in self.devices[1:]:   # the other devices read the arguments and take part in the chain's signal
-      d.map(self.ka); d.map(self.sync)
-    self.kviews: dict[int, tuple] = {}   # launch index -> (its kernarg view, their address)
+    # the graph's signals: one for the chain (in order), or one per queue that others wait for (ordered=False)
+    self.sync_signals = [self.sync] + ([] if self.ordered else [self.dev.new_signal(f"graph {q.be.dev} {q.engine} sync", narrow=True) for q in dict.fromkeys(queues)])
+    for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals
+      d.map(self.ka)
+      for sig in self.sync_signals: d.map(sig)
     self.nsync, self.value_sites = 0, set()   # value_sites: inputs that are signal values (patch slots "value:<name>")
-    # the chain starts and ends on the graph's device (its clock and ticket mark the whole replay)
-    cur = queues[0] if queues and queues[0].be.dev is self.dev else self.cq
-    cur.timestamp(Var("ts_start"))
-    self.first_engine, last_q = cur.engine, {}
+    self.kviews: dict[int, tuple] = {}   # launch index -> (its kernarg view, their address)
     self.timed: list[tuple[str, str, str]] = []   # (name, kind, slot prefix) of nodes clocked one by one (built while profiling)
-    profiling = self.dev._profiler is not None
-    for i, ((kind, what), q) in enumerate(zip(self.nodes, queues)):
-      cur = self._switch(cur, q)
-      last_q[q.be.dev] = q
-      timed = profiling and kind in ("exec", "copy") and q.be.dev is self.dev
-      if timed:
-        self.timed.append((self.launches[what][0].name if kind == "exec" else f"copy {what[2]} bytes", "kernel" if kind == "exec" else "copy", f"ts{i}"))
-        q.timestamp(Var(f"ts{i}:start"))
-      self._emit(kind, what, q, view, sizes, offs)
-      if timed: q.timestamp(Var(f"ts{i}:end"))
-    cur = self._switch(cur, cur if cur.be.dev is self.dev else self.cq)
+    cur, last_q, starts = (self._emit_chain if self.ordered else self._emit_queues)(queues, view, sizes, offs)
     cur.timestamp(Var("ts_end")).signal(self.dev.timeline, _counter("timeline"))
-    self.tickets = {self.dev: (self.first_engine, cur.engine)}   # device -> (engine its share starts on, engine that signals its ticket)
-    if len(self.devices) > 1:   # every other device signals its ticket once the graph's device says the chain is done
+    self.tickets = {self.dev: (starts[self.dev], cur.engine)}   # device -> (engine(s) its share starts on, engine that signals its ticket)
+    if len(self.devices) > 1:   # every other device signals its ticket once the graph's device says all is done
       self.nsync += 1
       cur.signal(self.sync, _counter(f"sync{self.nsync}"))
       for d in self.devices[1:]:
         q = last_q[d]
         q.wait(self.sync, _counter(f"sync{self.nsync}")).signal(d.timeline, _counter(f"timeline@{id(d)}"))
-        self.tickets[d] = (next(x for x in queues if x.be.dev is d).engine, q.engine)
+        self.tickets[d] = (starts[d], q.engine)
     for q in self.queues.values():
       if q.engine == "compute" and q._build: q.bind(q.be.dev)   # the copy engine has no indirect buffers here: its words go to its ring
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
@@ -162,6 +177,55 @@ class Graph:
     self.submits = [(q.be.dev.ring(q.engine), q._ib if q._bound is not None else q.words_array(),
                      [(name, q.slot_writer(name)) for name in sorted(q.vars)], {}) for q in self.queues.values() if q._build]
     self.sync_names = [f"sync{k}" for k in range(1, self.nsync + 1)]
+
+  def _emit_timed(self, i: int, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
+    """Node i's packets, between clocks of its own when profiling (nodes of the graph's device)."""
+    timed = self.dev._profiler is not None and kind in ("exec", "copy") and q.be.dev is self.dev
+    if timed:
+      self.timed.append((self.launches[what][0].name if kind == "exec" else f"copy {what[2]} bytes", "kernel" if kind == "exec" else "copy", f"ts{i}"))
+      q.timestamp(Var(f"ts{i}:start"))
+    self._emit(kind, what, q, view, sizes, offs)
+    if timed: q.timestamp(Var(f"ts{i}:end"))
+
+  def _emit_chain(self, queues: list, view, sizes, offs) -> tuple:
+    """In order: one chain through the nodes' queues, each switch a wait on the graph's signal. Returns (the queue
+    that ends it, each device's last queue, each device's first engine)."""
+    # the chain starts and ends on the graph's device (its clock and ticket mark the whole replay)
+    cur = queues[0] if queues and queues[0].be.dev is self.dev else self.cq
+    cur.timestamp(Var("ts_start"))
+    last_q, starts = {}, {self.dev: cur.engine}
+    for i, ((kind, what), q) in enumerate(zip(self.nodes, queues)):
+      cur = self._switch(cur, q)
+      last_q[q.be.dev] = q
+      starts.setdefault(q.be.dev, q.engine)
+      self._emit_timed(i, kind, what, q, view, sizes, offs)
+    return self._switch(cur, cur if cur.be.dev is self.dev else self.cq), last_q, starts
+
+  def _emit_queues(self, queues: list, view, sizes, offs) -> tuple:
+    """ordered=False: each queue runs its nodes in order; a node waits for another queue's node only where after=
+    names it (a signal of that queue's, written after the node); the graph device's compute queue ends the replay
+    once every queue's last node is done. Every queue's share starts after its device's earlier work."""
+    sig = dict(zip(dict.fromkeys(queues), self.sync_signals[1:]))
+    last = {q: i for i, q in enumerate(queues)}   # queue -> its last node
+    wanted = {j for i, deps in enumerate(self.after) for j in deps if queues[j] is not queues[i]} | {i for q, i in last.items() if q is not self.cq}
+    point: dict[int, int] = {}   # node -> the patch slot number of the signal written after it
+    self.cq.timestamp(Var("ts_start"))
+    last_q, starts = {}, {self.dev: {"compute"}}
+    for i, ((kind, what), q) in enumerate(zip(self.nodes, queues)):
+      waits: dict = {}
+      for j in self.after[i]:
+        if queues[j] is not q: waits[queues[j]] = max(waits.get(queues[j], 0), point[j])
+      for qj, k in waits.items(): q.wait(sig[qj], _counter(f"sync{k}"))
+      self._emit_timed(i, kind, what, q, view, sizes, offs)
+      if i in wanted:
+        self.nsync += 1
+        point[i] = self.nsync
+        q.signal(sig[q], _counter(f"sync{self.nsync}"))
+      last_q[q.be.dev] = q
+      starts.setdefault(q.be.dev, set()).add(q.engine)
+    for q, i in last.items():
+      if q is not self.cq: self.cq.wait(sig[q], _counter(f"sync{point[i]}"))
+    return self.cq, last_q, {d: tuple(sorted(e)) for d, e in starts.items()}
 
   def _emit(self, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
     """One recorded node's packets on its queue (a launch's arguments go into its slot of the graph's kernarg block)."""
@@ -222,8 +286,9 @@ class Graph:
     new_dims = self._new_dims(inputs) if self.dim_sites and not inputs.keys().isdisjoint(self.dim_sites) else {}
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
-      for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signal
-      self.sync.value, self.replays = 0, 0
+      for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signals
+      for sig in self.sync_signals: sig.value = 0
+      self.replays = 0
     value, cur, writers = dev.timeline_value, self.cur, self.writers   # value: the ticket this replay will take
     for name, v in inputs.items():
       if cur.get(name) is v: continue

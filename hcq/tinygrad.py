@@ -74,14 +74,24 @@ def register(*specs, name: str = "RAWGPU") -> str:
 _CLASS = None
 _HOST_COPIES: set = set()   # (source, destination) tinygrad devices already warned that their copies go through the host
 
+
+def _can_share_a_graph(devs: list) -> bool:
+  """Whether one rawgpu Graph can hold work of these rawgpu devices: one device, or devices of one interface whose
+  VRAM is all CPU-visible (a large BAR), which is what peer mappings need (the graph's arguments and signals, and
+  the buffers their copies read, are mapped across)."""
+  devs = list({id(d): d for d in devs}.values())
+  return len(devs) == 1 or (len({type(d.iface) for d in devs}) == 1 and all(d.props.bar_size >= d.props.vram_size for d in devs))
+
 def _device_class():
   """The tinygrad classes, built once tinygrad is imported (so importing this module needs no tinygrad)."""
   global _CLASS
   if _CLASS is not None: return _CLASS
   from tinygrad.device import BufferSpec, Compiled, LRUAllocator
-  from tinygrad.engine.jit import GraphRunner
+  from tinygrad.device import MultiBuffer
+  from tinygrad.engine.jit import GraphRunner, MultiGraphRunner
   from tinygrad.renderer.llvmir import AMDLLVMRenderer
   from tinygrad.uop.ops import Ops, sym_infer
+  from rawgpu.hcq.buffer import Buffer as RawgpuBuffer
   from rawgpu.hcq.graph import Graph
 
   class Allocator(LRUAllocator):
@@ -126,32 +136,57 @@ def _device_class():
         rg.recover()
         raise RuntimeError(f"{self.name} on {self.dev.device} ran past tinygrad's timeout of {timeout} ms: stopped") from e
 
-  class RawgpuGraph(GraphRunner):
-    """A batch of TinyJit's kernels as one rawgpu Graph: recorded once, replayed with the jit's new input buffers,
-    variables and the launch dimensions that follow from them, by patching (one indirect buffer per replay)."""
+  class RawgpuGraph(MultiGraphRunner):
+    """A batch of TinyJit's kernels and copies as one rawgpu Graph: recorded once, replayed with the jit's new input
+    buffers, variables and the launch dimensions that follow from them, by patching (one indirect buffer per queue
+    per replay). The batch may span rawgpu devices that map each other (a sharded model): each queue runs its share
+    at once with the others, waiting only where tinygrad's dependencies say (Graph(ordered=False))."""
+    @staticmethod
+    def supports_uop(batch_devs, new_call) -> bool:
+      if not MultiGraphRunner.supports_uop(batch_devs, new_call): return False   # kernels and copies of one kind of device
+      return _can_share_a_graph([d.rg for d in GraphRunner._all_devs(batch_devs, new_call)])
+
     def __init__(self, linear, input_uops=()):
       super().__init__(linear, input_uops)
-      self.dev = self.runtimes[0].dev.rg   # supports_uop let in one device's programs only
-      self.graph = Graph(self.dev)
+      self.graph = Graph(self.calls[0][2][0].allocator.dev.rg, ordered=False)
       # a launch dimension that depends on variables is a graph input "dim<k>.<axis>" (k: which of the batch's
       # symbolic shapes), its value computed from the variables at each call
       self.sym_axes = [[a for a, d in enumerate(dims) if not isinstance(d, (int, float))] for dims in self.symbolic_dims]
-      for j, ((_, ast, bufs, device_vars), runtime) in enumerate(zip(self.calls, self.runtimes)):
+      self.inputs: dict[str, tuple[int, int]] = {}      # graph input name -> (jit input index, device index)
+      self.copy_maps: list[tuple[str, object]] = []     # (input, rawgpu device that copies it): mapped there at each call
+      node_of: dict[int, int] = {}                      # call -> its graph node (a copy of 0 bytes has none)
+      for j, ((dev_idx, ast, bufs, device_vars), runtime) in enumerate(zip(self.calls, self.runtimes)):
+        args: list = [b._buf for b in bufs]
+        for pos, iidx in self.uop_replace[j]:
+          args[pos] = self.graph.input(name := f"in{iidx}.{dev_idx}")
+          self.inputs[name] = (iidx, dev_idx)
+        outs = ast.arg.outs if ast.op is Ops.PROGRAM else [0]
+        after = [node_of[n] for n in self._access_resources(bufs, outs, j) if n in node_of]   # tinygrad's dependencies
+        if ast.op is Ops.COPY:
+          on = bufs[0].allocator.dev.rg   # the destination's copy engine reads the source where it lies
+          for a in args:
+            if isinstance(a, RawgpuBuffer): on.map(a)
+            else: self.copy_maps.append((a.name, on))
+          before = len(self.graph.nodes)
+          self.graph.copy(args[0], args[1], bufs[0].nbytes, on=on, after=after)
+          if len(self.graph.nodes) > before: node_of[j] = self.graph.last_node
+          continue
         assert ast.op is Ops.PROGRAM and runtime is not None
-        args = [b._buf for b in bufs] + list(ast.arg.vals({v: 0 for v in self.vars} | device_vars))
-        for pos, iidx in self.uop_replace[j]: args[pos] = self.graph.input(f"in{iidx}")
+        args += list(ast.arg.vals({v: 0 for v in self.vars} | device_vars))
         for i, vidx in self.var_vals_replace.get(j, ()): args[len(bufs) + i] = self.graph.input(f"var:{self.vars[vidx]}")
         g, l = (self._dims(k, d) for k, d in zip(self.launch_dims_replace.get(j, (None, None)), (ast.arg.global_size, ast.arg.local_size or (1, 1, 1))))
-        self.graph.exec(runtime.prg, *args, global_size=g, local_size=l)
-      self.inputs = sorted({iidx for r in self.uop_replace for _, iidx in r})
+        self.graph.exec(runtime.prg, *args, global_size=g, local_size=l, after=after)
+        node_of[j] = self.graph.last_node
 
     def _dims(self, k: int | None, dims) -> tuple:
       if k is None: return tuple(int(d) for d in dims)
       return tuple(self.graph.input(f"dim{k}.{a}") if a in self.sym_axes[k] else int(d) for a, d in enumerate(dims))
 
     def __call__(self, input_uops, var_vals, wait=False):
+      bufs = {name: (b.bufs[d] if isinstance(b := input_uops[i].buffer, MultiBuffer) else b)._buf for name, (i, d) in self.inputs.items()}
+      for name, on in self.copy_maps: on.map(bufs[name])
       dims = {f"dim{k}.{a}": int(sym_infer(d[a], var_vals)) for k, d in enumerate(self.symbolic_dims) for a in self.sym_axes[k]}
-      self.graph.replay(**{f"in{i}": input_uops[i].buffer._buf for i in self.inputs}, **{f"var:{v}": var_vals[v] for v in self.vars}, **dims)
+      self.graph.replay(**bufs, **{f"var:{v}": var_vals[v] for v in self.vars}, **dims)
       return self.graph.gpu_time() if wait else None   # gpu_time waits for the replay
 
   class RawgpuDevice(Compiled):

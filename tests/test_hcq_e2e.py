@@ -234,6 +234,70 @@ def test_graph_launch_dimensions_are_inputs(dev, cov):
   assert np.array_equal(out.numpy(np.uint32), _dims_expected(n, 5, 1, 16))
 
 
+def _wait_until(cond, what: str, timeout_s: float = 10) -> None:
+  t0 = time.monotonic()
+  while not cond():
+    if time.monotonic() - t0 > timeout_s: raise AssertionError(f"timed out waiting for {what}")
+    time.sleep(0.005)
+
+
+def test_unordered_graph_runs_queues_at_once_and_waits_only_where_told(dev):
+  """Graph(dev, ordered=False): a kernel spins until a flag is set and the copy engine sets it, recorded after the
+  kernel but depending on nothing, so the two run at once (in order this replay could never end). A fill that
+  waits for both (after=) runs after them; a second spin holds a copy that waits for it, and nothing that does not."""
+  spin, fill = prog(dev, "spin"), prog(dev, "fill")
+  flag, done, seven = dev.alloc(4, host=True), dev.alloc(4, host=True), dev.alloc(4, host=True)
+  seven.cpu()[:4] = (7).to_bytes(4, "little")
+  out, held, free_ = dev.alloc(64), dev.alloc(4, host=True), dev.alloc(4, host=True)   # read while the replay runs
+  g = Graph(dev, ordered=False)
+  g.exec(spin, flag, 7, done, global_size=1, local_size=32); k = g.last_node
+  g.copy(flag, seven); c = g.last_node                        # the copy engine releases the kernel
+  g.exec(fill, out, g.input("v"), 16, local_size=16, after=[k, c])
+  for v in (3, 4, 5):
+    flag.cpu()[:4], done.cpu()[:4] = bytes(4), bytes(4)
+    dev.wait_timeline(g.replay(v=v), timeout_ms=5000)
+    assert done.numpy(np.uint32)[0] == 8 and list(out.numpy(np.uint32)) == [v] * 16
+  flag.cpu()[:4] = bytes(4)
+  word = lambda b: int.from_bytes(b.cpu()[:4], "little")
+  h = Graph(dev, ordered=False)
+  h.copy(free_, seven)                                        # the copy engine runs this at once,
+  h.exec(spin, flag, 7, done, global_size=1, local_size=32); k = h.last_node
+  h.copy(held, seven, after=[k])                              # and holds this until the kernel ends
+  t = h.replay()
+  _wait_until(lambda: word(free_) == 7, "the copy that waits for nothing")
+  time.sleep(0.05)
+  assert word(held) == 0 and dev.timeline.value < dev.timeline_gpu(t)
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  dev.wait_timeline(t, timeout_ms=5000)
+  assert word(held) == 7
+
+
+def test_unordered_graph_starts_after_the_devices_earlier_work(dev):
+  """A replay whose nodes all run on the copy engine still starts after a kernel launched before it (the device's
+  work runs in submission order), and the work after it waits for its end."""
+  spin = prog(dev, "spin")
+  flag, done, seven, dst = (dev.alloc(4, host=True) for _ in range(4))
+  seven.cpu()[:4], flag.cpu()[:4] = (7).to_bytes(4, "little"), bytes(4)
+  g = Graph(dev, ordered=False)
+  g.copy(dst, seven)
+  spin(flag, 7, done, global_size=1, local_size=32)
+  t = g.replay()
+  time.sleep(0.05)
+  assert int.from_bytes(dst.cpu()[:4], "little") == 0   # read as it is, without waiting for the replay
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  dev.wait_timeline(t, timeout_ms=5000)
+  assert dst.numpy(np.uint32)[0] == 7 and done.numpy(np.uint32)[0] == 8
+
+
+def test_graph_after_is_checked(dev):
+  fill, a = prog(dev, "fill"), dev.alloc(64)
+  with pytest.raises(RawGPUError, match="no nodes yet"): Graph(dev).last_node
+  with pytest.raises(RawGPUError, match=r"after= is for Graph\(dev, ordered=False\)"): Graph(dev).exec(fill, a, 1, 1).exec(fill, a, 1, 1, after=[0])
+  g = Graph(dev, ordered=False).exec(fill, a, 1, 1)
+  for bad in ([1], [-1], ["0"]):
+    with pytest.raises(RawGPUError, match=r"after= takes ids of nodes recorded before this one \(0..0\)"): g.exec(fill, a, 1, 1, after=bad)
+
+
 def test_graph_refuses_a_workgroup_the_kernel_cannot_take(dev):
   g = Graph(dev)
   with pytest.raises(RawGPUError, match="more than its maximum"): g.exec(prog(dev, "fill"), dev.alloc(64), 1, 1, local_size=2048)

@@ -318,3 +318,25 @@ def test_one_graph_across_two_devices(pair):
   g2 = Graph(a).copy(y, b.alloc(4 * n), on=a)                        # A's engine, B's buffers: A maps neither
   with pytest.raises(RawGPUError, match="not mapped there"): g2.replay()
   for buf in (x, w, y, z): buf.free()
+
+
+def test_unordered_graph_runs_two_devices_at_once(pair):
+  """Graph(a, ordered=False) over both boards: A's kernel spins until a flag is set, and B's kernel (recorded after
+  it, waiting for nothing) sets it, so the boards run at once; A's fill waits for both (after=), B's copy for A's
+  fill, and A's ticket marks the end of it all. In order, A's kernel would hold B's forever."""
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  flag, done = a.alloc(4, host=True), a.alloc(4, host=True)
+  out, back = a.alloc(64), b.alloc(64)
+  b.map(flag); b.map(out)
+  spin, fill_a, fill_b = prog(a, "spin"), prog(a, "fill"), prog(b, "fill")
+  g = Graph(a, ordered=False)
+  g.exec(spin, flag, 7, done, global_size=1, local_size=32); k = g.last_node   # on A
+  g.exec(fill_b, flag, 7, 1, local_size=1); f = g.last_node                     # on B: releases A's kernel
+  g.exec(fill_a, out, g.input("v"), 16, local_size=16, after=[k, f]); w = g.last_node
+  g.copy(back, out, on=b, after=[w])                                             # B's copy engine pulls A's result
+  for v in (2, 6):
+    flag.cpu()[:4], done.cpu()[:4] = bytes(4), bytes(4)
+    a.wait_timeline(g.replay(v=v), timeout_ms=5000)
+    assert done.numpy(np.uint32)[0] == 8 and list(back.numpy(np.uint32)) == [v] * 16
+    assert b.timeline.value >= b.timeline_gpu(b.timeline_value - 1)   # B's share signalled its own ticket

@@ -82,3 +82,28 @@ def test_a_graph_built_while_profiling_times_every_launch_and_copy(dev, tmp_path
   assert np.all(b.numpy(np.uint32) == 3) and np.all(a.numpy(np.uint32) == 4)
   dev.wait_timeline(g.replay(v=5))                                                     # not profiled any more: still runs
   assert np.all(a.numpy(np.uint32) == 5) and len(prof.events) == 4
+
+
+def test_an_unordered_graph_is_timed_node_by_node_too(dev, tmp_path):
+  """Graph(dev, ordered=False) while profiling: every launch and copy has its clock on its own engine's track, a
+  node that waits (after=) starts after what it waits for ends, and the graph's span covers them all."""
+  from rawgpu.hcq.graph import Graph
+  from rawgpu.hcq.profile import Profiler
+  fill = dev.program(kernels.path(dev.props.arch, "fill").read_bytes())
+  a, b, c = (dev.alloc(4 * 256) for _ in range(3))
+  c.copyin(np.full(256, 2, np.uint32))
+  prof = Profiler(dev)
+  try:
+    g = Graph(dev, ordered=False)
+    g.exec(fill, a, 3, 256, local_size=256); k = g.last_node
+    g.copy(b, c)                                           # independent of the kernel
+    g.copy(c, a, after=[k])                                # waits for the kernel
+    dev.wait_timeline(g.replay())
+    evs = json.load(open(prof.export(str(tmp_path / "trace.json"))))["traceEvents"]
+  finally: prof.close()
+  graph, kern, copy_b, copy_c = evs
+  assert [e["cat"] for e in evs] == ["graph", "kernel", "copy", "copy"] and all(e["dur"] > 0 for e in evs)
+  assert kern["tid"].endswith("compute") and copy_c["tid"].endswith("copy engine")
+  assert kern["ts"] + kern["dur"] <= copy_c["ts"]
+  assert all(graph["ts"] <= e["ts"] and e["ts"] + e["dur"] <= graph["ts"] + graph["dur"] for e in (kern, copy_c))
+  assert np.all(b.numpy(np.uint32) == 2) and np.all(c.numpy(np.uint32) == 3)

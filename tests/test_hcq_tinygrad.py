@@ -134,7 +134,7 @@ def test_jit_batches_replay_as_rawgpu_graphs(tg, monkeypatch):
     x = (A + i) * B + i
     got = f(Tensor(A + i), Tensor(B), Variable("n", 0, 10).bind(i)).numpy()
     np.testing.assert_allclose(got, (np.exp(x) * 2).sum(1) + x.max(1), rtol=1e-4)
-  assert len(replays) == 4 and replays[0] == ["in0", "in1", "var:n"]   # the capture's own run and three calls after it
+  assert len(replays) == 4 and replays[0] == ["in0.0", "in1.0", "var:n"]   # the capture's own run and three calls after it
   from tinygrad.helpers import GlobalCounters
   GlobalCounters.reset()
   with Context(DEBUG=2): f(Tensor(A), Tensor(B), Variable("n", 0, 10).bind(1))   # DEBUG=2 waits and reports each call's GPU time
@@ -261,6 +261,35 @@ def test_copies_between_devices_use_the_copy_engine(tg_pair, monkeypatch):
     a6, b6 = A[:6], B[:6]   # an even split: 3 rows a board
     s = Tensor(a6).shard((name, f"{name}:1"), axis=0)
     np.testing.assert_allclose((s * Tensor(b6).shard((name, f"{name}:1"), axis=0)).sum(axis=1).numpy(), (a6 * b6).sum(1), rtol=1e-5, atol=1e-6)
+
+
+def test_jit_of_a_sharded_model_replays_as_one_graph_over_both_boards(tg_pair, monkeypatch):
+  """TinyJit over a tensor sharded across both boards (a data-parallel linear layer whose sum over the batch needs
+  an all-reduce): the kernels of both boards and the copies between them are one rawgpu Graph, each queue waiting
+  only where tinygrad's dependencies say. After the capture nothing runs outside it; results match numpy."""
+  from rawgpu.hcq.amd.program import AMDProgram
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.graph import Graph
+  name, (a, b) = tg_pair
+  devs = (name, f"{name}:1")
+  graphs, outside = [], []
+  real_replay, real_call, real_transfer = Graph.replay, AMDProgram.__call__, Device.transfer
+  monkeypatch.setattr(Graph, "replay", lambda self, **kw: graphs.append(self) or real_replay(self, **kw))
+  monkeypatch.setattr(AMDProgram, "__call__", lambda self, *x, **kw: outside.append(self.name) or real_call(self, *x, **kw))
+  monkeypatch.setattr(Device, "transfer", lambda self, *x, **kw: outside.append("transfer") or real_transfer(self, *x, **kw))
+  W = RNG.standard_normal((33, 5)).astype(np.float32)
+  w = Tensor(W, device=name).shard(devs).realize()   # replicated on both
+  @TinyJit
+  def f(x): return ((x @ w).relu().sum(axis=0) * 0.5).realize()
+  for i in range(4):
+    X = (A[:6] + i).astype(np.float32)
+    x = Tensor(X, device=name).shard(devs, axis=0).realize()
+    outside.clear()
+    out = f(x)
+    if i >= 2: assert not outside, outside   # captured: the call is the graph's replay alone
+    np.testing.assert_allclose(out.numpy(), np.maximum(X @ W, 0).sum(0) * 0.5, rtol=1e-5, atol=1e-5)
+  assert len(graphs) == 3 and all(set(g.devices) == {a, b} and not g.ordered for g in graphs)
+  assert any(k == "copy" for k, _ in graphs[-1].nodes), "the all-reduce's copies are in the graph"
 
 
 def test_copies_between_devices_that_cannot_map_each_other_go_through_the_host_with_a_warning():
