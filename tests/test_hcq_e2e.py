@@ -289,6 +289,24 @@ def test_unordered_graph_starts_after_the_devices_earlier_work(dev):
   assert dst.numpy(np.uint32)[0] == 7 and done.numpy(np.uint32)[0] == 8
 
 
+@pytest.mark.parametrize("ordered", [True, False])
+def test_graph_signals_start_again_below_their_limit(dev, monkeypatch, ordered):
+  """The graph's own signals count up by replay and start again at 0 before the engines' 32-bit compare would
+  wrap (SYNC_LIMIT, here made small): replays across several restarts still wait for each other's nodes."""
+  import rawgpu.hcq.graph as graph_mod
+  monkeypatch.setattr(graph_mod, "SYNC_LIMIT", 7)
+  fill = prog(dev, "fill")
+  a, b = dev.alloc(4 * 64), dev.alloc(4 * 64)
+  g = Graph(dev, ordered=ordered)
+  g.exec(fill, a, g.input("v"), 64, local_size=64); k = g.last_node
+  g.copy(b, a, **({} if ordered else {"after": [k]}))
+  g.exec(fill, a, 0, 64, local_size=64, **({} if ordered else {"after": [g.last_node]}))
+  for v in range(1, 12):
+    dev.wait_timeline(g.replay(v=v), timeout_ms=5000)
+    assert np.all(b.numpy(np.uint32) == v) and np.all(a.numpy(np.uint32) == 0), v
+  assert g.nsync >= 2 and g.replays < 4   # it started again
+
+
 def test_graph_after_is_checked(dev):
   fill, a = prog(dev, "fill"), dev.alloc(64)
   with pytest.raises(RawGPUError, match="no nodes yet"): Graph(dev).last_node
