@@ -186,7 +186,8 @@ class _PlainMMIO:
 def bench_launch(ctx: Ctx) -> None:
   """launch overhead: the empty kernel (no kernargs) and a one-element fill (kernargs): enqueue only (with the GPU
   running them; with the GPU held at a wait until all are queued; with the doorbell and HDP flush plain stores, as on
-  hardware: the driver's own cost), launch + wait, GPU time"""
+  hardware: the driver's own cost), launch + wait, GPU time; 100-kernel graph replays; a graph of a kernel and a copy
+  that does not depend on it, GPU time in order and with ordered=False (both engines at once)"""
   dev = ctx.device()
   n = ctx.size(10, 1000)
   for case, obj, name, args in (("empty kernel", "empty", "empty", lambda: ()), ("fill n=1", "fill", "fill_u32", lambda: (dst, 7, 1))):
@@ -261,6 +262,20 @@ def bench_launch(ctx: Ctx) -> None:
     for case, graphs in (("graph-100", [g]), ("3 x graph-100", three)):
       for metric, plain in (("host_time_per_kernel", False), ("host_time_per_kernel, MMIO as plain stores", True)):
         ctx.figure(case, metric, "us", samples(lambda: replay(graphs, plain), ctx.warmup, ctx.repeats), dev=dev)
+
+  size = ctx.size(4 << 20, 16 << 20)
+  case = f"graph kernel + copy {size >> 20} MiB"
+  with ctx.case(case, "gpu time", "ms", dev=dev):
+    # a kernel and a copy that does not depend on it: in order the copy engine waits for the kernel, ordered=False
+    # lets both engines run at once (Graph.gpu_time: the replay's start to its end)
+    from rawgpu.hcq.graph import Graph
+    prg, _ = _kernel(ctx, dev, "fill", "fill_u32")
+    n = ctx.size(1 << 12, 1 << 13)
+    big, src, dst = dev.alloc(4 * n), dev.alloc(size), dev.alloc(size)
+    for label, ordered in (("in order", True), ("ordered=False", False)):
+      g = Graph(dev, ordered=ordered).exec(prg, big, 7, n, global_size=n // 256, local_size=256).copy(dst, src)
+      def run(g=g) -> float: g.replay(); return g.gpu_time()
+      ctx.figure(case, f"gpu time, {label}", "ms", samples(run, ctx.warmup, ctx.repeats), dev=dev)
 
 
 @benchmark("signal")
