@@ -49,7 +49,8 @@ class Device:
     self.write_fence = iface.write_fence # before a signal the CPU sets, its writes to VRAM through CPU views are visible
     self._rings: dict[str, Ring] = {}
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
-    self.stalled = False                    # the last wait timed out
+    self.stalled = 0                        # the ticket a wait gave up on (0: none, or its work is known done)
+    self._recover_hooks: list = []          # weak methods recover() calls once the queues restarted (graphs spanning devices)
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
     self.timeline = self.new_signal("timeline", narrow=True)
@@ -173,9 +174,9 @@ class Device:
       self.faulted = str(e).splitlines()[0]
       raise
     except DeviceTimeout:
-      self.stalled = True  # close() then releases without draining again
+      self.stalled = max(self.stalled, ticket)  # close() then releases without draining again
       raise
-    self.stalled = False
+    if ticket >= self.stalled: self.stalled = 0   # a wait for earlier work says nothing of the stalled ticket
 
   def synchronize(self, timeout_ms: float = 10_000) -> None:
     self.wait_timeline(self.timeline_value - 1, timeout_ms)
@@ -231,7 +232,10 @@ class Device:
       ring.restart()
     self._ticket_engine = None
     self.timeline.value = self.timeline_gpu(self.timeline_value - 1)   # abandoned tickets count as done
-    self.faulted, self.stalled = "", False
+    self.faulted, self.stalled = "", 0
+    for hook in list(self._recover_hooks):
+      if (fn := hook()) is None: self._recover_hooks.remove(hook)
+      else: fn()
 
   def close(self) -> None:
     """Drain and release the device. After a fault there is nothing to drain: release it as it is."""

@@ -29,6 +29,7 @@ a copy overlaps a kernel it does not depend on, and two devices work at once:
 The replay starts after the devices' earlier work and ends when every queue is done, as in order.
 """
 from __future__ import annotations
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
@@ -146,28 +147,37 @@ class Graph:
     self.stamps = (self.dev.new_signal("graph start"), self.dev.new_signal("graph end"))
     queues = [self._node_queue(k, w) for k, w in self.nodes]
     self.devices = list({id(q.be.dev): q.be.dev for q in [self.cq] + queues}.values())   # the graph's device first
-    # the graph's signals: one for the chain (in order), or one per queue that others wait for (ordered=False)
-    self.sync_signals = [self.sync] + ([] if self.ordered else [self.dev.new_signal(f"graph {q.be.dev} {q.engine} sync", narrow=True) for q in dict.fromkeys(queues)])
+    # the graph's signals: one per queue, written by that queue alone (so one that restarts can release the others
+    # waiting on it: _release), and self.sync, written by the queue that ends the replay (and starts it, unordered)
+    self.qsig = {q: self.dev.new_signal(f"graph {q.be.dev} {q.engine} sync", narrow=True) for q in dict.fromkeys([self.cq] + queues)}
+    self.sync_signals = [self.sync, *self.qsig.values()]
+    copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
+    self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
+    # devices whose earlier work the replay starts after (_start): those of the graph, and those owning a buffer it
+    # touches (an input's owner that is neither is waited for on the host at replay)
+    self.watched = self.devices[1:] + list({id(b.dev): b.dev for b in self.static_buffers if b.dev not in self.devices}.values())
+    self.watched_ids = {id(d) for d in self.devices + self.watched}
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals
       d.map(self.ka)
       for sig in self.sync_signals: d.map(sig)
+    for d in self.watched: self.dev.map(d.timeline)
+    for d in self.devices:   # a device that restarts its queues releases the others' waits on the graph (_release)
+      d._recover_hooks.append(weakref.WeakMethod(self._release))
     self.nsync, self.value_sites = 0, set()   # value_sites: inputs that are signal values (patch slots "value:<name>")
     self.kviews: dict[int, tuple] = {}   # launch index -> (its kernarg view, their address)
     self.timed: list[tuple[str, str, str]] = []   # (name, kind, slot prefix) of nodes clocked one by one (built while profiling)
     cur, last_q, starts = (self._emit_chain if self.ordered else self._emit_queues)(queues, view, sizes, offs)
-    cur.timestamp(Var("ts_end")).signal(self.dev.timeline, _counter("timeline"))
     self.tickets = {self.dev: (starts[self.dev], cur.engine)}   # device -> (engine(s) its share starts on, engine that signals its ticket)
     if len(self.devices) > 1:   # every other device signals its ticket once the graph's device says all is done
       self.nsync += 1
-      cur.signal(self.sync, _counter(f"sync{self.nsync}"))
+      cur.signal(self.sync, _counter(f"sync{self.nsync}"))   # before the ticket: nothing of the graph's device runs after it
       for d in self.devices[1:]:
         q = last_q[d]
         q.wait(self.sync, _counter(f"sync{self.nsync}")).signal(d.timeline, _counter(f"timeline@{id(d)}"))
         self.tickets[d] = (starts[d], q.engine)
+    cur.timestamp(Var("ts_end")).signal(self.dev.timeline, _counter("timeline"))
     for q in self.queues.values():
       if q.engine == "compute" and q._build: q.bind(q.be.dev)   # the copy engine has no indirect buffers here: its words go to its ring
-    copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
-    self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
     self.replays, self.slot_vals, self.others_last = 0, {}, {}
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites | set(self.dim_sites)
     self.checks = {n: self._input_checks(n) for n in self.names}     # input name -> what a given value must pass
@@ -192,7 +202,7 @@ class Graph:
     that ends it, each device's last queue, each device's first engine)."""
     # the chain starts and ends on the graph's device (its clock and ticket mark the whole replay)
     cur = queues[0] if queues and queues[0].be.dev is self.dev else self.cq
-    cur.timestamp(Var("ts_start"))
+    self._start(cur)
     last_q, starts = {}, {self.dev: cur.engine}
     for i, ((kind, what), q) in enumerate(zip(self.nodes, queues)):
       cur = self._switch(cur, q)
@@ -205,13 +215,20 @@ class Graph:
     """ordered=False: each queue runs its nodes in order; a node waits for another queue's node only where after=
     names it (a signal of that queue's, written after the node); the graph device's compute queue ends the replay
     once every queue's last node is done. Every queue's share starts after its device's earlier work."""
-    sig = dict(zip(dict.fromkeys(queues), self.sync_signals[1:]))
+    sig = self.qsig
     last = {q: i for i, q in enumerate(queues)}   # queue -> its last node
     wanted = {j for i, deps in enumerate(self.after) for j in deps if queues[j] is not queues[i]} | {i for q, i in last.items() if q is not self.cq}
     point: dict[int, int] = {}   # node -> the patch slot number of the signal written after it
-    self.cq.timestamp(Var("ts_start"))
-    last_q, starts = {}, {self.dev: {"compute"}}
+    self._start(self.cq)
+    if any(q is not self.cq for q in queues):   # every other queue starts once the graph's clock has (and so after
+      self.nsync += 1                           # the earlier work of every device of the graph)
+      begun = self.nsync
+      self.cq.signal(self.sync, _counter(f"sync{begun}"))
+    last_q, starts, started = {}, {self.dev: {"compute"}}, {self.cq}
     for i, ((kind, what), q) in enumerate(zip(self.nodes, queues)):
+      if q not in started:
+        started.add(q)
+        q.wait(self.sync, _counter(f"sync{begun}"))
       waits: dict = {}
       for j in self.after[i]:
         if queues[j] is not q: waits[queues[j]] = max(waits.get(queues[j], 0), point[j])
@@ -226,6 +243,20 @@ class Graph:
     for q, i in last.items():
       if q is not self.cq: self.cq.wait(sig[q], _counter(f"sync{point[i]}"))
     return self.cq, last_q, {d: tuple(sorted(e)) for d, e in starts.items()}
+
+  def _start(self, q) -> None:
+    """Where the replay begins, on the graph device's queue q: after the earlier work of the other devices of the
+    graph (their previous tickets; the graph's device orders its own, next_timeline), then its clock."""
+    for d in self.watched: q.wait(d.timeline, _counter(f"prev@{id(d)}"))
+    q.timestamp(Var("ts_start"))
+
+  def _release(self) -> None:
+    """A device of the graph restarted its queues (Device.recover): the graph's signals jump to the last values the
+    last replay would have reached, so the other devices' queues waiting on them finish their share instead of
+    waiting forever (they run on what they have; that replay's results are lost). Later replays count on above."""
+    top = self.replays * self.nsync
+    for sig in self.sync_signals:
+      if sig.value < top: sig.value = top
 
   def _emit(self, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
     """One recorded node's packets on its queue (a launch's arguments go into its slot of the graph's kernarg block)."""
@@ -261,8 +292,8 @@ class Graph:
     """Where the chain moves from queue cur to q: q waits for the value cur writes to the graph's signal."""
     if q is not cur:
       self.nsync += 1
-      cur.signal(self.sync, _counter(f"sync{self.nsync}"))
-      q.wait(self.sync, _counter(f"sync{self.nsync}"))
+      cur.signal(self.qsig[cur], _counter(f"sync{self.nsync}"))
+      q.wait(self.qsig[cur], _counter(f"sync{self.nsync}"))
     return q
 
   def _copy_var(self, b, off: int, n: int, dev: "Device"):
@@ -285,6 +316,7 @@ class Graph:
     self._check_alive(inputs)
     new_dims = self._new_dims(inputs) if self.dim_sites and not inputs.keys().isdisjoint(self.dim_sites) else {}
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
+    for d, t in self.others_last.items(): d.wait_timeline(t)   # and the other devices their commands, to their end
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
       for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signals
       for sig in self.sync_signals: sig.value = 0
@@ -300,11 +332,15 @@ class Graph:
       for d in devices[1:]:
         t = self.others_last[d] = d.next_timeline(*self.tickets[d])
         vals[f"timeline@{id(d)}"] = d.timeline_gpu(t)
+        vals[f"prev@{id(d)}"] = max(0, d.timeline_gpu(t - 1))   # its earlier work (0 where its timeline started again)
         for b in self.static_buffers: b.used_by(d, t)   # any device of the graph may touch them: counted on each
         for v in self.cur.values():
           if isinstance(v, Buffer): v.used_by(d, t)
+    for d in self.watched[len(devices) - 1:]: vals[f"prev@{id(d)}"] = max(0, d.timeline_gpu(d.timeline_value - 1))   # owners of its buffers
     for v in self.cur.values():   # recorded against this device's ticket (a mapped peer's buffer too)
-      if isinstance(v, Buffer): v.used_by(dev, value)
+      if isinstance(v, Buffer):
+        if id(v.dev) not in self.watched_ids: v.dev.wait_timeline(v._root().last_use)   # its owner's work on it is done
+        v.used_by(dev, value)
     for b in self.static_buffers: b.used_by(dev, value)
     value = dev.next_timeline(*self.tickets[dev])
     vals["timeline"] = dev.timeline_gpu(value)

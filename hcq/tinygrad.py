@@ -131,6 +131,7 @@ def _device_class():
       args = dict(global_size=tuple(global_size), local_size=tuple(local_size), timing=wait)
       rg = self.dev.rg
       if not (wait and timeout and rg.recovers_in_place): return self.prg(*bufs, *vals, **args)
+      rg.synchronize()   # the timeout is this kernel's alone: earlier work (tinygrad queues it) is not stopped with it
       try: return self.prg(*bufs, *vals, **args, timeout_ms=timeout, report=False)   # no hang report: BEAM expects this
       except DeviceTimeout as e:
         rg.recover()

@@ -726,6 +726,26 @@ def test_recover_after_a_timeout_leaves_work_that_finished_since_alone(spare_dev
   assert done.numpy(np.uint32)[0] == 8 and resets == []
 
 
+def test_a_wait_for_earlier_work_does_not_hide_a_later_hang_from_recover(spare_dev):
+  """A wait gives up on a hung kernel's ticket; a wait for an earlier ticket then succeeds. The hang is still there,
+  and recover() still stops it."""
+  from rawgpu.errors import DeviceTimeout
+  d = spare_dev
+  if not d.recovers_in_place: pytest.skip(f"{d.props.iface} restarts queues by reopening")
+  fill, out = prog(d, "fill"), d.alloc(64)
+  flag, done = d.alloc(4, host=True), d.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  fill(out, 2, 16, local_size=16)
+  earlier = d.timeline_value - 1
+  prog(d, "spin")(flag, 7, done, global_size=1, local_size=32)
+  with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=200)
+  d.wait_timeline(earlier)
+  d.recover()
+  d.synchronize(timeout_ms=1000)
+  fill(out, 5, 16, local_size=16, wait=True)
+  assert list(out.numpy(np.uint32)[:16]) == [5] * 16 and done.numpy(np.uint32)[0] == 0
+
+
 def test_closing_a_device_whose_kernel_never_ends_resets_its_waves(spare_dev):
   """A drain (DEQUEUE_REQ DRAIN_PIPE) waits for the queue's waves, and a wave that spins forever never ends: the
   HQD stays active. Closing the device takes its queue off with the waves reset (RESET_WAVES, as

@@ -2,6 +2,7 @@
 BAR0 bus address) and host memory into a board's page tables, the bus routes the DMA, hcq copies and waits across.
 The same between two XCCs of one MI300X (each a device, a CPX partition): they share the board's page tables, so a
 peer's memory is local there; hcq's rules (map before use, free waits for the peer) are the same."""
+import time
 import numpy as np
 import pytest
 from rawgpu import kernels
@@ -340,3 +341,64 @@ def test_unordered_graph_runs_two_devices_at_once(pair):
     a.wait_timeline(g.replay(v=v), timeout_ms=5000)
     assert done.numpy(np.uint32)[0] == 8 and list(back.numpy(np.uint32)) == [v] * 16
     assert b.timeline.value >= b.timeline_gpu(b.timeline_value - 1)   # B's share signalled its own ticket
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_a_graph_starts_after_the_earlier_work_of_every_device_it_touches(pair, ordered):
+  """A kernel queued on one board before a replay writes what the graph then copies on the other board: the copy
+  waits for it where that board is in the graph (either way round), where it only owns a buffer the graph copies
+  (waited for on the GPU), and where it owns an input buffer given at replay (waited for on the host)."""
+  import threading
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  word = lambda buf: int.from_bytes(buf.cpu()[:4], "little")
+  def graph(on, owner, copier, also=None, input_=False):
+    """A graph on `on` that copies owner's word on copier's engine (and fills a word on `also`, to make it part of it)."""
+    done, dst = owner.alloc(4, host=True), copier.alloc(4, host=True)
+    copier.map(done)
+    g = Graph(on, ordered=ordered)
+    if also is not None: g.exec(prog(also, "fill"), also.alloc(4), 1, 1)
+    g.copy(dst, g.input("src") if input_ else done, 4, on=copier)
+    return g, done, dst
+  cases = {"A's work, B copies": graph(a, a, b), "B's work (B in the graph), A copies": graph(a, b, a, also=b),
+           "A's buffer, a graph of B's": graph(b, a, b), "A's buffer as an input, a graph of B's": graph(b, a, b, input_=True)}
+  for what, (g, done, dst) in cases.items():
+    owner = done.dev
+    flag = owner.alloc(4, host=True)
+    flag.cpu()[:4], done.cpu()[:4] = bytes(4), bytes(4)
+    prog(owner, "spin")(flag, 7, done, global_size=1, local_size=32)   # queued on the owner: writes 8 once released
+    release = lambda: flag.cpu().__setitem__(slice(0, 4), (7).to_bytes(4, "little"))
+    if "input" in what:   # the host waits for the owner's work before it submits: released from another thread
+      threading.Timer(0.1, release).start()
+      t = g.replay(src=done)
+    else:
+      t = g.replay()
+      time.sleep(0.1)
+      assert word(dst) == 0, what   # held on the GPU
+      release()
+    g.dev.wait_timeline(t, timeout_ms=5000)
+    assert word(dst) == 8, what
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_recover_on_one_board_releases_the_other_boards_share_of_a_graph(pair, ordered):
+  """A two-board graph hangs on A (a kernel that never ends) and A recovers in place: B's share of that replay,
+  waiting on A's graph signals, is released (it finishes, its ticket is signalled), and the next replay runs."""
+  from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  if not a.recovers_in_place: pytest.skip(f"{a.props.iface} restarts queues by reopening")
+  flag, done, y = a.alloc(4, host=True), a.alloc(4, host=True), b.alloc(256)
+  g = Graph(a, ordered=ordered)
+  g.exec(prog(a, "spin"), flag, 7, done, global_size=1, local_size=32); k = g.last_node
+  g.exec(prog(b, "fill"), y, g.input("v"), 64, local_size=64, **({} if ordered else {"after": [k]}))
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  a.wait_timeline(g.replay(v=1), timeout_ms=5000)
+  flag.cpu()[:4] = bytes(4)
+  t = g.replay(v=2)
+  with pytest.raises(DeviceTimeout): a.wait_timeline(t, timeout_ms=300, report=False)
+  a.recover()
+  b.synchronize(timeout_ms=5000)   # B's share of the lost replay ran to its end
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  a.wait_timeline(g.replay(v=3), timeout_ms=5000)
+  assert list(y.numpy(np.uint32)[:64]) == [3] * 64

@@ -184,11 +184,16 @@ def test_a_kernel_past_tinygrads_timeout_is_stopped_where_the_device_recovers(tg
   gpu = prg(*bufs, **kw, wait=True)
   whole = time.monotonic() - t0
   assert gpu > 0.005   # the emulated matmul runs for milliseconds: a 1 ms timeout cuts it short
-  t0 = time.monotonic()
   if Device[tg].rg.recovers_in_place:
+    t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=f"{prg.name} on {tg} ran past tinygrad's timeout of 1 ms: stopped"): prg(*bufs, **kw, wait=True, timeout=1)
     assert time.monotonic() - t0 < whole / 2
-  else: assert prg(*bufs, **kw, wait=True, timeout=1) > 0.005   # ignored: it ran to its end
+    early = (a @ a * 3).realize()   # queued before it and not waited for, as tinygrad runs: not stopped with it
+    with pytest.raises(RuntimeError, match="ran past tinygrad's timeout"): prg(*bufs, **kw, wait=True, timeout=1)
+    np.testing.assert_allclose(early.numpy(), M @ M * 3, rtol=1e-4, atol=1e-4)
+  else:
+    t0 = time.monotonic()
+    assert prg(*bufs, **kw, wait=True, timeout=1) > 0.005   # ignored: it ran to its end
   for t in (0, None): assert prg(*bufs, **kw, wait=True, timeout=t) > 0.005   # tinygrad's "no timeout"
   np.testing.assert_allclose((a @ a + 1).numpy(), M @ M + 1, rtol=1e-4, atol=1e-4)
 
@@ -290,6 +295,19 @@ def test_jit_of_a_sharded_model_replays_as_one_graph_over_both_boards(tg_pair, m
     np.testing.assert_allclose(out.numpy(), np.maximum(X @ W, 0).sum(0) * 0.5, rtol=1e-5, atol=1e-5)
   assert len(graphs) == 3 and all(set(g.devices) == {a, b} and not g.ordered for g in graphs)
   assert any(k == "copy" for k, _ in graphs[-1].nodes), "the all-reduce's copies are in the graph"
+
+
+def test_jit_graph_over_two_boards_waits_for_its_input_still_being_computed(tg_pair):
+  """The jit's input is computed on one board just before the call (queued, not waited for); the graph copies it
+  to the other board, whose copy engine must wait for that work first."""
+  name, _ = tg_pair
+  M = RNG.standard_normal((48, 48)).astype(np.float32)
+  m = Tensor(M, device=name).realize()
+  @TinyJit
+  def f(x): return (x.to(f"{name}:1") * 2 + 1).realize()
+  for i in range(4):
+    x = ((m + i) @ m).realize()   # still running on the first board when the graph replays
+    np.testing.assert_allclose(f(x).numpy(), ((M + i) @ M) * 2 + 1, rtol=1e-4, atol=1e-3)
 
 
 def test_copies_between_devices_that_cannot_map_each_other_go_through_the_host_with_a_warning():
