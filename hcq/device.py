@@ -235,7 +235,7 @@ class Device:
     self.faulted, self.stalled = "", 0
     for hook in list(self._recover_hooks):
       if (fn := hook()) is None: self._recover_hooks.remove(hook)
-      else: fn()
+      else: fn(self)
 
   def close(self) -> None:
     """Drain and release the device. After a fault there is nothing to drain: release it as it is."""

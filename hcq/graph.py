@@ -153,16 +153,12 @@ class Graph:
     self.sync_signals = [self.sync, *self.qsig.values()]
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
     self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
-    # devices whose earlier work the replay starts after (_start): those of the graph, and those owning a buffer it
-    # touches (an input's owner that is neither is waited for on the host at replay)
-    self.watched = self.devices[1:] + list({id(b.dev): b.dev for b in self.static_buffers if b.dev not in self.devices}.values())
-    self.watched_ids = {id(d) for d in self.devices + self.watched}
-    for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals
-      d.map(self.ka)
+    self.copied = list({id(r): r for r in (b._root() for b in copies if isinstance(b, Buffer))}.values())
+    for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals, and the
+      d.map(self.ka)             # replay starts after their earlier work on its buffers (_start, _earlier_work)
       for sig in self.sync_signals: d.map(sig)
-    for d in self.watched: self.dev.map(d.timeline)
-    for d in self.devices:   # a device that restarts its queues releases the others' waits on the graph (_release)
-      d._recover_hooks.append(weakref.WeakMethod(self._release))
+      self.dev.map(d.timeline)
+    self.last_point: dict = {}   # queue -> the patch slot number of the signal it writes after its last node
     self.nsync, self.value_sites = 0, set()   # value_sites: inputs that are signal values (patch slots "value:<name>")
     self.kviews: dict[int, tuple] = {}   # launch index -> (its kernarg view, their address)
     self.timed: list[tuple[str, str, str]] = []   # (name, kind, slot prefix) of nodes clocked one by one (built while profiling)
@@ -173,6 +169,8 @@ class Graph:
       cur.signal(self.sync, _counter(f"sync{self.nsync}"))   # before the ticket: nothing of the graph's device runs after it
       for d in self.devices[1:]:
         q = last_q[d]
+        for q2 in self.qsig:   # its other queues too: its ticket stays honest if the graph's device lets go (_release)
+          if q2 is not q and q2.be.dev is d and q2 in self.last_point: q.wait(self.qsig[q2], _counter(f"sync{self.last_point[q2]}"))
         q.wait(self.sync, _counter(f"sync{self.nsync}")).signal(d.timeline, _counter(f"timeline@{id(d)}"))
         self.tickets[d] = (starts[d], q.engine)
     cur.timestamp(Var("ts_end")).signal(self.dev.timeline, _counter("timeline"))
@@ -187,6 +185,8 @@ class Graph:
     self.submits = [(q.be.dev.ring(q.engine), q._ib if q._bound is not None else q.words_array(),
                      [(name, q.slot_writer(name)) for name in sorted(q.vars)], {}) for q in self.queues.values() if q._build]
     self.sync_names = [f"sync{k}" for k in range(1, self.nsync + 1)]
+    for d in self.devices:   # a device that restarts its queues releases the others' waits on the graph (_release)
+      d._recover_hooks[:] = [h for h in d._recover_hooks if h() is not None] + [weakref.WeakMethod(self._release)]
 
   def _emit_timed(self, i: int, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
     """Node i's packets, between clocks of its own when profiling (nodes of the graph's device)."""
@@ -241,22 +241,38 @@ class Graph:
       last_q[q.be.dev] = q
       starts.setdefault(q.be.dev, set()).add(q.engine)
     for q, i in last.items():
-      if q is not self.cq: self.cq.wait(sig[q], _counter(f"sync{point[i]}"))
+      if q is not self.cq:
+        self.last_point[q] = point[i]
+        self.cq.wait(sig[q], _counter(f"sync{point[i]}"))
     return self.cq, last_q, {d: tuple(sorted(e)) for d, e in starts.items()}
 
   def _start(self, q) -> None:
     """Where the replay begins, on the graph device's queue q: after the earlier work of the other devices of the
     graph (their previous tickets; the graph's device orders its own, next_timeline), then its clock."""
-    for d in self.watched: q.wait(d.timeline, _counter(f"prev@{id(d)}"))
+    for d in self.devices[1:]: q.wait(d.timeline, _counter(f"prev@{id(d)}"))
     q.timestamp(Var("ts_start"))
 
-  def _release(self) -> None:
-    """A device of the graph restarted its queues (Device.recover): the graph's signals jump to the last values the
-    last replay would have reached, so the other devices' queues waiting on them finish their share instead of
-    waiting forever (they run on what they have; that replay's results are lost). Later replays count on above."""
+  def _release(self, dev: "Device") -> None:
+    """dev restarted its queues (Device.recover): the signals its queues would have written in the last replay jump
+    to the last value it could reach, so the other devices' queues waiting on them finish their share instead of
+    waiting forever (on what they have: that replay's results are lost). Later replays count on above it."""
+    if not hasattr(self, "replays"): return   # its build failed: nothing was replayed
     top = self.replays * self.nsync
-    for sig in self.sync_signals:
+    sigs = [sig for q, sig in self.qsig.items() if q.be.dev is dev] + ([self.sync] if dev is self.dev else [])
+    for sig in sigs:
       if sig.value < top: sig.value = top
+
+  def _earlier_work(self, inputs: dict) -> dict:
+    """Per device other than this one: the latest of its tickets for work on the buffers the graph copies (owned by
+    it, or mapped there and used), which the replay must start after, as Device.transfer does. A kernel's buffers
+    are the client's to order across devices, as with a launch."""
+    need: dict = {}
+    roots = self.copied + [v._root() for n, v in (self.cur | inputs).items() if n in self.copy_sites and isinstance(v, Buffer)]
+    for r in roots:
+      if r.dev is not self.dev and r.last_use > need.get(r.dev, 0): need[r.dev] = r.last_use
+      for d, t in r.peer_use.items():
+        if d is not self.dev and t > need.get(d, 0): need[d] = t
+    return need
 
   def _emit(self, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
     """One recorded node's packets on its queue (a launch's arguments go into its slot of the graph's kernarg block)."""
@@ -292,6 +308,7 @@ class Graph:
     """Where the chain moves from queue cur to q: q waits for the value cur writes to the graph's signal."""
     if q is not cur:
       self.nsync += 1
+      self.last_point[cur] = self.nsync
       cur.signal(self.qsig[cur], _counter(f"sync{self.nsync}"))
       q.wait(self.qsig[cur], _counter(f"sync{self.nsync}"))
     return q
@@ -317,6 +334,9 @@ class Graph:
     new_dims = self._new_dims(inputs) if self.dim_sites and not inputs.keys().isdisjoint(self.dim_sites) else {}
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     for d, t in self.others_last.items(): d.wait_timeline(t)   # and the other devices their commands, to their end
+    need = self._earlier_work(inputs)
+    for d, t in need.items():   # devices outside the graph: their work on its buffers is waited for here, on the host
+      if d not in self.devices: d.wait_timeline(t)
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
       for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signals
       for sig in self.sync_signals: sig.value = 0
@@ -332,15 +352,13 @@ class Graph:
       for d in devices[1:]:
         t = self.others_last[d] = d.next_timeline(*self.tickets[d])
         vals[f"timeline@{id(d)}"] = d.timeline_gpu(t)
-        vals[f"prev@{id(d)}"] = max(0, d.timeline_gpu(t - 1))   # its earlier work (0 where its timeline started again)
+        e = need.get(d, 0)   # its earlier work on the graph's buffers (0: done, or its timeline started again since)
+        vals[f"prev@{id(d)}"] = 0 if e <= d.timeline_base or d.timeline.value >= d.timeline_gpu(e) else d.timeline_gpu(e)
         for b in self.static_buffers: b.used_by(d, t)   # any device of the graph may touch them: counted on each
         for v in self.cur.values():
           if isinstance(v, Buffer): v.used_by(d, t)
-    for d in self.watched[len(devices) - 1:]: vals[f"prev@{id(d)}"] = max(0, d.timeline_gpu(d.timeline_value - 1))   # owners of its buffers
     for v in self.cur.values():   # recorded against this device's ticket (a mapped peer's buffer too)
-      if isinstance(v, Buffer):
-        if id(v.dev) not in self.watched_ids: v.dev.wait_timeline(v._root().last_use)   # its owner's work on it is done
-        v.used_by(dev, value)
+      if isinstance(v, Buffer): v.used_by(dev, value)
     for b in self.static_buffers: b.used_by(dev, value)
     value = dev.next_timeline(*self.tickets[dev])
     vals["timeline"] = dev.timeline_gpu(value)

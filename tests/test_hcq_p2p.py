@@ -346,8 +346,8 @@ def test_unordered_graph_runs_two_devices_at_once(pair):
 @pytest.mark.parametrize("ordered", [True, False])
 def test_a_graph_starts_after_the_earlier_work_of_every_device_it_touches(pair, ordered):
   """A kernel queued on one board before a replay writes what the graph then copies on the other board: the copy
-  waits for it where that board is in the graph (either way round), where it only owns a buffer the graph copies
-  (waited for on the GPU), and where it owns an input buffer given at replay (waited for on the host)."""
+  waits for it where that board is in the graph, either way round (on the GPU), and where it is not but owns a
+  buffer the graph copies, recorded or given at replay (on the host)."""
   import threading
   from rawgpu.hcq.graph import Graph
   a, b = pair
@@ -368,7 +368,10 @@ def test_a_graph_starts_after_the_earlier_work_of_every_device_it_touches(pair, 
     flag.cpu()[:4], done.cpu()[:4] = bytes(4), bytes(4)
     prog(owner, "spin")(flag, 7, done, global_size=1, local_size=32)   # queued on the owner: writes 8 once released
     release = lambda: flag.cpu().__setitem__(slice(0, 4), (7).to_bytes(4, "little"))
-    if "input" in what:   # the host waits for the owner's work before it submits: released from another thread
+    if "a graph of B's" in what:   # the owner is outside the graph: the host waits for its work before it submits
+      threading.Timer(0.1, release).start()   # (released from another thread)
+      t = g.replay(**({"src": done} if "input" in what else {}))
+    elif "input" in what:
       threading.Timer(0.1, release).start()
       t = g.replay(src=done)
     else:
@@ -402,3 +405,61 @@ def test_recover_on_one_board_releases_the_other_boards_share_of_a_graph(pair, o
   flag.cpu()[:4] = (7).to_bytes(4, "little")
   a.wait_timeline(g.replay(v=3), timeout_ms=5000)
   assert list(y.numpy(np.uint32)[:64]) == [3] * 64
+
+
+@pytest.mark.parametrize("case", ["copies a buffer of B's", "runs on B too"])
+def test_a_graph_does_not_wait_for_a_peers_work_on_buffers_it_does_not_hold(pair, case):
+  """B's earlier work waits for a signal the graph writes (a cross-device wait, as the README shows), then runs a
+  kernel on a buffer the graph never touches: the replay does not wait for that work (it would wait forever)."""
+  from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  sig = a.new_signal("go")
+  b.map(sig)
+  yb, xa, zb, wb = b.alloc(256), a.alloc(256), b.alloc(256), b.alloc(256)
+  a.map(yb)
+  g = Graph(a, ordered=False)
+  g.exec(prog(a, "fill"), xa, 5, 64, local_size=64)
+  if case == "runs on B too": g.exec(prog(b, "fill"), zb, 6, 64, local_size=64)
+  else: g.copy(xa, yb, 64)
+  g.signal(sig, 1)                                   # the graph tells B to go on
+  fill_b = prog(b, "fill")
+  b.compute_queue().wait(sig, 1).submit(b)           # B waits for the graph's signal,
+  fill_b(wb, 9, 64, local_size=64)                   # then fills a buffer the graph never touches
+  t = g.replay()
+  try: a.wait_timeline(t, timeout_ms=3000, report=False)
+  except DeviceTimeout:
+    sig.value = 1   # let B go, so the device closes
+    raise
+  b.synchronize(timeout_ms=3000)
+  assert list(wb.numpy(np.uint32)[:64]) == [9] * 64
+
+
+def test_a_healthy_boards_ticket_stays_honest_when_another_board_of_the_graph_recovers(pair):
+  """B's share of a two-board graph hangs and B recovers: A's queues that waited on B are released, and A's ticket
+  for that replay still marks the end of all of A's share (its copy engine's last node too), not just its release."""
+  from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  if not b.recovers_in_place: pytest.skip(f"{b.props.iface} restarts queues by reopening")
+  n = 8 << 20
+  src, dst = a.alloc(n, host=True), a.alloc(n, host=True)
+  small_s, small_d, xa = a.alloc(64, host=True), a.alloc(64, host=True), a.alloc(256)
+  flag, done = b.alloc(4, host=True), b.alloc(4, host=True)
+  small_s.cpu()[:4] = (0x1234).to_bytes(4, "little")
+  g = Graph(a, ordered=False)
+  g.exec(prog(b, "spin"), flag, 7, done, global_size=1, local_size=32); kb = g.last_node   # on B
+  g.copy(dst, src, after=[kb])                                                              # A's copy engine, after B
+  for _ in range(30): g.copy(dst, src)                                                      # and busy a while
+  g.exec(prog(a, "fill"), xa, 1, 64, local_size=64); ka = g.last_node                       # A's compute, independent
+  g.copy(small_d, small_s, after=[ka])                                                      # A's copy engine's last node
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  a.wait_timeline(g.replay(), timeout_ms=20000)
+  small_d.cpu()[:4], flag.cpu()[:4] = bytes(4), bytes(4)
+  t = g.replay()
+  with pytest.raises(DeviceTimeout): b.wait_timeline(b.timeline_value - 1, timeout_ms=300, report=False)
+  b.recover()
+  a.wait_timeline(t, timeout_ms=20000)
+  assert int.from_bytes(small_d.cpu()[:4], "little") == 0x1234   # done when the ticket says so
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  a.wait_timeline(g.replay(), timeout_ms=20000)
