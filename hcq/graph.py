@@ -334,7 +334,7 @@ class Graph:
     new_dims = self._new_dims(inputs) if self.dim_sites and not inputs.keys().isdisjoint(self.dim_sites) else {}
     dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
     for d, t in self.others_last.items(): d.wait_timeline(t)   # and the other devices their commands, to their end
-    need = self._earlier_work(inputs)
+    need = self._earlier_work(inputs) if self.copied or self.copy_sites else {}
     for d, t in need.items():   # devices outside the graph: their work on its buffers is waited for here, on the host
       if d not in self.devices: d.wait_timeline(t)
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
