@@ -223,7 +223,7 @@ class Device:
     running is stopped (its waves reset). Nothing to do when neither happened, or the late work has finished since."""
     self.check_open()
     if self.stalled and not self.faulted and self.timeline.value >= self.timeline_gpu(self.timeline_value - 1):
-      self.stalled = False   # the slow work finished after all: nothing to stop
+      self.stalled = 0   # the slow work finished after all: nothing to stop
     if not (self.faulted or self.stalled): return
     if not self.recovers_in_place:
       raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")

@@ -26,7 +26,8 @@ a copy overlaps a kernel it does not depend on, and two devices work at once:
     g.copy(next_in, host_in); c = g.last_node        # on the copy engine, while the kernel runs
     g.exec(prg, x, out, n, global_size=4)            # on the compute engine, waits for nothing in the graph
     g.exec(prg, next_in, out2, n, after=[c])         # waits for the copy
-The replay starts after the devices' earlier work and ends when every queue is done, as in order.
+As in order, the replay's copies start after other devices' earlier work on what they copy, and the replay ends
+when every queue is done.
 """
 from __future__ import annotations
 import weakref
@@ -247,8 +248,9 @@ class Graph:
     return self.cq, last_q, {d: tuple(sorted(e)) for d, e in starts.items()}
 
   def _start(self, q) -> None:
-    """Where the replay begins, on the graph device's queue q: after the earlier work of the other devices of the
-    graph (their previous tickets; the graph's device orders its own, next_timeline), then its clock."""
+    """Where the replay begins, on the graph device's queue q: after the other devices' earlier work on the buffers
+    the graph copies (slots prev@<device>, see _earlier_work; the graph's device orders its own, next_timeline),
+    then its clock."""
     for d in self.devices[1:]: q.wait(d.timeline, _counter(f"prev@{id(d)}"))
     q.timestamp(Var("ts_start"))
 
@@ -256,7 +258,6 @@ class Graph:
     """dev restarted its queues (Device.recover): the signals its queues would have written in the last replay jump
     to the last value it could reach, so the other devices' queues waiting on them finish their share instead of
     waiting forever (on what they have: that replay's results are lost). Later replays count on above it."""
-    if not hasattr(self, "replays"): return   # its build failed: nothing was replayed
     top = self.replays * self.nsync
     sigs = [sig for q, sig in self.qsig.items() if q.be.dev is dev] + ([self.sync] if dev is self.dev else [])
     for sig in sigs:
@@ -290,7 +291,6 @@ class Graph:
       if isinstance(v, Input): self.value_sites.add(v.name); v = Var(f"value:{v.name}")
       (q.wait if kind == "wait" else q.signal)(sig, v)
     else:
-      from rawgpu.hcq.amd.queues import fill_dispatch_packet
       (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
       kv, ka_va = view[off:off + size], self.ka.va + off
       self.kviews[what] = (kv, ka_va)
@@ -298,8 +298,7 @@ class Graph:
       for a, meta in zip(args, prg.args):
         if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg, off + meta.offset))  # written at replay
         else: prg._pack_one(kv, meta, a, 0)
-      prg._pack_hidden(kv, g, l)
-      if prg.needs_dispatch: fill_dispatch_packet(kv[prg.dispatch_offset:], prg, g, l, ka_va)
+      self._relaunch(what, g, l)
       g_in, l_in = self.dim_inputs.get(what, ({}, {}))
       g, l = (tuple(Var(f"dim:{ins[a].name}", 32) if a in ins else n for a, n in enumerate(d)) for d, ins in ((g, g_in), (l, l_in)))
       q.exec(prg, ka_va, g, l, dispatch_id=what)   # a kernel that reads its dispatch id gets its place in the graph
@@ -338,8 +337,7 @@ class Graph:
     for d, t in need.items():   # devices outside the graph: their work on its buffers is waited for here, on the host
       if d not in self.devices: d.wait_timeline(t)
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
-      for d, t in self.others_last.items(): d.wait_timeline(t)   # every device is past its last wait on the signals
-      for sig in self.sync_signals: sig.value = 0
+      for sig in self.sync_signals: sig.value = 0   # every device is past its last wait on them (waited for above)
       self.replays = 0
     value, cur, writers = dev.timeline_value, self.cur, self.writers   # value: the ticket this replay will take
     for name, v in inputs.items():

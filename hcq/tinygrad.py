@@ -86,8 +86,7 @@ def _device_class():
   """The tinygrad classes, built once tinygrad is imported (so importing this module needs no tinygrad)."""
   global _CLASS
   if _CLASS is not None: return _CLASS
-  from tinygrad.device import BufferSpec, Compiled, LRUAllocator
-  from tinygrad.device import MultiBuffer
+  from tinygrad.device import BufferSpec, Compiled, LRUAllocator, MultiBuffer
   from tinygrad.engine.jit import GraphRunner, MultiGraphRunner
   from tinygrad.renderer.llvmir import AMDLLVMRenderer
   from tinygrad.uop.ops import Ops, sym_infer
