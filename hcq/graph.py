@@ -30,7 +30,7 @@ As in order, the replay's copies start after other devices' earlier work on what
 when every queue is done.
 """
 from __future__ import annotations
-import weakref
+import functools, weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
@@ -70,8 +70,13 @@ class Graph:
     self.cur: dict[str, object] = {}
     self.ka = None
     self.last = 0                                # timeline value of the last replay
+    self.freed = False
 
   def input(self, name: str) -> Input: return Input(name)
+
+  def _check_recording(self) -> None:
+    if self.freed: raise RawGPUError("the graph was freed; record a new one")
+    if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
 
   @property
   def last_node(self) -> int:
@@ -90,7 +95,8 @@ class Graph:
   def exec(self, prg, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), dynamic_lds: int = 0, after=()) -> "Graph":
     """A launch of prg over global_size workgroups of local_size work-items; any argument, and any dimension of
     either size, may be a graph input (an int at replay, checked as a launch checks it)."""
-    if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
+    self._check_recording()
+    if prg.image.freed: raise RawGPUError(f"kernel {prg.name}: the program was freed; load it again (Device.program)")
     if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
     (gs, g_in), (ls, l_in) = _dims_and_inputs(global_size), _dims_and_inputs(local_size)
     g, l = _checked_dims(prg, gs, ls, check_workgroup=not l_in)   # a workgroup with inputs is checked at replay
@@ -105,7 +111,7 @@ class Graph:
   def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None, *, on: "Device | None" = None, after=()) -> "Graph":
     """A copy on the copy engine of `on` (default: the graph's device), ordered after everything recorded before it;
     dst/src may be inputs (then give size)."""
-    if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
+    self._check_recording()
     if not all(isinstance(b, (Buffer, Input)) for b in (dst, src)): raise RawGPUError("graph copies take Buffers or graph inputs")
     sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]
     if size is None and len(sizes) < 2: raise RawGPUError("a graph copy with an input needs its size")
@@ -125,7 +131,7 @@ class Graph:
     return self._sync_node("signal", signal, value, on, after)
 
   def _sync_node(self, kind: str, signal, value, on, after) -> "Graph":
-    if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
+    self._check_recording()
     if not isinstance(value, (int, Input)): raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
     self._add_node(kind, (signal, value, on or self.dev), after)
     return self
@@ -188,6 +194,10 @@ class Graph:
     self.sync_names = [f"sync{k}" for k in range(1, self.nsync + 1)]
     for d in self.devices:   # a device that restarts its queues releases the others' waits on the graph (_release)
       d._recover_hooks[:] = [h for h in d._recover_hooks if h() is not None] + [weakref.WeakMethod(self._release)]
+    for prg, *_ in self.launches: prg._graphs.add(self)   # (Program.free refuses while the graph lives)
+    # dropped (or freed), its memory goes once the work queued by then on its devices is done (release_later)
+    self._free = weakref.finalize(self, self.dev.release_later, functools.partial(_free_graph, self.dev, self.ka, [self.sync, *self.stamps, *self.qsig.values()]), tuple(self.devices[1:]))
+    self._free.atexit = False
 
   def _emit_timed(self, i: int, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
     """Node i's packets, between clocks of its own when profiling (nodes of the graph's device)."""
@@ -317,10 +327,23 @@ class Graph:
     self.copy_sites.setdefault(b.name, []).append((f"copy:{b.name}@{off}", off, n, dev))
     return Var(f"copy:{b.name}@{off}")
 
+  def free(self) -> None:
+    """Free the graph's kernel arguments, commands and signals once its last replay is done (waits for the work
+    queued on its devices so far); replaying it afterwards is an error. A graph dropped is freed the same way, later."""
+    if self.freed: return
+    self.freed = True
+    if self.ka is None: return   # never built: it holds nothing
+    self._free()   # its queues' commands go as a bound queue's do when dropped
+    for q in self.queues.values():
+      if q._bound is not None: q._unbind()
+    for d in self.devices: d.release_done(wait=True)
+
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
     self.dev.check_open()
-    if self.ka is None: self._build()
+    if self.ka is None or self.freed:
+      if self.freed: raise RawGPUError("the graph was freed; record a new one")
+      self._build()
     names, dev = self.names, self.dev
     if len(self.cur) < len(names) and (missing := names - inputs.keys() - self.cur.keys()):
       raise RawGPUError(f"graph inputs not given: {', '.join(sorted(missing))}")
@@ -473,6 +496,11 @@ class Graph:
         else: prg2._pack_one(kv2, meta2, v, t)
     out.append(each_site)
     return out
+
+
+def _free_graph(dev: "Device", ka: Buffer, signals: list) -> None:
+  ka.free()   # (unmapped from the other devices too)
+  for sig in signals: dev.free_signal(sig)
 
 
 def _dims_and_inputs(d) -> tuple:

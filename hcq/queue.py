@@ -1,6 +1,6 @@
 """HWQueue: command words built once, patch slots rewritten on submit, optional binding into GPU memory."""
 from __future__ import annotations
-import functools, struct
+import functools, struct, weakref
 from array import array
 from typing import TYPE_CHECKING, Callable
 from rawgpu.errors import RawGPUError
@@ -81,12 +81,18 @@ class HWQueue:
     view[:] = words
     self._words, self._bound = view, mem
     self._ib = array("I", self._indirect(mem.va, len(words)))   # what each submit puts on the ring
+    # dropped, its memory is freed once the work queued on dev by then is done (Device.release_later); a submit()
+    # takes no ticket, so one submitted so (self._submitted) is freed after a ticket of its engine taken later
+    self._submitted: list = []
+    self._unbind = weakref.finalize(self, _release_bound, dev, mem, self.engine, self._submitted)
+    self._unbind.atexit = False
     return self
 
   def submit(self, dev: "Device", values: dict[str, int] | None = None) -> "HWQueue":
     self.patch(values or {})
     ring = dev.ring(self.engine)
     ring.push(self._words if self._bound is None else self._ib)
+    if self._bound is not None and not self._submitted: self._submitted.append(True)
     return self
 
   def _indirect(self, va: int, ndw: int) -> list[int]:
@@ -98,3 +104,7 @@ class HWQueue:
 
   def words(self) -> list[int]:
     return list(self._finalize())
+
+
+def _release_bound(dev: "Device", mem, engine: str, submitted: list) -> None:
+  dev.release_later(functools.partial(dev.iface.free, mem), fence=engine if submitted else None)

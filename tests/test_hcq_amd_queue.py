@@ -95,17 +95,20 @@ def test_a_bound_queue_is_padded_to_the_ib_alignment():
   compute), padded with one-dword ring NOPs after the commands; patch slots keep their places."""
   from rawgpu.drivers.iface import Mem
   from rawgpu.drivers.mmio import MemMMIO
-  iface = SimpleNamespace(alloc=lambda size, **kw: Mem(0x7000_0000, size, MemMMIO(bytearray(size))))
+  iface = SimpleNamespace(alloc=lambda size, **kw: Mem(0x7000_0000, size, MemMMIO(bytearray(size))), free=lambda mem: None)
   sig = SimpleNamespace(va=0x5000_0040, timestamp_va=0x5000_0048, dev=None)
   q = AMDComputeQueue(backend()).wait(sig, Var("w", 32))
   n = len(q.words())
   assert n % 8
-  q.bind(SimpleNamespace(iface=iface))
+  released = []
+  q.bind(SimpleNamespace(iface=iface, release_later=lambda free, fence=None: released.append(fence)))
   ib = pm4.decode_pm4(list(q._ib))[0]
   assert ib.name == "INDIRECT_BUFFER" and ib.fields["ib_size"] == n + (-n % 8)
   assert list(q.words())[n:] == [0xffff1000] * (-n % 8)   # PACKET3(NOP, 0x3FFF): the kernel's ring NOP
   q.patch({"w": 41})
   assert pm4.decode_pm4(list(q.words()))[0].words[4] == 41
+  del q, ib
+  assert released == [None]   # dropped, its memory goes once the work queued by then is done (never submitted)
 
 
 @pytest.mark.parametrize("version", [(6, 0), (7, 0), (4, 4)])

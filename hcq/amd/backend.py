@@ -132,7 +132,9 @@ class AMDBackend:
     from rawgpu.hcq.patch import Var
     q = AMDComputeQueue(self)
     if timing == "profile": start, end = Var("ts_start"), Var("ts_end")
-    elif timing: start, end = q.t_start, q.t_end = self.dev.new_signal("start"), self.dev.new_signal("end")
+    elif timing:
+      start, end = q.t_start, q.t_end = self.dev.new_signal("start"), self.dev.new_signal("end")
+      prg._signals += [start, end]   # freed with the program
     if timing: q.timestamp(start)
     q.exec(prg, Var("kernargs"), g, l)
     if timing: q.timestamp(end)

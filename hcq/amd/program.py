@@ -1,6 +1,6 @@
 """AMD programs: a code object loaded once into GPU memory, launched with checked arguments."""
 from __future__ import annotations
-import copy, dataclasses, struct, warnings
+import copy, dataclasses, functools, struct, warnings, weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 import numpy as np
@@ -52,6 +52,11 @@ class AMDProgram:
       self.limits = dataclasses.replace(self.limits, lds_per_workgroup=dev.props.lds_size, target=f"{dev} ({dev.props.arch})")
     check_resources(self.kernel, self.limits)
     self.image = dev.alloc(max(len(co.image), 256) + co.align)
+    self._signals: list = []   # the timing templates' signal pairs (exec_template)
+    self._graphs = weakref.WeakSet()   # graphs that recorded a launch of it (free() refuses while one lives)
+    # dropped, its code and signals are freed once the work queued by then is done (release_later)
+    self._release = weakref.finalize(self, dev.release_later, functools.partial(_free_program, dev, self.image, self._signals))
+    self._release.atexit = False
     base = (self.image.va + co.align - 1) // co.align * co.align
     self.image.view(base - self.image.va, len(co.image)).copyin(co.image_at(base))
     kd = self.kernel.descriptor
@@ -107,6 +112,7 @@ class AMDProgram:
         raise RawGPUError(f"kernel {self.name}: {nbytes!r} bytes of dynamic LDS after its own {self.lds} do not fit the {limit} bytes a workgroup has")
       p = copy.copy(self)
       p.dynamic_lds, p.lds, p._templates, p._dynamic, p._locals = nbytes, self.lds + nbytes, {}, {}, ()
+      p._base = self   # it runs this program's code: that stays loaded while it lives
       p.rsrc2 = self.backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(p.lds + 511) // 512)
       self._dynamic[nbytes] = p
     return p
@@ -123,6 +129,16 @@ class AMDProgram:
       at = (at + align - 1) // align * align
       out[i], at = at, at + v.nbytes
     return self.with_dynamic_lds(at - self.lds + dynamic_lds), tuple(out)
+
+  def free(self) -> None:
+    """Free the kernel's code (and its timing signals) once the work queued so far is done: waits for it. Launching
+    it afterwards is an error; a graph that recorded it must be freed first."""
+    if self.image.freed: return
+    if live := [g for g in self._graphs if not g.freed]:
+      raise RawGPUError(f"kernel {self.name} is recorded in {len(live)} graph(s) not freed yet: free them (Graph.free) or drop them first")
+    self._release()
+    self.dev.release_done(wait=True)
+    for p in [self, *self._dynamic.values()]: p._templates = {}   # a launch looks for its template again: _launch_setup refuses it
 
   def check_arg_count(self, args: tuple) -> None:
     if len(args) != len(self.args):
@@ -171,6 +187,7 @@ class AMDProgram:
 
   def _launch_setup(self, global_size, local_size, timing: bool | str) -> "_Launch":
     """Once per launch shape: the queue template, its patch slots and the kernarg image with the hidden arguments."""
+    if self.image.freed: raise RawGPUError(f"kernel {self.name}: the program was freed; load it again (Device.program)")
     g, l = launch_dims(global_size, local_size)
     check_launch(self.kernel, l, self.limits)
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
@@ -247,6 +264,11 @@ class AMDProgram:
     if not timing: return None
     if prof is not None: return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
     return (ln.q.t_end.timestamp - ln.q.t_start.timestamp) / self.backend.timestamp_hz
+
+
+def _free_program(dev, image: Buffer, signals: list) -> None:
+  image.free()
+  for sig in signals: dev.free_signal(sig)
 
 
 @dataclass
