@@ -27,6 +27,7 @@ class Buffer:
     self.last_use = 0         # timeline value of the last queued work that touches it
     self.freed = False
     self.peer_use: dict = {}  # Device -> its timeline ticket of the last work of another device that touches it
+    self.graphs = None        # the graphs that recorded it (a WeakSet, on the root): their replays count as uses
 
   @property
   def host(self) -> bool: return self.mem.host
@@ -48,9 +49,28 @@ class Buffer:
       if r.last_use < value: r.last_use = value
     else: r.peer_use[dev] = max(r.peer_use.get(dev, 0), value)
 
+  def owner_use(self) -> int:
+    """The owner's ticket of the last queued work that touches it: launches, copies, and the last replay of each
+    graph that recorded it (counted here, not at every replay: a replay costs nothing per buffer)."""
+    r = self.base or self
+    t = r.last_use
+    if r.graphs:
+      for g in r.graphs: t = max(t, g.use_on(r.dev))
+    return t
+
+  def peer_uses(self) -> dict:
+    """Device -> its ticket of the last work of another device that touches it (graphs' replays included)."""
+    r = self.base or self
+    if not r.graphs: return dict(r.peer_use)
+    out = dict(r.peer_use)
+    for g in r.graphs:
+      for d in g.devices:
+        if d is not r.dev and (t := g.use_on(d)) > out.get(d, 0): out[d] = t
+    return out
+
   def wait_peers(self, but: "Device | None" = None) -> None:
     """Wait for the work other devices queued on this buffer (all but `but`)."""
-    for dev, v in list(self._root().peer_use.items()):
+    for dev, v in self.peer_uses().items():
       if dev is not but and not dev.closed: dev.wait_timeline(v)
 
   def copyin(self, src) -> "Buffer":
@@ -93,10 +113,12 @@ class Buffer:
     r = self._root()
     if self.base is not None: raise RawGPUError("free the base buffer, not a view of it")
     if r.freed: return
-    self.dev.wait_timeline(r.last_use)
+    self.dev.wait_timeline(r.owner_use())
     self.wait_peers()
     self.dev.iface.free(r.mem)   # also unmaps it from every device that mapped it
     r.freed = True
+    for g in r.graphs or ():   # a graph that recorded it refuses to replay from now on
+      g.lost = g.lost or self
 
   def __repr__(self) -> str: return f"<Buffer {self.size} bytes at {self.va:#x} on {self.dev}{' host' if self.host else ''}>"
 

@@ -6,6 +6,7 @@ from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
 from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, OutOfMemory, RawGPUError
 from rawgpu.hcq.buffer import Buffer, check_copy_size
+from rawgpu.hcq.release import Releases
 from rawgpu.hcq.ring import Ring
 from rawgpu.hcq.signal import SIGNAL_SIZE, Signal
 
@@ -53,7 +54,7 @@ class Device:
     self._recover_hooks: list = []          # weak methods recover() calls once the queues restarted (graphs spanning devices)
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
-    self._deferred: list[tuple[tuple, object]] = []   # memory dropped while the GPU may still read it (release_later)
+    self.releases = Releases(self)           # memory dropped while the GPU may still read it
     self.timeline = self.new_signal("timeline", narrow=True)
     self.timeline.value = 0
     # Host-side tickets grow without bound; the GPU sees ticket - base, kept below the engines' 32-bit compare.
@@ -77,49 +78,22 @@ class Device:
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
     self.check_open()
     if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
-    if self._deferred: self.release_done()
     try: mem = self._iface_alloc(size, host, uncached, cpu_access or host)
     except (MemoryError, OSError) as e:   # every interface's "no room" (AM's allocators, KFD's ENOMEM) is one error
+      if isinstance(e, OSError) and e.errno != errno.ENOMEM: raise
       raise OutOfMemory(f"{self}: cannot allocate {size} bytes of {'host memory' if host else 'VRAM'}: {e}; free buffers or ask for less") from e
     return Buffer(self, mem, 0, size)
 
   def _iface_alloc(self, size: int, host: bool, uncached: bool, cpu_access: bool):
-    """The interface's allocation; where there is no room and dropped memory waits for the GPU, wait for it, free
-    it and try once more."""
+    """The interface's allocation, after freeing the dropped memory that is due; where there is no room and more
+    waits for this device's work, wait for it, free it and try once more."""
+    if self.releases.pending: self.releases.run()
     try: return self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access)
     except (MemoryError, OSError) as e:
       if isinstance(e, OSError) and e.errno != errno.ENOMEM: raise
-      if not self._deferred: raise
-    self.release_done(wait=True)
+      if not self.releases.pending: raise
+    self.releases.run(wait_ms=10_000)
     return self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access)
-
-  def release_later(self, free, devices: tuple = (), fence: str | None = None) -> None:
-    """free() runs once the work queued so far on this device (and on `devices`) is done: for memory dropped while
-    the GPU may still read it (a program's code, a graph's arguments and commands). fence: an engine that ran work
-    outside the timeline (HWQueue.submit), which a ticket of its own must follow first. Called from finalizers, in
-    any thread, so it only takes note; alloc, new_signal, synchronize and release_done() free what is due."""
-    if self.closed: return   # the memory went with the device
-    self._deferred.append((tuple((d, d.timeline_value - 1) for d in (self, *devices)), free, fence))
-
-  def release_done(self, wait: bool = False) -> None:
-    """Free the memory release_later() holds whose work is done (wait: wait for that work first)."""
-    if self.closed: return
-    due, self._deferred = self._deferred, []
-    for k, (waits, free, fence) in enumerate(due):
-      if fence is not None:   # that engine's earlier work is done once a ticket it signals after it is
-        v = self.next_timeline(fence)
-        q = self.compute_queue() if fence == "compute" else self.copy_queue()
-        q.signal(self.timeline, self.timeline_gpu(v)).submit(self)
-        waits, fence = ((self, v),), None
-      if wait:
-        try:
-          for d, t in waits:
-            if not d.closed: d.wait_timeline(t)
-        except BaseException:
-          self._deferred[:0] = due[k:]   # kept for later: nothing is freed under the GPU
-          raise
-      if all(d.closed or d.done(t) for d, t in waits): free()
-      else: self._deferred.append((waits, free, None))
 
   def done(self, ticket: int) -> bool:
     """Whether the work of `ticket` is done (without waiting)."""
@@ -128,7 +102,6 @@ class Device:
   def new_signal(self, name: str = "signal", *, narrow: bool = False) -> Signal:
     """A signal at 0 (narrow: only for the driver's counters, whose values stay below 2^32; see Signal.narrow)."""
     self.check_open()
-    if self._deferred: self.release_done()
     if not self._free_signals:
       mem = self._iface_alloc(4096, True, True, True)
       self._signal_pages.append(mem)
@@ -186,7 +159,7 @@ class Device:
     Before the GPU value would reach the engines' 32-bit limit, everything is drained and the GPU value restarts."""
     self.check_open()
     if self.timeline_value - self.timeline_base >= TIMELINE_LIMIT - 1:
-      self.synchronize()
+      self.wait_timeline(self.timeline_value - 1)   # (not synchronize: its pending frees may take a ticket)
       self.timeline.value, self.timeline_base = 0, self.timeline_value - 1
     engines = (engine,) if isinstance(engine, str) else engine or ()
     prev = self.timeline_value - 1 - self.timeline_base    # the GPU value of the latest ticket
@@ -229,7 +202,7 @@ class Device:
 
   def synchronize(self, timeout_ms: float = 10_000) -> None:
     self.wait_timeline(self.timeline_value - 1, timeout_ms)
-    if self._deferred: self.release_done(wait=True)   # (only the fences it adds wait)
+    if self.releases.pending: self.releases.run(wait_ms=timeout_ms)   # (what waits for this device alone: done by now, or a fence)
 
   def last_submitted(self) -> str:
     """The last submissions decoded, and where their raw dwords were dumped for `rawgpu decode`."""
@@ -291,7 +264,7 @@ class Device:
     """Drain and release the device. After a fault there is nothing to drain: release it as it is."""
     if self.closed: return
     self.closed = True
-    self._deferred.clear()   # what it holds goes with the device
+    self.releases.pending.clear()   # what they hold goes with the device
     try:
       if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else 10_000)   # drain: the public waits refuse a closed device
     except (DeviceFault, DeviceTimeout, DeviceNotFound): pass

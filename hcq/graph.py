@@ -70,12 +70,14 @@ class Graph:
     self.cur: dict[str, object] = {}
     self.ka = None
     self.last = 0                                # timeline value of the last replay
-    self.freed = False
+    self.others_last: dict = {}                  # device -> its ticket for its share of the last replay
+    self.freed, self.dead = False, ""               # dead: why it replays no more (freed, or its build failed)
+    self.lost = None                             # a buffer recorded in it that was freed since (Buffer.free)
 
   def input(self, name: str) -> Input: return Input(name)
 
   def _check_recording(self) -> None:
-    if self.freed: raise RawGPUError("the graph was freed; record a new one")
+    if self.freed: raise RawGPUError(self.dead)
     if self.ka is not None: raise RawGPUError("the graph was already replayed; record a new one")
 
   @property
@@ -96,8 +98,10 @@ class Graph:
     """A launch of prg over global_size workgroups of local_size work-items; any argument, and any dimension of
     either size, may be a graph input (an int at replay, checked as a launch checks it)."""
     self._check_recording()
-    if prg.image.freed: raise RawGPUError(f"kernel {prg.name}: the program was freed; load it again (Device.program)")
+    prg.check_loaded()
     if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
+    prg.check_arg_count(args)
+    prg._graphs.add(self)   # (Program.free refuses while the graph lives)
     (gs, g_in), (ls, l_in) = _dims_and_inputs(global_size), _dims_and_inputs(local_size)
     g, l = _checked_dims(prg, gs, ls, check_workgroup=not l_in)   # a workgroup with inputs is checked at replay
     if g_in or l_in:
@@ -144,23 +148,51 @@ class Graph:
     return self.queues[key]
 
   def _build(self) -> None:
+    """Once, at the first replay. A build that fails leaves the graph dead (its queues hold part of it), and what
+    it allocated is freed."""
+    try: self._build_once()
+    except BaseException as e:
+      self._die(f"the graph's first replay failed ({type(e).__name__}: {e}); record a new one")
+      raise
+
+  def _die(self, why: str) -> None:
+    """No more replays: its memory goes (now or once its work is done), and what it holds of programs with it."""
+    self.freed, self.dead = True, why
+    if self.ka is None: return
+    self._free()
+    for q in self.queues.values():   # (its commands go as a bound queue's do)
+      if q._bound is not None: q._unbind()
+    self.launches, self.sites, self.writers, self.submits, self.kviews, self.queues = [], {}, {}, [], {}, {}
+
+  def _build_once(self) -> None:
     from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE
     sizes = [((p.dispatch_offset + DISPATCH_PACKET_SIZE if p.needs_dispatch else p.kernarg_size) + 255) & ~255 for p, *_ in self.launches]
-    self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
-    view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
-    self.sync = self.dev.new_signal("graph sync", narrow=True)
-    # where the clock goes when no Profiler asks for it: the replay's start, and its end (written last, after the
-    # clock of any node timed while profiling, which goes there too)
-    self.stamps = (self.dev.new_signal("graph start"), self.dev.new_signal("graph end"))
     queues = [self._node_queue(k, w) for k, w in self.nodes]
     self.devices = list({id(q.be.dev): q.be.dev for q in [self.cq] + queues}.values())   # the graph's device first
+    self.ka = self.dev.alloc(max(sum(sizes), 256), host=True, uncached=True)  # also marks the graph as built
+    # dropped, freed, or its build failed: its memory goes once the work queued by then on its devices is done
+    signals: list = []
+    self._free = weakref.finalize(self, self.dev.releases.later, functools.partial(_free_graph, self.dev, self.ka, signals), tuple(self.devices[1:]))
+    self._free.atexit = False
+    def new_signal(name: str, narrow: bool = False):
+      signals.append(sig := self.dev.new_signal(name, narrow=narrow))
+      return sig
+    view, offs = self.ka.mem.cpu.cast("B"), [sum(sizes[:i]) for i in range(len(sizes))]
+    self.sync = new_signal("graph sync", narrow=True)
+    # where the clock goes when no Profiler asks for it: the replay's start, and its end (written last, after the
+    # clock of any node timed while profiling, which goes there too)
+    self.stamps = (new_signal("graph start"), new_signal("graph end"))
     # the graph's signals: one per queue, written by that queue alone (so one that restarts can release the others
     # waiting on it: _release), and self.sync, written by the queue that ends the replay (and starts it, unordered)
-    self.qsig = {q: self.dev.new_signal(f"graph {q.be.dev} {q.engine} sync", narrow=True) for q in dict.fromkeys([self.cq] + queues)}
+    self.qsig = {q: new_signal(f"graph {q.be.dev} {q.engine} sync", narrow=True) for q in dict.fromkeys([self.cq] + queues)}
     self.sync_signals = [self.sync, *self.qsig.values()]
     copies = [b for k, w in self.nodes if k == "copy" for b in w[:2]]
-    self.static_buffers = list({id(a): a for a in [a for _, args, _, _ in self.launches for a in args] + copies if isinstance(a, Buffer)}.values())
+    recorded = [a for _, args, _, _ in self.launches for a in args] + copies
     self.copied = list({id(r): r for r in (b._root() for b in copies if isinstance(b, Buffer))}.values())
+    for r in {id(r): r for r in (b._root() for b in recorded if isinstance(b, Buffer))}.values():
+      if r.graphs is None: r.graphs = weakref.WeakSet()   # its replays count as their uses (Buffer.owner_use, peer_uses)
+      r.graphs.add(self)
+      if r.freed: self.lost = self.lost or r
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals, and the
       d.map(self.ka)             # replay starts after their earlier work on its buffers (_start, _earlier_work)
       for sig in self.sync_signals: d.map(sig)
@@ -183,7 +215,7 @@ class Graph:
     cur.timestamp(Var("ts_end")).signal(self.dev.timeline, _counter("timeline"))
     for q in self.queues.values():
       if q.engine == "compute" and q._build: q.bind(q.be.dev)   # the copy engine has no indirect buffers here: its words go to its ring
-    self.replays, self.slot_vals, self.others_last = 0, {}, {}
+    self.replays, self.slot_vals = 0, {}
     self.names = set(self.sites) | set(self.copy_sites) | self.value_sites | set(self.dim_sites)
     self.checks = {n: self._input_checks(n) for n in self.names}     # input name -> what a given value must pass
     self.writers = {n: self._input_writers(n) for n in self.names}   # input name -> what a new value changes
@@ -194,10 +226,6 @@ class Graph:
     self.sync_names = [f"sync{k}" for k in range(1, self.nsync + 1)]
     for d in self.devices:   # a device that restarts its queues releases the others' waits on the graph (_release)
       d._recover_hooks[:] = [h for h in d._recover_hooks if h() is not None] + [weakref.WeakMethod(self._release)]
-    for prg, *_ in self.launches: prg._graphs.add(self)   # (Program.free refuses while the graph lives)
-    # dropped (or freed), its memory goes once the work queued by then on its devices is done (release_later)
-    self._free = weakref.finalize(self, self.dev.release_later, functools.partial(_free_graph, self.dev, self.ka, [self.sync, *self.stamps, *self.qsig.values()]), tuple(self.devices[1:]))
-    self._free.atexit = False
 
   def _emit_timed(self, i: int, kind: str, what, q, view, sizes: list[int], offs: list[int]) -> None:
     """Node i's packets, between clocks of its own when profiling (nodes of the graph's device)."""
@@ -268,6 +296,7 @@ class Graph:
     """dev restarted its queues (Device.recover): the signals its queues would have written in the last replay jump
     to the last value it could reach, so the other devices' queues waiting on them finish their share instead of
     waiting forever (on what they have: that replay's results are lost). Later replays count on above it."""
+    if self.freed: return   # its signals may be someone else's by now
     top = self.replays * self.nsync
     sigs = [sig for q, sig in self.qsig.items() if q.be.dev is dev] + ([self.sync] if dev is self.dev else [])
     for sig in sigs:
@@ -280,8 +309,8 @@ class Graph:
     need: dict = {}
     roots = self.copied + [v._root() for n, v in (self.cur | inputs).items() if n in self.copy_sites and isinstance(v, Buffer)]
     for r in roots:
-      if r.dev is not self.dev and r.last_use > need.get(r.dev, 0): need[r.dev] = r.last_use
-      for d, t in r.peer_use.items():
+      if r.dev is not self.dev and (t := r.owner_use()) > need.get(r.dev, 0): need[r.dev] = t
+      for d, t in r.peer_uses().items():
         if d is not self.dev and t > need.get(d, 0): need[d] = t
     return need
 
@@ -304,7 +333,6 @@ class Graph:
       (prg, args, g, l), size, off = self.launches[what], sizes[what], offs[what]
       kv, ka_va = view[off:off + size], self.ka.va + off
       self.kviews[what] = (kv, ka_va)
-      prg.check_arg_count(args)
       for a, meta in zip(args, prg.args):
         if isinstance(a, Input): self.sites.setdefault(a.name, []).append((kv, meta, prg, off + meta.offset))  # written at replay
         else: prg._pack_one(kv, meta, a, 0)
@@ -328,21 +356,21 @@ class Graph:
     return Var(f"copy:{b.name}@{off}")
 
   def free(self) -> None:
-    """Free the graph's kernel arguments, commands and signals once its last replay is done (waits for the work
-    queued on its devices so far); replaying it afterwards is an error. A graph dropped is freed the same way, later."""
+    """Free the graph's kernel arguments, commands and signals at once: waits for the work queued on its devices so
+    far. Replaying it afterwards is an error. A graph dropped is freed the same way, once that work is done."""
     if self.freed: return
-    self.freed = True
-    if self.ka is None: return   # never built: it holds nothing
-    self._free()   # its queues' commands go as a bound queue's do when dropped
-    for q in self.queues.values():
-      if q._bound is not None: q._unbind()
-    for d in self.devices: d.release_done(wait=True)
+    built = self.ka is not None
+    if built:
+      for d in self.devices: d.wait_timeline(d.timeline_value - 1)
+    self._die("the graph was freed; record a new one")
+    if built:
+      for d in self.devices: d.releases.run(wait_ms=10_000)
 
   def replay(self, **inputs) -> int:
     """Run the graph with these inputs; returns the timeline value that marks its completion."""
     self.dev.check_open()
     if self.ka is None or self.freed:
-      if self.freed: raise RawGPUError("the graph was freed; record a new one")
+      if self.freed: raise RawGPUError(self.dead)
       self._build()
     names, dev = self.names, self.dev
     if len(self.cur) < len(names) and (missing := names - inputs.keys() - self.cur.keys()):
@@ -375,12 +403,10 @@ class Graph:
         vals[f"timeline@{id(d)}"] = d.timeline_gpu(t)
         e = need.get(d, 0)   # its earlier work on the graph's buffers (0: done, or its timeline started again since)
         vals[f"prev@{id(d)}"] = 0 if e <= d.timeline_base or d.timeline.value >= d.timeline_gpu(e) else d.timeline_gpu(e)
-        for b in self.static_buffers: b.used_by(d, t)   # any device of the graph may touch them: counted on each
-        for v in self.cur.values():
+        for v in self.cur.values():   # (the recorded buffers count this replay through use_on)
           if isinstance(v, Buffer): v.used_by(d, t)
     for v in self.cur.values():   # recorded against this device's ticket (a mapped peer's buffer too)
       if isinstance(v, Buffer): v.used_by(dev, value)
-    for b in self.static_buffers: b.used_by(dev, value)
     value = dev.next_timeline(*self.tickets[dev])
     vals["timeline"] = dev.timeline_gpu(value)
     if (prof := dev._profiler) is not None:
@@ -400,8 +426,13 @@ class Graph:
     self.last = value
     return value
 
+  def use_on(self, d: "Device") -> int:
+    """d's ticket of its share of the last replay (every device of the graph may touch every buffer it recorded)."""
+    return self.last if d is self.dev else self.others_last.get(d, 0)
+
   def gpu_time(self) -> float:
     """GPU seconds the last replay took, from its start to the end of its last node (waits for it)."""
+    if self.freed: raise RawGPUError(self.dead)
     if self.ka is None or not self.last: raise RawGPUError("the graph was not replayed yet: replay() it first")
     self.dev.wait_timeline(self.last)
     if self.clock is None: start, end = (s.timestamp for s in self.stamps)
@@ -437,8 +468,7 @@ class Graph:
   def _check_alive(self, inputs: dict) -> None:
     """Every buffer the replay would touch is still allocated: those recorded in the graph, the inputs given, and
     those kept from the last replay (the GPU would otherwise write memory that may belong to someone else by now)."""
-    for b in self.static_buffers:
-      if b._root().freed: raise RawGPUError(f"{self.dev}: graph replay: {b}, recorded in the graph, was freed; free a graph's buffers after its last replay")
+    if self.lost is not None: raise RawGPUError(f"{self.dev}: graph replay: {self.lost}, recorded in the graph, was freed; free a graph's buffers after its last replay")
     for name, v in (self.cur | inputs).items():
       if isinstance(v, Buffer) and v._root().freed:
         kept = "" if name in inputs else ", kept from the last replay,"

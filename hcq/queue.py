@@ -81,7 +81,7 @@ class HWQueue:
     view[:] = words
     self._words, self._bound = view, mem
     self._ib = array("I", self._indirect(mem.va, len(words)))   # what each submit puts on the ring
-    # dropped, its memory is freed once the work queued on dev by then is done (Device.release_later); a submit()
+    # dropped, its memory is freed once the work queued on dev by then is done (hcq/release.py); a submit()
     # takes no ticket, so one submitted so (self._submitted) is freed after a ticket of its engine taken later
     self._submitted: list = []
     self._unbind = weakref.finalize(self, _release_bound, dev, mem, self.engine, self._submitted)
@@ -107,4 +107,4 @@ class HWQueue:
 
 
 def _release_bound(dev: "Device", mem, engine: str, submitted: list) -> None:
-  dev.release_later(functools.partial(dev.iface.free, mem), fence=engine if submitted else None)
+  dev.releases.later(functools.partial(dev.iface.free, mem), fence=engine if submitted else None)

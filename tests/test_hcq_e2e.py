@@ -342,6 +342,27 @@ def test_graph_replay_refuses_buffers_freed_since_it_was_recorded(dev):
   assert dev.timeline_value == before + 1   # only the replay that ran took a ticket
   assert list(c.numpy(np.uint32)) == [5] * 16
 
+def test_a_graph_replay_counts_as_a_use_of_every_buffer_it_recorded(dev):
+  """A replay touches nothing per recorded buffer, yet a copy out of or a free of such a buffer waits for the replay
+  still running (a kernel before it spins until the host lets it go), and a new graph over the buffer too."""
+  spin, fill = prog(dev, "spin"), prog(dev, "fill")
+  flag, done, out, out2 = dev.alloc(4, host=True), dev.alloc(4, host=True), dev.alloc(4 * 64), dev.alloc(4 * 64)
+  flag.cpu()[:4] = bytes(4)
+  g = Graph(dev).exec(spin, flag, 7, done, global_size=1, local_size=32).exec(fill, out, 9, 64, local_size=64).exec(fill, out2, 8, 64, local_size=64)
+  h = Graph(dev).exec(fill, out, 9, 64, local_size=64)   # also records out
+  t = g.replay()
+  assert out.owner_use() == t and out2.owner_use() == t and not dev.done(t)
+  import threading
+  threading.Timer(0.2, lambda: flag.cpu().__setitem__(slice(0, 4), (7).to_bytes(4, "little"))).start()
+  assert np.all(out.numpy(np.uint32) == 9) and dev.done(t)   # the copy out waited for the replay
+  flag.cpu()[:4] = bytes(4)
+  t = g.replay()
+  threading.Timer(0.2, lambda: flag.cpu().__setitem__(slice(0, 4), (7).to_bytes(4, "little"))).start()
+  out2.free()
+  assert out2.freed and dev.done(t)
+  del h
+
+
 def test_graph_scalar_inputs_are_packed_as_each_site_takes_them(dev):
   """A scalar input fills every argument that takes it, each as a launch would pack it: the same uint in two fills
   (one store serves both), and one value as saxpy's float a and as a fill's uint value. Bad values are refused
@@ -1198,7 +1219,7 @@ def test_memory_barrier_flushes_the_hdp_for_cpu_writes_made_behind_a_signal(dev)
   flushes, new = board.nbio.hdp_flushes, np.arange(n, dtype=np.uint32) * 7 + 1
   np.frombuffer(src.cpu(), np.uint32)[:] = new
   gate.value = 1
-  dev.synchronize()
+  dev.wait_timeline(dev.timeline_value - 1)   # (not synchronize: it may free dropped memory, which flushes too)
   assert board.nbio.hdp_flushes == flushes + 1 and np.array_equal(out.numpy(np.uint32), new)
 
 

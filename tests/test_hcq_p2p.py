@@ -288,8 +288,8 @@ def test_graph_replay_records_a_peer_buffer_against_its_own_ticket(pair):
   g = Graph(b)
   g.exec(prog(b, "fill"), x, 5, 64, local_size=64).exec(prog(b, "fill"), g.input("out"), 6, 64, local_size=64)
   t = g.replay(out=y)
-  assert x._root().peer_use.get(b, 0) >= t and y._root().peer_use.get(b, 0) >= t   # static and input buffers alike
-  assert x._root().last_use < t or a.timeline_value > t                              # not a ticket of A's timeline
+  assert x.peer_uses().get(b, 0) >= t and y.peer_uses().get(b, 0) >= t   # static and input buffers alike
+  assert x.owner_use() < t or a.timeline_value > t                        # not a ticket of A's timeline
   b.wait_timeline(t)
   assert np.all(x.numpy(np.uint32) == 5) and np.all(y.numpy(np.uint32) == 6)
   x.free(); y.free()
@@ -463,3 +463,54 @@ def test_a_healthy_boards_ticket_stays_honest_when_another_board_of_the_graph_re
   assert int.from_bytes(small_d.cpu()[:4], "little") == 0x1234   # done when the ticket says so
   flag.cpu()[:4] = (7).to_bytes(4, "little")
   a.wait_timeline(g.replay(), timeout_ms=20000)
+
+
+def _allocated(dev) -> int:
+  import gc
+  gc.collect()
+  dev.synchronize()   # (frees the dropped memory that is due)
+  return len(dev.iface.mems) - len(dev._signal_pages)
+
+
+def test_a_graph_whose_first_replay_failed_frees_what_it_took(pair):
+  """A two-board graph whose build fails at its first replay (B copies A's buffer, not mapped on B) frees what it
+  allocated, says why at any later replay, and free() has nothing left to do."""
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  src, dst = a.alloc(256), b.alloc(256)
+  g = Graph(a).copy(dst, src, on=b)
+  before = _allocated(a), _allocated(b)
+  with pytest.raises(RawGPUError, match="not mapped there"):
+    g.replay()
+  with pytest.raises(RawGPUError, match="first replay failed"):
+    g.replay()
+  g.free()
+  assert (_allocated(a), _allocated(b)) == before
+  src.free(); dst.free()
+
+
+def test_a_busy_peer_does_not_hold_up_synchronize(pair):
+  """A dropped two-board graph's memory waits for both boards; while B is busy (a kernel spins), A.synchronize()
+  returns at once, keeps it, and frees it once B is done."""
+  import gc
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  spin, fill = prog(b, "spin"), prog(a, "fill")
+  x = a.alloc(4 * 64)
+  g = Graph(a).exec(fill, x, 5, 64, local_size=64).exec(prog(b, "fill"), b.alloc(4 * 64), 6, 64, local_size=64)
+  a.wait_timeline(g.replay())
+  ka = g.ka
+  flag, done = b.alloc(4, host=True), b.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  spin(flag, 7, done, global_size=1, local_size=32)
+  del g
+  gc.collect()
+  try:
+    t0 = time.monotonic()
+    a.synchronize(timeout_ms=2000)
+    assert time.monotonic() - t0 < 1 and not ka.freed and not b.stalled
+  finally: flag.cpu()[:4] = (7).to_bytes(4, "little")
+  b.synchronize()
+  a.synchronize()
+  assert ka.freed and np.all(x.numpy(np.uint32) == 5)
+

@@ -129,3 +129,135 @@ def test_no_room_waits_for_dropped_memory_then_retries(dev, monkeypatch):
     dev.alloc(4096)
   monkeypatch.undo()
   b.free()
+
+
+def test_a_program_a_graph_records_is_not_freed_under_it(dev):
+  """From the moment a graph records a launch (before its first replay), Program.free refuses; a dynamic-LDS
+  variant shares the program's code, so freeing either refuses later launches of both, cached or not."""
+  fill, out = fill_of(dev), dev.alloc(4 * 64)
+  g = Graph(dev).exec(fill, out, 3, 64, global_size=1, local_size=64)
+  with pytest.raises(RawGPUError, match="recorded in 1 graph"):
+    fill.free()
+  del g   # dropped: no longer holds it
+  fill(out, 1, 64, global_size=1, local_size=64)
+  wide = fill.with_dynamic_lds(256)
+  wide(out, 2, 64, global_size=1, local_size=64)   # both launch shapes cached
+  wide.free()
+  assert fill.image.freed and (out.numpy(np.uint32) == 2).all()
+  for p in (fill, wide, fill.with_dynamic_lds(512)):
+    with pytest.raises(RawGPUError, match="the program was freed"):
+      p(out, 4, 64, global_size=1, local_size=64)
+
+
+def test_free_refuses_launches_even_when_its_wait_fails(dev, monkeypatch):
+  """A free() whose wait raises (a hang, a fault) has already refused further launches: the code it frees later
+  never runs again."""
+  fill, out = fill_of(dev), dev.alloc(4 * 64)
+  fill(out, 1, 64, global_size=1, local_size=64, wait=True)
+  def hung(wait_ms=None): raise RawGPUError("a hang (test)")
+  monkeypatch.setattr(dev.releases, "run", hung)
+  with pytest.raises(RawGPUError, match="a hang"):
+    fill.free()
+  monkeypatch.undo()
+  with pytest.raises(RawGPUError, match="the program was freed"):
+    fill(out, 1, 64, global_size=1, local_size=64)
+  dev.synchronize()
+  assert fill.image.freed
+
+
+def test_a_freed_graph_leaves_recover_and_signals_alone(dev):
+  """After Graph.free its signals are handed out again: recover() (which raises a live graph's signals) leaves them
+  be, and gpu_time says the graph was freed."""
+  fill, out = fill_of(dev), dev.alloc(4 * 64)
+  g = Graph(dev).exec(fill, out, 3, 64, global_size=1, local_size=64)
+  g.replay()
+  g.free()
+  mine = [dev.new_signal("reused") for _ in range(8)]
+  dev.stalled = dev.timeline_value - 1   # as after a wait that timed out on work that ends anyway
+  if dev.recovers_in_place: dev.recover()
+  assert [s.value for s in mine] == [0] * 8
+  with pytest.raises(RawGPUError, match="the graph was freed"):
+    g.gpu_time()
+  dev.stalled = 0
+
+
+def _fake_device(done_upto: list):
+  """What Releases reads of a device: tickets 1.. taken, those up to done_upto[0] done."""
+  from types import SimpleNamespace
+  d = SimpleNamespace(closed=False, timeline_value=10)
+  d.done = lambda t: t <= done_upto[0]
+  d.wait_timeline = lambda t, ms=None: done_upto.__setitem__(0, max(done_upto[0], t))
+  return d
+
+
+def test_frees_noted_from_another_thread_are_never_lost_or_doubled():
+  """Finalizers note frees from any thread while the device frees what is due: every one is freed exactly once."""
+  import sys, threading
+  from rawgpu.hcq.release import Releases
+  rel = Releases(_fake_device([10]))
+  freed, n = [], 20000
+  def note():
+    for i in range(n): rel.later(lambda i=i: freed.append(i))
+  old = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+  try:
+    t = threading.Thread(target=note)
+    t.start()
+    while t.is_alive(): rel.run()
+    rel.run()
+  finally: sys.setswitchinterval(old)
+  assert sorted(freed) == list(range(n)) and not rel.pending
+
+
+def test_frees_wait_their_turn_and_a_failing_one_only_warns():
+  """What is not due stays (and what comes after it: its tickets are as late or later); a free that raises is
+  reported as a warning, not by the unrelated call that ran it, and the others still go."""
+  from rawgpu.hcq.release import Releases
+  upto = [3]
+  dev = _fake_device(upto)
+  rel, freed = Releases(dev), []
+  dev.timeline_value = 3; rel.later(lambda: freed.append("a"))        # ticket 2: done
+  dev.timeline_value = 8; rel.later(lambda: freed.append("b"))        # ticket 7: not yet
+  rel.later(lambda: freed.append("c"))
+  rel.run()
+  assert freed == ["a"] and len(rel.pending) == 2
+  def broken(): raise OSError(16, "busy (test)")
+  rel.later(broken)
+  rel.later(lambda: freed.append("d"))
+  with pytest.warns(RuntimeWarning, match="busy"):
+    rel.run(wait_ms=100)   # waits for this device's work
+  assert freed == ["a", "b", "c", "d"] and not rel.pending
+
+
+def test_an_interface_error_other_than_no_room_stays_itself(dev, monkeypatch):
+  """Only ENOMEM (and MemoryError) mean no room (OutOfMemory); any other error of the interface comes out as it is."""
+  import errno
+  def alloc(size, **kw): raise OSError(errno.EINVAL, "invalid (test)")
+  monkeypatch.setattr(dev.iface, "alloc", alloc)
+  with pytest.raises(OSError, match="invalid") as e:
+    dev.alloc(4096)
+  assert type(e.value) is OSError
+
+
+def test_a_timeline_restart_takes_no_ticket_for_pending_frees(dev):
+  """A launch whose ticket restarts the timeline (near the engines' 32-bit limit) gets the ticket its buffers were
+  recorded against, even with a dropped bound queue's free pending (its fence takes a ticket, but not there):
+  freeing the launch's buffer waits for the launch."""
+  from rawgpu.hcq.device import TIMELINE_LIMIT
+  spin = dev.program(code(dev, "spin"))
+  flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)
+  flag.cpu()[:4] = (1).to_bytes(4, "little")
+  spin(flag, 1, done, global_size=1, local_size=32, wait=True)
+  dev.synchronize()
+  dev.timeline_base -= TIMELINE_LIMIT - 2 - dev.timeline_gpu(dev.timeline_value - 1)   # as if 2^32 - 2 tickets passed
+  dev.timeline.value = dev.timeline_gpu(dev.timeline_value - 1)
+  q = dev.compute_queue().signal(dev.new_signal("s"), 1).bind(dev)
+  q.submit(dev)
+  del q
+  gc.collect()
+  flag.cpu()[:4] = bytes(4)
+  spin(flag, 7, done, global_size=1, local_size=32)
+  try: assert done.owner_use() == dev.timeline_value - 1 and not dev.done(done.owner_use())
+  finally: flag.cpu()[:4] = (7).to_bytes(4, "little")
+  done.free()
+  assert done.freed and dev.done(dev.timeline_value - 1)

@@ -187,7 +187,7 @@ class AMDBackend:
   def _settle(self, buf: Buffer) -> None:
     """Before this device's engine touches buf: the work queued on it by its owner (if another device) and by
     devices other than this one is done."""
-    if buf.dev is not self.dev: buf.dev.wait_timeline(buf._root().last_use)
+    if buf.dev is not self.dev: buf.dev.wait_timeline(buf.owner_use())
     buf.wait_peers(but=self.dev)
 
   # ---- copies
@@ -207,7 +207,7 @@ class AMDBackend:
   def copyin(self, dst: Buffer, src: memoryview) -> None:
     dst.wait_peers()
     if dst.mem.cpu is not None and (dst.host or (len(src) <= BAR_COPYIN and self.bar_copyin)):
-      self.dev.wait_timeline(dst._root().last_use)   # no queued work still reads or writes it
+      self.dev.wait_timeline(dst.owner_use())   # no queued work still reads or writes it
       dst.mem.cpu.writebytes(dst.offset, src)
       if not dst.host: self.dev.iface.flush_hdp()
       return
@@ -221,7 +221,7 @@ class AMDBackend:
     self.dev.wait_timeline(max(fences))
 
   def copyout(self, dst: memoryview, src: Buffer) -> None:
-    self.dev.wait_timeline(src._root().last_use)
+    self.dev.wait_timeline(src.owner_use())
     src.wait_peers()
     if src.host and src.mem.cpu is not None:
       dst[:] = src.mem.cpu.readbytes(src.offset, len(dst))

@@ -52,10 +52,14 @@ class AMDProgram:
       self.limits = dataclasses.replace(self.limits, lds_per_workgroup=dev.props.lds_size, target=f"{dev} ({dev.props.arch})")
     check_resources(self.kernel, self.limits)
     self.image = dev.alloc(max(len(co.image), 256) + co.align)
-    self._signals: list = []   # the timing templates' signal pairs (exec_template)
-    self._graphs = weakref.WeakSet()   # graphs that recorded a launch of it (free() refuses while one lives)
-    # dropped, its code and signals are freed once the work queued by then is done (release_later)
-    self._release = weakref.finalize(self, dev.release_later, functools.partial(_free_program, dev, self.image, self._signals))
+    # shared with its dynamic-LDS variants (copies that run the same code): the timing templates' signal pairs
+    # (exec_template), the graphs that recorded a launch of any of them (free() refuses while one lives), the family
+    self._signals: list = []
+    self._graphs = weakref.WeakSet()
+    self._family: list = [self]
+    self._freed = False
+    # dropped, its code and signals are freed once the work queued by then is done (Releases)
+    self._release = weakref.finalize(self, dev.releases.later, functools.partial(_free_program, dev, self.image, self._signals))
     self._release.atexit = False
     base = (self.image.va + co.align - 1) // co.align * co.align
     self.image.view(base - self.image.va, len(co.image)).copyin(co.image_at(base))
@@ -113,6 +117,7 @@ class AMDProgram:
       p = copy.copy(self)
       p.dynamic_lds, p.lds, p._templates, p._dynamic, p._locals = nbytes, self.lds + nbytes, {}, {}, ()
       p._base = self   # it runs this program's code: that stays loaded while it lives
+      self._family.append(p)
       p.rsrc2 = self.backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(p.lds + 511) // 512)
       self._dynamic[nbytes] = p
     return p
@@ -132,13 +137,21 @@ class AMDProgram:
 
   def free(self) -> None:
     """Free the kernel's code (and its timing signals) once the work queued so far is done: waits for it. Launching
-    it afterwards is an error; a graph that recorded it must be freed first."""
-    if self.image.freed: return
-    if live := [g for g in self._graphs if not g.freed]:
-      raise RawGPUError(f"kernel {self.name} is recorded in {len(live)} graph(s) not freed yet: free them (Graph.free) or drop them first")
+    it (or a variant of it with dynamic LDS) afterwards is an error; a graph that recorded it must be freed first."""
+    if self._freed: return
+    live = [g for g in self._graphs if not g.freed]
+    if live:   # (one dropped may wait for the cycle collector)
+      import gc
+      gc.collect()
+      live = [g for g in self._graphs if not g.freed]
+    if live: raise RawGPUError(f"kernel {self.name} is recorded in {len(live)} graph(s) not freed yet: free them (Graph.free) or drop them first")
+    for p in self._family:   # first: whatever happens below, no launch of it is queued again
+      p._freed, p._templates = True, {}   # a launch looks for its template again: _launch_setup refuses it
     self._release()
-    self.dev.release_done(wait=True)
-    for p in [self, *self._dynamic.values()]: p._templates = {}   # a launch looks for its template again: _launch_setup refuses it
+    self.dev.releases.run(wait_ms=10_000)
+
+  def check_loaded(self) -> None:
+    if self._freed: raise RawGPUError(f"kernel {self.name}: the program was freed; load it again (Device.program)")
 
   def check_arg_count(self, args: tuple) -> None:
     if len(args) != len(self.args):
@@ -187,7 +200,7 @@ class AMDProgram:
 
   def _launch_setup(self, global_size, local_size, timing: bool | str) -> "_Launch":
     """Once per launch shape: the queue template, its patch slots and the kernarg image with the hidden arguments."""
-    if self.image.freed: raise RawGPUError(f"kernel {self.name}: the program was freed; load it again (Device.program)")
+    self.check_loaded()
     g, l = launch_dims(global_size, local_size)
     check_launch(self.kernel, l, self.limits)
     img = bytearray(self.dispatch_offset + DISPATCH_PACKET_SIZE if self.needs_dispatch else self.kernarg_size)
