@@ -238,16 +238,20 @@ def bench_launch(ctx: Ctx) -> None:
     from rawgpu.hcq.graph import Graph
     prg, _ = _kernel(ctx, dev, "fill", "fill_u32")
     bufs = [dev.alloc(4096) for _ in range(2)]
-    def graph_of_100() -> Graph:
+    def graph_of_100(outs: list | None = None) -> Graph:
+      """100 launches of the fill kernel on the input (outs: each also fills a buffer of its own, as a model's
+      kernels write their own tensors: the graph records 100 buffers)"""
       g = Graph(dev)
       x = g.input("dst")
-      for _ in range(100): g.exec(prg, x, 7, 1, global_size=(1, 1, 1), local_size=(1, 1, 1))
+      for i in range(100):
+        if outs: g.exec(prg, outs[i], 7, 1, global_size=(1, 1, 1), local_size=(1, 1, 1))
+        g.exec(prg, x, 7, 1, global_size=(1, 1, 1), local_size=(1, 1, 1))
       return g
     g = graph_of_100()
     dev.wait_timeline(g.replay(dst=bufs[0]))
     if bufs[0].numpy(np.uint32)[0] != 7: raise AssertionError("the graph's fill_u32 did not write its value")
     flip = iter(range(1 << 30))
-    def replay(graphs: list, plain: bool) -> float:
+    def replay(graphs: list, plain: bool, kernels: int) -> float:
       """The graphs replayed back to back with a new input (the kernargs of all their launches are patched), host
       time per kernel; plain: the doorbell and HDP flush plain stores (see _PlainMMIO), the driver's own cost.
       After the wait for the last replay the host's caches are cold for the first graph, warm for the next."""
@@ -257,11 +261,12 @@ def bench_launch(ctx: Ctx) -> None:
         for gr in graphs: ticket = gr.replay(dst=dst)
         dt = time.perf_counter() - t0
       dev.wait_timeline(ticket)
-      return dt / (100 * len(graphs))
+      return dt / kernels
     three = [g, graph_of_100(), graph_of_100()]   # as a model's step split into graphs runs
-    for case, graphs in (("graph-100", [g]), ("3 x graph-100", three)):
+    own = graph_of_100([dev.alloc(4096) for _ in range(100)])
+    for case, graphs, kernels in (("graph-100", [g], 100), ("3 x graph-100", three, 300), ("graph-200, 100 buffers", [own], 200)):
       for metric, plain in (("host_time_per_kernel", False), ("host_time_per_kernel, MMIO as plain stores", True)):
-        ctx.figure(case, metric, "us", samples(lambda: replay(graphs, plain), ctx.warmup, ctx.repeats), dev=dev)
+        ctx.figure(case, metric, "us", samples(lambda: replay(graphs, plain, kernels), ctx.warmup, ctx.repeats), dev=dev)
 
   size = ctx.size(4 << 20, 16 << 20)
   case = f"graph kernel + copy {size >> 20} MiB"
