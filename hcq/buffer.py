@@ -18,6 +18,20 @@ class Local:
   def __repr__(self) -> str: return f"Local({self.nbytes})"
 
 
+class GraphUses:
+  """A graph's share of the buffers it recorded: each device's ticket of its part of the last replay, updated in
+  place by every replay; the buffers hold this (not the graph), so it outlives a graph dropped while it runs."""
+  __slots__ = ("tickets", "graph")
+
+  def __init__(self, graph):
+    import weakref
+    self.tickets: dict = {}           # Device -> ticket
+    self.graph = weakref.ref(graph)   # (for Buffer.free to mark it)
+
+  def done(self) -> bool:
+    return all(d.closed or d.done(t) for d, t in self.tickets.items())
+
+
 class Buffer:
   def __init__(self, dev: "Device", mem: Mem, offset: int = 0, size: int | None = None, base: "Buffer | None" = None):
     self.dev, self.mem, self.offset = dev, mem, offset
@@ -27,7 +41,7 @@ class Buffer:
     self.last_use = 0         # timeline value of the last queued work that touches it
     self.freed = False
     self.peer_use: dict = {}  # Device -> its timeline ticket of the last work of another device that touches it
-    self.graphs = None        # the graphs that recorded it (a WeakSet, on the root): their replays count as uses
+    self.graphs = None        # on the root: the GraphUses of the graphs that recorded it (their replays are uses)
 
   @property
   def host(self) -> bool: return self.mem.host
@@ -55,18 +69,23 @@ class Buffer:
     r = self.base or self
     t = r.last_use
     if r.graphs:
-      for g in r.graphs: t = max(t, g.use_on(r.dev))
+      for u in r.graphs: t = max(t, u.tickets.get(r.dev, 0))
     return t
 
   def peer_uses(self) -> dict:
     """Device -> its ticket of the last work of another device that touches it (graphs' replays included)."""
     r = self.base or self
-    if not r.graphs: return dict(r.peer_use)
     out = dict(r.peer_use)
-    for g in r.graphs:
-      for d in g.devices:
-        if d is not r.dev and (t := g.use_on(d)) > out.get(d, 0): out[d] = t
+    for u in r.graphs or ():
+      for d, t in u.tickets.items():
+        if d is not r.dev and t > out.get(d, 0): out[d] = t
     return out
+
+  def recorded_by(self, uses: "GraphUses") -> None:
+    """A graph recorded this buffer: its replays count as uses from now on, even after the graph is gone (those
+    done and of graphs gone are let go here)."""
+    r = self.base or self
+    r.graphs = [u for u in r.graphs or () if u.graph() is not None or not u.done()] + [uses]
 
   def wait_peers(self, but: "Device | None" = None) -> None:
     """Wait for the work other devices queued on this buffer (all but `but`)."""
@@ -117,8 +136,8 @@ class Buffer:
     self.wait_peers()
     self.dev.iface.free(r.mem)   # also unmaps it from every device that mapped it
     r.freed = True
-    for g in r.graphs or ():   # a graph that recorded it refuses to replay from now on
-      g.lost = g.lost or self
+    for u in r.graphs or ():   # a graph that recorded it refuses to replay from now on
+      if (g := u.graph()) is not None: g.lost = g.lost or self
 
   def __repr__(self) -> str: return f"<Buffer {self.size} bytes at {self.va:#x} on {self.dev}{' host' if self.host else ''}>"
 

@@ -34,7 +34,7 @@ import functools, weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
-from rawgpu.hcq.buffer import Buffer, check_copy_size
+from rawgpu.hcq.buffer import Buffer, GraphUses, check_copy_size
 from rawgpu.hcq.patch import Var, check_u64
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
@@ -71,6 +71,7 @@ class Graph:
     self.ka = None
     self.last = 0                                # timeline value of the last replay
     self.others_last: dict = {}                  # device -> its ticket for its share of the last replay
+    self.uses = GraphUses(self)                  # every device's ticket of the last replay, for the buffers it recorded
     self.freed, self.dead = False, ""               # dead: why it replays no more (freed, or its build failed)
     self.lost = None                             # a buffer recorded in it that was freed since (Buffer.free)
 
@@ -101,9 +102,9 @@ class Graph:
     prg.check_loaded()
     if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
     prg.check_arg_count(args)
-    prg._graphs.add(self)   # (Program.free refuses while the graph lives)
     (gs, g_in), (ls, l_in) = _dims_and_inputs(global_size), _dims_and_inputs(local_size)
     g, l = _checked_dims(prg, gs, ls, check_workgroup=not l_in)   # a workgroup with inputs is checked at replay
+    prg._graphs.add(self)   # (Program.free refuses while the graph lives)
     if g_in or l_in:
       self.dim_inputs[len(self.launches)] = (g_in, l_in)
       for kind, ins in enumerate((g_in, l_in)):
@@ -158,10 +159,10 @@ class Graph:
   def _die(self, why: str) -> None:
     """No more replays: its memory goes (now or once its work is done), and what it holds of programs with it."""
     self.freed, self.dead = True, why
-    if self.ka is None: return
-    self._free()
-    for q in self.queues.values():   # (its commands go as a bound queue's do)
-      if q._bound is not None: q._unbind()
+    if self.ka is not None:
+      self._free()
+      for q in self.queues.values():   # (its commands go as a bound queue's do)
+        if q._bound is not None: q._unbind()
     self.launches, self.sites, self.writers, self.submits, self.kviews, self.queues = [], {}, {}, [], {}, {}
 
   def _build_once(self) -> None:
@@ -190,8 +191,7 @@ class Graph:
     recorded = [a for _, args, _, _ in self.launches for a in args] + copies
     self.copied = list({id(r): r for r in (b._root() for b in copies if isinstance(b, Buffer))}.values())
     for r in {id(r): r for r in (b._root() for b in recorded if isinstance(b, Buffer))}.values():
-      if r.graphs is None: r.graphs = weakref.WeakSet()   # its replays count as their uses (Buffer.owner_use, peer_uses)
-      r.graphs.add(self)
+      r.recorded_by(self.uses)   # its replays count as their uses (Buffer.owner_use, peer_uses)
       if r.freed: self.lost = self.lost or r
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals, and the
       d.map(self.ka)             # replay starts after their earlier work on its buffers (_start, _earlier_work)
@@ -396,19 +396,19 @@ class Graph:
       for write in writers[name]: write(v, value)
       cur[name] = v
     for i, (g, l) in new_dims.items(): self._relaunch(i, g, l)
-    vals, devices = self.slot_vals, self.devices
+    vals, devices, uses = self.slot_vals, self.devices, self.uses.tickets
     if len(devices) > 1:   # the other devices' tickets, each behind its own earlier work
       for d in devices[1:]:
-        t = self.others_last[d] = d.next_timeline(*self.tickets[d])
+        t = self.others_last[d] = uses[d] = d.next_timeline(*self.tickets[d])
         vals[f"timeline@{id(d)}"] = d.timeline_gpu(t)
         e = need.get(d, 0)   # its earlier work on the graph's buffers (0: done, or its timeline started again since)
         vals[f"prev@{id(d)}"] = 0 if e <= d.timeline_base or d.timeline.value >= d.timeline_gpu(e) else d.timeline_gpu(e)
-        for v in self.cur.values():   # (the recorded buffers count this replay through use_on)
+        for v in self.cur.values():   # (the buffers it recorded count this replay through self.uses)
           if isinstance(v, Buffer): v.used_by(d, t)
     for v in self.cur.values():   # recorded against this device's ticket (a mapped peer's buffer too)
       if isinstance(v, Buffer): v.used_by(dev, value)
-    value = dev.next_timeline(*self.tickets[dev])
-    vals["timeline"] = dev.timeline_gpu(value)
+    value = self.last = uses[dev] = dev.next_timeline(*self.tickets[dev])   # (before the push: if it fails, what it
+    vals["timeline"] = dev.timeline_gpu(value)                               # queued still counts as a use)
     if (prof := dev._profiler) is not None:
       vals["ts_start"], vals["ts_end"] = prof.timed(f"graph ({len(self.launches)} kernels, {len(self.nodes) - len(self.launches)} other nodes)", "graph", value)
       self.clock = prof.events[-1][3:]   # (view, index) of the replay's start and end
@@ -423,12 +423,7 @@ class Graph:
       for name, write in writers:
         if written.get(name) != (v := vals[name]): write(v); written[name] = v
       ring.push(words)
-    self.last = value
     return value
-
-  def use_on(self, d: "Device") -> int:
-    """d's ticket of its share of the last replay (every device of the graph may touch every buffer it recorded)."""
-    return self.last if d is self.dev else self.others_last.get(d, 0)
 
   def gpu_time(self) -> float:
     """GPU seconds the last replay took, from its start to the end of its last node (waits for it)."""

@@ -21,6 +21,7 @@ class HWQueue:
     self._words: array | memoryview | None = None   # finalized words (host array, or GPU memory once bound)
     self._cur: dict[str, int] = {}
     self._bound = None
+    self._programs: list = []   # the programs its dispatches run (kept alive with it; a submit() marks them: program.py's _release_code)
 
   def _add(self, emit: Callable[..., list[int]], *args: int, **fields) -> "HWQueue":
     """Append a packet: emit(*args, **fields); any field may be a Var (a patch slot)."""
@@ -76,7 +77,7 @@ class HWQueue:
     (so wait for a submission to finish before patching the queue for the next one, as Graph.replay does)."""
     words = self._finalize()
     words = words + array("I", self._ib_padding(len(words)))
-    mem = dev.iface.alloc(len(words) * 4, host=True, uncached=True)
+    mem = dev._iface_alloc(len(words) * 4, True, True, True)
     view = mem.cpu.view(0, len(words) * 4).cast("I")
     view[:] = words
     self._words, self._bound = view, mem
@@ -93,6 +94,8 @@ class HWQueue:
     ring = dev.ring(self.engine)
     ring.push(self._words if self._bound is None else self._ib)
     if self._bound is not None and not self._submitted: self._submitted.append(True)
+    for p in self._programs:
+      if not p._submitted: p._submitted.append(self.engine)
     return self
 
   def _indirect(self, va: int, ndw: int) -> list[int]:

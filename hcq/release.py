@@ -28,27 +28,29 @@ class Releases:
     (another device's work is never waited for here: a busy peer does not hold this device up). Never called while
     a caller holds a predicted ticket: a fence takes one."""
     dev, pending, kept = self.dev, self.pending, []
-    for _ in range(len(pending)):
-      try: waits, free, fence = pending.popleft()
-      except IndexError: break   # another thread took the rest
-      if fence is not None:   # that engine's earlier work is done once a ticket it signals after it is
-        waits = ((dev, self._fence(fence)),)
-      try:
-        if wait_ms is not None:
-          for d, t in waits:
-            if d is dev: dev.wait_timeline(t, wait_ms)
-      except BaseException:
-        kept.append((waits, free, None))   # kept for later: nothing is freed under the GPU
-        pending.extendleft(reversed(kept))
-        raise
-      if not all(d.closed or d.done(t) for d, t in waits):
-        kept.append((waits, free, None))
-        if wait_ms is None: break
-        continue
-      try: free()
-      except Exception as e:   # memory half freed is not freed again; an unrelated call does not fail for it
-        warnings.warn(f"{dev}: freeing memory dropped earlier failed: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
-    pending.extendleft(reversed(kept))
+    try:
+      for _ in range(len(pending)):
+        try: entry = pending.popleft()
+        except IndexError: break   # another thread took the rest
+        waits, free, fence = entry
+        try:
+          if fence is not None:   # that engine's earlier work is done once a ticket it signals after it is
+            waits = ((dev, self._fence(fence)),)
+            entry = (waits, free, None)
+          if wait_ms is not None:
+            for d, t in waits:
+              if d is dev: dev.wait_timeline(t, wait_ms)
+        except BaseException:
+          kept.append(entry)   # kept for later: nothing is freed under the GPU
+          raise
+        if not all(d.closed or d.done(t) for d, t in waits):
+          kept.append(entry)
+          if wait_ms is None: break
+          continue
+        try: free()
+        except Exception as e:   # memory half freed is not freed again; an unrelated call does not fail for it
+          warnings.warn(f"{dev}: freeing memory dropped earlier failed: {type(e).__name__}: {e}", RuntimeWarning, stacklevel=2)
+    finally: pending.extendleft(reversed(kept))
 
   def _fence(self, engine: str) -> int:
     dev = self.dev

@@ -514,3 +514,26 @@ def test_a_busy_peer_does_not_hold_up_synchronize(pair):
   a.synchronize()
   assert ka.freed and np.all(x.numpy(np.uint32) == 5)
 
+
+def test_a_dropped_graph_still_counts_on_a_peer_buffer(pair):
+  """A graph of B writes A's mapped buffer behind a kernel that spins; dropped while it runs, its replay still
+  counts: A's copy out of the buffer waits for it and reads what it wrote."""
+  import gc, threading
+  from rawgpu.hcq.graph import Graph
+  a, b = pair
+  spin, fill = prog(b, "spin"), prog(b, "fill")
+  x = a.alloc(4 * 64)
+  b.map(x)
+  flag, done = b.alloc(4, host=True), b.alloc(4, host=True)
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  g = Graph(b).exec(spin, flag, 7, done, global_size=1, local_size=32).exec(fill, x, 5, 64, local_size=64)
+  b.wait_timeline(g.replay())
+  x.copyin(np.zeros(64, np.uint32))
+  flag.cpu()[:4] = bytes(4)
+  t = g.replay()
+  del g
+  gc.collect()
+  threading.Timer(0.2, lambda: flag.cpu().__setitem__(slice(0, 4), (7).to_bytes(4, "little"))).start()
+  assert np.all(x.numpy(np.uint32) == 5) and b.done(t)
+  x.free()
+

@@ -261,3 +261,42 @@ def test_a_timeline_restart_takes_no_ticket_for_pending_frees(dev):
   finally: flag.cpu()[:4] = (7).to_bytes(4, "little")
   done.free()
   assert done.freed and dev.done(dev.timeline_value - 1)
+
+
+def test_a_dropped_program_goes_without_the_cycle_collector(dev):
+  """A program (launched, so with a launch template) holds no reference cycle: dropped, it is released at once,
+  with the cycle collector off."""
+  out = dev.alloc(4 * 64)
+  before = held(dev)
+  gc.disable()
+  try:
+    for i in range(10):
+      p = fill_of(dev)
+      p(out, i, 64, global_size=1, local_size=64, wait=True)
+      del p
+    dev.synchronize()
+    assert len(dev.iface.mems) == before
+  finally: gc.enable()
+
+
+def test_a_program_run_by_submit_is_freed_after_that_dispatch(dev):
+  """A queue's submit() takes no ticket: a program it dispatches, then dropped, keeps its code until a ticket of
+  that engine after it is done (the dispatch spins meanwhile)."""
+  import time
+  spin = dev.program(code(dev, "spin"))
+  flag, done, ka = dev.alloc(4, host=True), dev.alloc(4, host=True), dev.alloc(4096, host=True)
+  flag.cpu()[:4], done.cpu()[:4] = bytes(4), bytes(4)
+  ln = spin._launch_setup(1, 32, False)
+  spin._write_kernargs(ln, ka.mem.cpu.cast("B"), 0, (flag, 7, done), 0)
+  image = spin.image
+  dev.compute_queue().exec(spin, ka.va, (1, 1, 1), (32, 1, 1)).submit(dev)
+  del spin, ln
+  gc.collect()
+  try:
+    time.sleep(0.1)
+    dev.alloc(4)
+    assert not image.freed and done.numpy(np.uint32)[0] == 0
+  finally: flag.cpu()[:4] = (7).to_bytes(4, "little")
+  dev.synchronize()
+  assert image.freed and done.numpy(np.uint32)[0] == 8
+

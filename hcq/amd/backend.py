@@ -138,6 +138,7 @@ class AMDBackend:
     if timing: q.timestamp(start)
     q.exec(prg, Var("kernargs"), g, l)
     if timing: q.timestamp(end)
+    q._programs = []   # the program keeps its templates: a reference back would make a cycle (and it takes tickets)
     return q.signal(self.dev.timeline, Var("timeline"))
 
   def scratch_for(self, prg) -> tuple[int, int]:

@@ -54,12 +54,14 @@ class AMDProgram:
     self.image = dev.alloc(max(len(co.image), 256) + co.align)
     # shared with its dynamic-LDS variants (copies that run the same code): the timing templates' signal pairs
     # (exec_template), the graphs that recorded a launch of any of them (free() refuses while one lives), the family
+    # (weak: no cycle, so a program dropped goes at once), the engine of a submit() that ran it (no ticket: _release_code)
     self._signals: list = []
     self._graphs = weakref.WeakSet()
-    self._family: list = [self]
+    self._family = weakref.WeakSet([self])
+    self._submitted: list = []
     self._freed = False
     # dropped, its code and signals are freed once the work queued by then is done (Releases)
-    self._release = weakref.finalize(self, dev.releases.later, functools.partial(_free_program, dev, self.image, self._signals))
+    self._release = weakref.finalize(self, _release_code, dev, self.image, self._signals, self._submitted)
     self._release.atexit = False
     base = (self.image.va + co.align - 1) // co.align * co.align
     self.image.view(base - self.image.va, len(co.image)).copyin(co.image_at(base))
@@ -117,7 +119,7 @@ class AMDProgram:
       p = copy.copy(self)
       p.dynamic_lds, p.lds, p._templates, p._dynamic, p._locals = nbytes, self.lds + nbytes, {}, {}, ()
       p._base = self   # it runs this program's code: that stays loaded while it lives
-      self._family.append(p)
+      self._family.add(p)
       p.rsrc2 = self.backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(p.lds + 511) // 512)
       self._dynamic[nbytes] = p
     return p
@@ -145,7 +147,7 @@ class AMDProgram:
       gc.collect()
       live = [g for g in self._graphs if not g.freed]
     if live: raise RawGPUError(f"kernel {self.name} is recorded in {len(live)} graph(s) not freed yet: free them (Graph.free) or drop them first")
-    for p in self._family:   # first: whatever happens below, no launch of it is queued again
+    for p in list(self._family):   # first: whatever happens below, no launch of it is queued again
       p._freed, p._templates = True, {}   # a launch looks for its template again: _launch_setup refuses it
     self._release()
     self.dev.releases.run(wait_ms=10_000)
@@ -277,6 +279,12 @@ class AMDProgram:
     if not timing: return None
     if prof is not None: return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
     return (ln.q.t_end.timestamp - ln.q.t_start.timestamp) / self.backend.timestamp_hz
+
+
+def _release_code(dev, image: Buffer, signals: list, submitted: list) -> None:
+  """A program dropped or freed: its code goes once the work queued so far is done (and, where a queue's submit()
+  ran it without a ticket, a ticket of that engine after it)."""
+  dev.releases.later(functools.partial(_free_program, dev, image, signals), fence=submitted[0] if submitted else None)
 
 
 def _free_program(dev, image: Buffer, signals: list) -> None:

@@ -87,6 +87,7 @@ class AMDComputeQueue(HWQueue):
     COMPUTE_NUM_THREAD_X/Y/Z dwords); the caller keeps the kernel's hidden arguments in step with them."""
     r, g, (gx, gy, gz), (lx, ly, lz) = self.be.reg, self.be.gfx, global_size, local_size
     initiator = pm4.dispatch_initiator(prg.wave32, g)  # raises for wave32 on gfx9 before anything is queued
+    self._programs.append(prg)
     sh = lambda name, *v: self._add(pm4.set_sh_reg, r(name), *v, gen=g)
     self._add(pm4.acquire_mem, gen=g)
     sh("regCOMPUTE_PGM_LO", *_split(prg.code_va >> 8))
