@@ -78,22 +78,19 @@ class Device:
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
     self.check_open()
     if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
-    try: mem = self._iface_alloc(size, host, uncached, cpu_access or host)
-    except (MemoryError, OSError) as e:   # every interface's "no room" (AM's allocators, KFD's ENOMEM) is one error
-      if isinstance(e, OSError) and e.errno != errno.ENOMEM: raise
-      raise OutOfMemory(f"{self}: cannot allocate {size} bytes of {'host memory' if host else 'VRAM'}: {e}; free buffers or ask for less") from e
-    return Buffer(self, mem, 0, size)
+    return Buffer(self, self._iface_alloc(size, host, uncached, cpu_access or host), 0, size)
 
   def _iface_alloc(self, size: int, host: bool, uncached: bool, cpu_access: bool):
     """The interface's allocation, after freeing the dropped memory that is due; where there is no room and more
-    waits for this device's work, wait for it, free it and try once more."""
+    waits for this device's work, wait for it, free it and try once more. No room is OutOfMemory."""
     if self.releases.pending: self.releases.run()
-    try: return self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access)
-    except (MemoryError, OSError) as e:
-      if isinstance(e, OSError) and e.errno != errno.ENOMEM: raise
-      if not self.releases.pending: raise
-    self.releases.run(wait_ms=10_000)
-    return self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access)
+    for last in (False, True):
+      try: return self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access)
+      except (MemoryError, OSError) as e:   # every interface's "no room" (AM's allocators, KFD's ENOMEM) is one error
+        if isinstance(e, OSError) and e.errno != errno.ENOMEM: raise
+        if last or not self.releases.pending:
+          raise OutOfMemory(f"{self}: cannot allocate {size} bytes of {'host memory' if host else 'VRAM'}: {e}; free buffers or ask for less") from e
+      self.releases.run(wait_ms=10_000)
 
   def done(self, ticket: int) -> bool:
     """Whether the work of `ticket` is done (without waiting)."""

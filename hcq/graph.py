@@ -104,13 +104,13 @@ class Graph:
     prg.check_arg_count(args)
     (gs, g_in), (ls, l_in) = _dims_and_inputs(global_size), _dims_and_inputs(local_size)
     g, l = _checked_dims(prg, gs, ls, check_workgroup=not l_in)   # a workgroup with inputs is checked at replay
-    prg._graphs.add(self)   # (Program.free refuses while the graph lives)
+    self._add_node("exec", len(self.launches), after)   # (checks after=: a refused launch leaves nothing behind)
     if g_in or l_in:
       self.dim_inputs[len(self.launches)] = (g_in, l_in)
       for kind, ins in enumerate((g_in, l_in)):
         for axis, inp in ins.items(): self.dim_sites.setdefault(inp.name, []).append((len(self.launches), kind, axis))
-    self._add_node("exec", len(self.launches), after)
     self.launches.append((prg, args, g, l))
+    prg._graphs.add(self)   # (Program.free refuses while the graph lives)
     return self
 
   def copy(self, dst: Buffer | Input, src: Buffer | Input, size: int | None = None, *, on: "Device | None" = None, after=()) -> "Graph":
@@ -163,6 +163,7 @@ class Graph:
       self._free()
       for q in self.queues.values():   # (its commands go as a bound queue's do)
         if q._bound is not None: q._unbind()
+    for q in {self.cq, *self.queues.values()}: q._programs = []
     self.launches, self.sites, self.writers, self.submits, self.kviews, self.queues = [], {}, {}, [], {}, {}
 
   def _build_once(self) -> None:

@@ -90,6 +90,7 @@ class HWQueue:
     return self
 
   def submit(self, dev: "Device", values: dict[str, int] | None = None) -> "HWQueue":
+    for p in self._programs: p.check_loaded()   # (a freed program's code may be someone else's memory by now)
     self.patch(values or {})
     ring = dev.ring(self.engine)
     ring.push(self._words if self._bound is None else self._ib)

@@ -264,8 +264,8 @@ def test_a_timeline_restart_takes_no_ticket_for_pending_frees(dev):
 
 
 def test_a_dropped_program_goes_without_the_cycle_collector(dev):
-  """A program (launched, so with a launch template) holds no reference cycle: dropped, it is released at once,
-  with the cycle collector off."""
+  """A program (launched, so with a launch template, and with a dynamic-LDS variant) holds no reference cycle:
+  dropped, it is released at once, with the cycle collector off."""
   out = dev.alloc(4 * 64)
   before = held(dev)
   gc.disable()
@@ -273,6 +273,7 @@ def test_a_dropped_program_goes_without_the_cycle_collector(dev):
     for i in range(10):
       p = fill_of(dev)
       p(out, i, 64, global_size=1, local_size=64, wait=True)
+      p(out, i, 64, global_size=1, local_size=64, dynamic_lds=128 * (1 + i % 2), wait=True)   # and a variant of it
       del p
     dev.synchronize()
     assert len(dev.iface.mems) == before
@@ -299,4 +300,28 @@ def test_a_program_run_by_submit_is_freed_after_that_dispatch(dev):
   finally: flag.cpu()[:4] = (7).to_bytes(4, "little")
   dev.synchronize()
   assert image.freed and done.numpy(np.uint32)[0] == 8
+
+
+def test_what_holds_a_program_lets_go_of_it(dev):
+  """A freed graph kept referenced, and a launch Graph.exec refused, hold the program no more: it frees (or is
+  freed once dropped); a queue that dispatches a program freed since refuses to submit."""
+  out = dev.alloc(4 * 64)
+  fill = fill_of(dev)
+  g = Graph(dev).exec(fill, out, 3, 64, global_size=1, local_size=64)
+  g.replay()
+  g.free()
+  image = fill.image
+  del fill
+  dev.synchronize()
+  assert image.freed   # (g still referenced)
+  fill = fill_of(dev)
+  with pytest.raises(RawGPUError, match="after= is for"):
+    Graph(dev).exec(fill, out, 3, 64, global_size=1, local_size=64, after=[0])
+  ka = dev.alloc(4096, host=True)
+  ln = fill._launch_setup(1, 64, False)
+  fill._write_kernargs(ln, ka.mem.cpu.cast("B"), 0, (out, 6, 64), 0)
+  q = dev.compute_queue().exec(fill, ka.va, (1, 1, 1), (64, 1, 1))
+  fill.free()   # the refused launch did not register a graph
+  with pytest.raises(RawGPUError, match="the program was freed"):
+    q.submit(dev)
 

@@ -60,8 +60,10 @@ class AMDProgram:
     self._family = weakref.WeakSet([self])
     self._submitted: list = []
     self._freed = False
-    # dropped, its code and signals are freed once the work queued by then is done (Releases)
-    self._release = weakref.finalize(self, _release_code, dev, self.image, self._signals, self._submitted)
+    # once the program and its variants are all dropped (they share _code, and none points back at another: no cycle)
+    # its code and signals are freed when the work queued by then is done (Releases)
+    self._code = _Code()
+    self._release = weakref.finalize(self._code, _release_code, dev, self.image, self._signals, self._submitted)
     self._release.atexit = False
     base = (self.image.va + co.align - 1) // co.align * co.align
     self.image.view(base - self.image.va, len(co.image)).copyin(co.image_at(base))
@@ -118,8 +120,7 @@ class AMDProgram:
         raise RawGPUError(f"kernel {self.name}: {nbytes!r} bytes of dynamic LDS after its own {self.lds} do not fit the {limit} bytes a workgroup has")
       p = copy.copy(self)
       p.dynamic_lds, p.lds, p._templates, p._dynamic, p._locals = nbytes, self.lds + nbytes, {}, {}, ()
-      p._base = self   # it runs this program's code: that stays loaded while it lives
-      self._family.add(p)
+      self._family.add(p)   # (it shares self._code: the code stays loaded while it lives)
       p.rsrc2 = self.backend.gc["regCOMPUTE_PGM_RSRC2"].modify(self.rsrc2, LDS_SIZE=(p.lds + 511) // 512)
       self._dynamic[nbytes] = p
     return p
@@ -279,6 +280,11 @@ class AMDProgram:
     if not timing: return None
     if prof is not None: return (view[idx + 1] - view[idx]) / self.backend.timestamp_hz
     return (ln.q.t_end.timestamp - ln.q.t_start.timestamp) / self.backend.timestamp_hz
+
+
+class _Code:
+  """What a program and its dynamic-LDS variants share: when it goes, their code does (AMDProgram._release)."""
+  __slots__ = ("__weakref__",)
 
 
 def _release_code(dev, image: Buffer, signals: list, submitted: list) -> None:
