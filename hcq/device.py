@@ -233,9 +233,15 @@ class Device:
 
   @property
   def recovers_in_place(self) -> bool:
-    """Whether recover() can restart this device's queues without reopening it (AM can; KFD's queues are the
-    kernel's)."""
+    """Whether recover() can restart this device's queues after a hang without reopening it (AM restarts them
+    itself, KFD has the kernel destroy and make them again)."""
     return hasattr(self.iface, "reset_ring")
+
+  @property
+  def recovers_from_faults(self) -> bool:
+    """Whether it can after a fault too: AM can; amdkfd stops a process's queues on a GPU that faulted for the
+    process's life."""
+    return getattr(self.iface, "RECOVERS_FROM_FAULTS", False)
 
   def recover(self) -> None:
     """After a fault, or a wait that timed out (a hang): restart the queues in place and fast-forward the timeline,

@@ -124,9 +124,9 @@ def _device_class():
     def __call__(self, *bufs, global_size=(1, 1, 1), local_size=(1, 1, 1), vals=(), wait: bool = False, timeout: int | None = None):
       """tinygrad's launch: buffers, then the integer values; with wait, the GPU seconds it took. tinygrad's timeout
       in ms (BEAM's early stop: a candidate 3x slower than the best so far; 0 or None is none) stops a kernel that
-      runs longer, on a device that recovers in place (AM): its waves are reset, the queues restarted, and the
-      RuntimeError tinygrad's search expects is raised. Elsewhere (KFD) it is ignored, as tinygrad's own devices do
-      where they cannot recover: the kernel runs to its end (a hang is still a DeviceTimeout)."""
+      runs longer, on a device that recovers in place (AM, KFD): the kernel is stopped, the queues restarted, and
+      the RuntimeError tinygrad's search expects is raised. Where it cannot recover, it is ignored, as tinygrad's own
+      devices do: the kernel runs to its end (a hang is still a DeviceTimeout)."""
       args = dict(global_size=tuple(global_size), local_size=tuple(local_size), timing=wait)
       rg = self.dev.rg
       if not (wait and timeout and rg.recovers_in_place): return self.prg(*bufs, *vals, **args)

@@ -566,6 +566,9 @@ def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   d, arch = spare_dev, spare_dev.props.arch
   bad = 0x7f10_0000_0000
   with pytest.raises(DeviceFault, match=f"{bad:#x}"): prog(d, "fault")(bad, 5, wait=True)
+  if not d.recovers_from_faults:   # in place neither: recover() says why, and changes nothing
+    with pytest.raises(DeviceFault, match=f"{bad:#x}.*restart the process"): d.recover()
+    assert d.faulted
   d.close()
   if d.props.iface == "MOCKKFD":   # amdkfd: this process's queues on that GPU stay stopped; a new process starts clean
     from rawgpu.drivers.emu.mockkfd import MockMachine
@@ -589,7 +592,7 @@ def _fill_works(d2) -> None:
 def test_page_fault_then_in_place_recovery(spare_dev):
   from rawgpu.errors import DeviceFault
   d = spare_dev
-  if not d.recovers_in_place: pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  if not d.recovers_from_faults: pytest.skip(f"{d.props.iface}: after a fault the queues restart by reopening (tested above)")
   d.ring("compute")   # created before the copy ring: recover() meets it first (a refusal must still come before any reset)
   prog(d, "fill")(d.alloc(64), 1, 16, local_size=16, wait=True)
   done = d.timeline_value - 1
@@ -627,7 +630,7 @@ def test_shader_faults_name_the_sqc_for_scalar_loads_and_instruction_fetch(spare
   import copy
   from rawgpu.errors import DeviceFault
   d = spare_dev
-  if not d.recovers_in_place: pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  if not d.recovers_from_faults: pytest.skip(f"{d.props.iface}: after a fault the queues restart by reopening (tested above)")
   fill, buf = prog(d, "fill"), d.alloc(64)
   fill(buf, 1, 16, local_size=16, wait=True)
   bad_code = copy.copy(fill)
@@ -648,7 +651,7 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   on MI300 the SMU's engine reset) with the compute queue, and both engines work again."""
   from rawgpu.errors import DeviceFault
   d = spare_dev
-  if not d.recovers_in_place: pytest.skip(f"{d.props.iface} restarts queues by reopening (tested above)")
+  if not d.recovers_from_faults: pytest.skip(f"{d.props.iface}: after a fault the queues restart by reopening (tested above)")
   y = d.alloc(1 << 16)
   v = d.next_timeline("sdma")
   d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(d.timeline, d.timeline_gpu(v)).submit(d)
@@ -699,8 +702,8 @@ def test_a_waiting_launch_gives_up_after_its_timeout(dev):
 def test_a_hang_is_stopped_in_place_by_recover(spare_dev):
   """recover() after a wait timed out: a kernel that never ends, a compute queue waiting for a signal nobody writes
   and a copy engine polling one are each stopped in place (the HQD dequeued with its waves reset, the SDMA engine
-  reset); what was queued behind them is dropped, the timeline fast-forwarded, and the device goes on. KFD cannot
-  (its queues are the kernel's): recover() says so and the device still closes."""
+  reset; on KFD the kernel destroys the queue, preempting it, and a new one is made); what was queued behind them is
+  dropped, the timeline fast-forwarded, and the device goes on."""
   from rawgpu.errors import DeviceTimeout
   d = spare_dev
   fill, spin = prog(d, "fill"), prog(d, "spin")
@@ -719,9 +722,6 @@ def test_a_hang_is_stopped_in_place_by_recover(spare_dev):
     hang()
     fill(behind, 5, 16, local_size=16)   # queued behind the hang: dropped
     with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=200)
-    if not d.recovers_in_place:
-      with pytest.raises(RawGPUError, match="cannot restart a queue in place; close the device and open it again"): d.recover()
-      return
     t0 = time.monotonic()
     d.recover()
     assert time.monotonic() - t0 < 2, hang.__name__

@@ -151,6 +151,8 @@ class AMIface(PeerMaps):
                            "the bus; close the device, check the slot/cable/power, and reset or rescan the PCI bus")
 
   # ---- rings
+  RECOVERS_FROM_FAULTS = True   # (Device.recovers_from_faults)
+
   def reset_ring(self, hw: HWRing) -> None:
     """Restart a ring after a fault: a compute ring's HQD is dequeued, an SDMA ring's engine soft-reset; the ring and
     its pointers are emptied and programmed afresh. What was queued on it is dropped (the caller fast-forwards its

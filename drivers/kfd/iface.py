@@ -81,6 +81,7 @@ class KFDIface(PeerMaps):
     self.gpu_id = 0
     self.mems: list[Mem] = []
     self.queues: list[tuple[int, list[Mem]]] = []
+    self.queue_args: dict[int, dict] = {}   # queue id -> its CREATE_QUEUE arguments (reset_ring makes it again)
     self.events: list[int] = []
     self.doorbells = None
     self._init_peers()
@@ -383,23 +384,47 @@ class KFDIface(PeerMaps):
         args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_COMPUTE, eop_buffer_address=eop.va, eop_buffer_size=s.eop,
                     ctx_save_restore_address=cwsr.va, ctx_save_restore_size=s.cwsr, ctl_stack_size=s.ctl_stack)
       else: args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_SDMA)
-      try: q = self._ioctl(F.AMDKFD_IOC_CREATE_QUEUE, **args)
-      except IoctlError as e:
-        raise IoctlError(e.name, e.errno_, f"the kernel refused a {kind} queue on {self.node.pci_bus} (ring {size:#x} bytes"
-                         + (f", ctl stack {self.sizes.ctl_stack:#x}, cwsr {self.sizes.cwsr:#x}" if kind == "compute" else "")
-                         + "); too many queues open, or a kernel whose size rules differ: run with dmesg open") from e
+      q = self._create_queue(kind, args)
     except BaseException:
       for m in reversed(bufs): self.free(m)
       raise
     self.queues.append((q.queue_id, bufs))
-    if self.doorbells is None:
-      self.doorbell_base = q.doorbell_offset & ~(DOORBELL_SLICE - 1)
-      self.doorbells = self.system.mmap(self.kfd_fd, DOORBELL_SLICE, self.doorbell_base)
-    off = q.doorbell_offset - self.doorbell_base
-    if not 0 <= off < DOORBELL_SLICE: raise RawGPUError(f"CREATE_QUEUE returned doorbell offset {q.doorbell_offset:#x} outside the process doorbell page {self.doorbell_base:#x}")
-    return HWRing(kind, ring, ptrs.cpu.view(8, 8).cast("Q"), ptrs.cpu.view(0, 8).cast("Q"), self.doorbells.view(off, 8).cast("Q"),
+    return HWRing(kind, ring, ptrs.cpu.view(8, 8).cast("Q"), ptrs.cpu.view(0, 8).cast("Q"), self._doorbell(q.doorbell_offset),
                   4 if kind == "compute" else 1, name=f"{kind} queue {q.queue_id}",
                   before_doorbell=self.flush_hdp if self.hdp is not None else None)   # the engines see what the CPU wrote to VRAM (cpu() views)
+
+  def _create_queue(self, kind: str, args: dict):
+    try: q = self._ioctl(F.AMDKFD_IOC_CREATE_QUEUE, **args)
+    except IoctlError as e:
+      raise IoctlError(e.name, e.errno_, f"the kernel refused a {kind} queue on {self.node.pci_bus} (ring {args['ring_size']:#x} bytes"
+                       + (f", ctl stack {self.sizes.ctl_stack:#x}, cwsr {self.sizes.cwsr:#x}" if kind == "compute" else "")
+                       + "); too many queues open, or a kernel whose size rules differ: run with dmesg open") from e
+    self.queue_args[q.queue_id] = args
+    return q
+
+  def _doorbell(self, offset: int) -> memoryview:
+    if self.doorbells is None:
+      self.doorbell_base = offset & ~(DOORBELL_SLICE - 1)
+      self.doorbells = self.system.mmap(self.kfd_fd, DOORBELL_SLICE, self.doorbell_base)
+    off = offset - self.doorbell_base
+    if not 0 <= off < DOORBELL_SLICE: raise RawGPUError(f"CREATE_QUEUE returned doorbell offset {offset:#x} outside the process doorbell page {self.doorbell_base:#x}")
+    return self.doorbells.view(off, 8).cast("Q")
+
+  def reset_ring(self, hw: HWRing) -> None:
+    """Restart a ring after a hang: the kernel destroys its queue (the CP preempts it: its waves are saved or
+    reset, never resumed; a queue that cannot be preempted makes amdkfd reset the GPU, which the next wait reports)
+    and a new one is made over the same ring and pointers, emptied. What was queued is dropped. After a fault amdkfd
+    has stopped the process's queues on the GPU for good: that is refused."""
+    if self.gone is not None: raise DeviceFault(self.gone)
+    i = next((i for i, (_, bufs) in enumerate(self.queues) if bufs[0] is hw.ring), None)
+    if i is None: raise RawGPUError(f"{self.node.pci_bus}: ring {hw.name or hw.kind} is not one of this device's")
+    qid, bufs = self.queues[i]
+    self._ioctl(F.AMDKFD_IOC_DESTROY_QUEUE, queue_id=qid)
+    args = self.queue_args.pop(qid)
+    for m in bufs[:2]: m.cpu.writebytes(0, bytes(m.size))   # the ring, and its read and write pointers
+    q = self._create_queue(hw.kind, args)
+    self.queues[i] = (q.queue_id, bufs)
+    hw.doorbell, hw.name = self._doorbell(q.doorbell_offset), f"{hw.kind} queue {q.queue_id}"
 
   # ---- waits and faults
   RAS_ERRORS = {F.KFD_MEM_ERR_SRAM_ECC: "an uncorrectable ECC error in on-chip memory", F.KFD_MEM_ERR_POISON_CONSUMED: "poisoned memory consumed",
