@@ -919,3 +919,61 @@ def test_a_forked_child_opens_its_own_kfd_process(system):
     buf = dev.alloc(4096).copyin(np.arange(1024, dtype=np.uint32))
     assert np.array_equal(buf.numpy(np.uint32), np.arange(1024, dtype=np.uint32))
   finally: dev.close()
+
+
+def _two_devices_of_one_process(arch: str = "gfx1100"):
+  """Two MOCKKFD GPUs of one machine (one /dev/kfd: queue ids are the process's), opened as hcq Devices."""
+  from conftest import need_firmware
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  need_firmware()
+  m = MockMachine(arch, 2)
+  return m, Device(iface=KFDIface(1, m.system)), Device(iface=KFDIface(0, m.system))
+
+
+def _hang(d):
+  from rawgpu import kernels
+  from rawgpu.errors import DeviceTimeout
+  spin = d.program(kernels.path(d.props.arch, "spin").read_bytes())
+  flag, done = d.alloc(4, host=True), d.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  spin(flag, 7, done, global_size=1, local_size=32)
+  with pytest.raises(DeviceTimeout): d.synchronize(timeout_ms=200)
+
+
+@pytest.mark.parametrize("fails", ["destroy", "create"])
+def test_recover_when_the_kernel_cannot_restart_a_hung_queue(monkeypatch, fails):
+  """amdkfd tears a queue down even where its preemption times out (pqm_destroy_queue returns ETIME after
+  uninit_queue), and refuses new queues while a reset is pending (EIO). Either way recover() fails with a clear
+  error, never names the freed queue id again (another device of the process may have it by then), and close()
+  leaves the other device's queues alone; where only the create failed, a later recover() makes the queue."""
+  from rawgpu.drivers.emu.mockkfd import kernel
+  m, b, a = _two_devices_of_one_process()
+  try:
+    fill = kernels.path("gfx1100", "fill").read_bytes()
+    pa, pb = a.program(fill, "fill_u32"), b.program(fill, "fill_u32")
+    x, y = a.alloc(64), b.alloc(64)
+    _hang(a)
+    which = int(K.AMDKFD_IOC_DESTROY_QUEUE if fails == "destroy" else K.AMDKFD_IOC_CREATE_QUEUE)
+    real = kernel.HANDLERS[which]
+    def once(self, arg):
+      monkeypatch.setitem(kernel.HANDLERS, which, real)
+      if fails == "destroy":
+        real(self, arg)   # torn down all the same
+        raise kernel.fail(errno.ETIME, "queue preemption timed out (test)")
+      raise kernel.fail(errno.EIO, "the scheduler is hung, a reset is pending (test)")
+    monkeypatch.setitem(kernel.HANDLERS, which, once)
+    with pytest.raises(DeviceFault if fails == "destroy" else IoctlError, match="could not preempt the hung (compute|sdma) queue" if fails == "destroy" else "CREATE_QUEUE"):
+      a.recover()
+    pb(y, 3, 16, local_size=16, wait=True)   # B's queues: their ids may be the one A's queue had
+    if fails == "create":
+      a.recover()
+      pa(x, 4, 16, local_size=16, wait=True)
+      assert list(x.numpy(np.uint32)) == [4] * 16
+    a.close()
+    pb(y, 5, 16, local_size=16, wait=True)
+    assert list(y.numpy(np.uint32)) == [5] * 16
+  finally:
+    for d in (a, b): d.close()
+    m.close()

@@ -80,8 +80,8 @@ class KFDIface(PeerMaps):
     self.proc = _PROCESSES.setdefault(system, _Process())
     self.gpu_id = 0
     self.mems: list[Mem] = []
-    self.queues: list[tuple[int, list[Mem]]] = []
-    self.queue_args: dict[int, dict] = {}   # queue id -> its CREATE_QUEUE arguments (reset_ring makes it again)
+    self.queues: list[tuple[int | None, list[Mem]]] = []   # (queue id, or None while it has none: reset_ring; its buffers)
+    self.queue_args: dict[int, dict] = {}   # id of a ring's Mem -> its CREATE_QUEUE arguments (reset_ring makes it again)
     self.events: list[int] = []
     self.doorbells = None
     self._init_peers()
@@ -384,7 +384,7 @@ class KFDIface(PeerMaps):
         args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_COMPUTE, eop_buffer_address=eop.va, eop_buffer_size=s.eop,
                     ctx_save_restore_address=cwsr.va, ctx_save_restore_size=s.cwsr, ctl_stack_size=s.ctl_stack)
       else: args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_SDMA)
-      q = self._create_queue(kind, args)
+      q = self._create_queue(kind, dict(args, ring=ring))
     except BaseException:
       for m in reversed(bufs): self.free(m)
       raise
@@ -394,12 +394,12 @@ class KFDIface(PeerMaps):
                   before_doorbell=self.flush_hdp if self.hdp is not None else None)   # the engines see what the CPU wrote to VRAM (cpu() views)
 
   def _create_queue(self, kind: str, args: dict):
-    try: q = self._ioctl(F.AMDKFD_IOC_CREATE_QUEUE, **args)
+    try: q = self._ioctl(F.AMDKFD_IOC_CREATE_QUEUE, **{k: v for k, v in args.items() if k != "ring"})
     except IoctlError as e:
       raise IoctlError(e.name, e.errno_, f"the kernel refused a {kind} queue on {self.node.pci_bus} (ring {args['ring_size']:#x} bytes"
                        + (f", ctl stack {self.sizes.ctl_stack:#x}, cwsr {self.sizes.cwsr:#x}" if kind == "compute" else "")
                        + "); too many queues open, or a kernel whose size rules differ: run with dmesg open") from e
-    self.queue_args[q.queue_id] = args
+    self.queue_args[id(args["ring"])] = args
     return q
 
   def _doorbell(self, offset: int) -> memoryview:
@@ -411,18 +411,25 @@ class KFDIface(PeerMaps):
     return self.doorbells.view(off, 8).cast("Q")
 
   def reset_ring(self, hw: HWRing) -> None:
-    """Restart a ring after a hang: the kernel destroys its queue (the CP preempts it: its waves are saved or
-    reset, never resumed; a queue that cannot be preempted makes amdkfd reset the GPU, which the next wait reports)
-    and a new one is made over the same ring and pointers, emptied. What was queued is dropped. After a fault amdkfd
-    has stopped the process's queues on the GPU for good: that is refused."""
+    """Restart a ring after a hang: the kernel destroys its queue, preempting it (with the scheduler firmware its
+    waves are saved, without it reset; never resumed: a new queue starts from a fresh descriptor), and a new one is
+    made over the same ring and pointers, emptied. What was queued is dropped. A queue the CP cannot preempt fails
+    the destroy after the kernel's preemption timeout (9 s by default), and amdkfd resets the queue or the GPU: the
+    device is then gone. After a fault amdkfd has stopped the process's queues on the GPU for good: refused."""
     if self.gone is not None: raise DeviceFault(self.gone)
     i = next((i for i, (_, bufs) in enumerate(self.queues) if bufs[0] is hw.ring), None)
     if i is None: raise RawGPUError(f"{self.node.pci_bus}: ring {hw.name or hw.kind} is not one of this device's")
     qid, bufs = self.queues[i]
-    self._ioctl(F.AMDKFD_IOC_DESTROY_QUEUE, queue_id=qid)
-    args = self.queue_args.pop(qid)
+    if qid is not None:   # (None: destroyed by a reset_ring whose create failed; only the create is left to do)
+      self.queues[i] = (None, bufs)   # the kernel tears the queue down even where the destroy fails: never name it again
+      try: self._ioctl(F.AMDKFD_IOC_DESTROY_QUEUE, queue_id=qid)
+      except IoctlError as e:
+        if e.errno_ not in (errno.ETIME, errno.EIO): raise
+        self.gone = (f"{self.props.iface}+AMD {self.node.pci_bus}: the kernel could not preempt the hung {hw.kind} queue {qid} "
+                     f"({os.strerror(e.errno_)}); amdkfd resets the queue or the GPU: close the device and open it again")
+        raise DeviceFault(self.gone) from e
     for m in bufs[:2]: m.cpu.writebytes(0, bytes(m.size))   # the ring, and its read and write pointers
-    q = self._create_queue(hw.kind, args)
+    q = self._create_queue(hw.kind, self.queue_args[id(hw.ring)])
     self.queues[i] = (q.queue_id, bufs)
     hw.doorbell, hw.name = self._doorbell(q.doorbell_offset), f"{hw.kind} queue {q.queue_id}"
 
@@ -482,6 +489,7 @@ class KFDIface(PeerMaps):
     except RawGPUError: pass
     self.closed = True
     for qid, bufs in reversed(self.queues):
+      if qid is None: continue   # (destroyed already: reset_ring)
       try: self._ioctl(F.AMDKFD_IOC_DESTROY_QUEUE, queue_id=qid)
       except RawGPUError: pass
     self.queues = []
