@@ -68,24 +68,30 @@ class Buffer:
     graph that recorded it (counted here, not at every replay: a replay costs nothing per buffer)."""
     r = self.base or self
     t = r.last_use
-    if r.graphs:
-      for u in r.graphs: t = max(t, u.tickets.get(r.dev, 0))
+    for u in r._uses():
+      t = max(t, u.tickets.get(r.dev, 0))
     return t
 
   def peer_uses(self) -> dict:
     """Device -> its ticket of the last work of another device that touches it (graphs' replays included)."""
     r = self.base or self
     out = dict(r.peer_use)
-    for u in r.graphs or ():
+    for u in r._uses():
       for d, t in u.tickets.items():
         if d is not r.dev and t > out.get(d, 0): out[d] = t
     return out
 
   def recorded_by(self, uses: "GraphUses") -> None:
-    """A graph recorded this buffer: its replays count as uses from now on, even after the graph is gone (those
-    done and of graphs gone are let go here)."""
+    """A graph recorded this buffer: its replays count as uses from now on, even after the graph is gone."""
     r = self.base or self
-    r.graphs = [u for u in r.graphs or () if u.graph() is not None or not u.done()] + [uses]
+    r.graphs = [*r._uses(), uses]
+
+  def _uses(self) -> list:
+    """(On the root) its graphs' use records, less those of graphs gone whose work is done."""
+    if not self.graphs: return []
+    if any(u.graph() is None and u.done() for u in self.graphs):
+      self.graphs = [u for u in self.graphs if u.graph() is not None or not u.done()]
+    return self.graphs
 
   def wait_peers(self, but: "Device | None" = None) -> None:
     """Wait for the work other devices queued on this buffer (all but `but`)."""

@@ -267,14 +267,15 @@ def test_a_dropped_program_goes_without_the_cycle_collector(dev):
   """A program (launched, so with a launch template, and with a dynamic-LDS variant) holds no reference cycle:
   dropped, it is released at once, with the cycle collector off."""
   out = dev.alloc(4 * 64)
+  def load_launch_drop(i: int) -> None:
+    p = fill_of(dev)
+    p(out, i, 64, global_size=1, local_size=64, wait=True)
+    p(out, i, 64, global_size=1, local_size=64, dynamic_lds=128 * (1 + i % 2), wait=True)   # and a variant of it
+  load_launch_drop(0)   # (what the device allocates once, at first use: rings, kernel arguments, scratch)
   before = held(dev)
   gc.disable()
   try:
-    for i in range(10):
-      p = fill_of(dev)
-      p(out, i, 64, global_size=1, local_size=64, wait=True)
-      p(out, i, 64, global_size=1, local_size=64, dynamic_lds=128 * (1 + i % 2), wait=True)   # and a variant of it
-      del p
+    for i in range(10): load_launch_drop(i)
     dev.synchronize()
     assert len(dev.iface.mems) == before
   finally: gc.enable()
@@ -325,3 +326,20 @@ def test_what_holds_a_program_lets_go_of_it(dev):
   with pytest.raises(RawGPUError, match="the program was freed"):
     q.submit(dev)
 
+
+
+def test_use_records_of_graphs_gone_are_let_go_once_done(dev):
+  """A buffer keeps a dropped graph's use record only while that graph's work may still run."""
+  out = dev.alloc(4 * 64)
+  fill = fill_of(dev)
+  for i in range(20):
+    g = Graph(dev).exec(fill, out, i, 64, global_size=1, local_size=64)
+    g.replay()
+    del g
+  dev.synchronize()
+  assert dev.done(out.owner_use()) and len(out.graphs) == 0
+  keep = Graph(dev).exec(fill, out, 1, 64, global_size=1, local_size=64)
+  keep.replay()
+  dev.synchronize()
+  out.owner_use()
+  assert len(out.graphs) == 1   # a live graph's record stays, done or not
