@@ -1,5 +1,6 @@
 """Buffers: GPU memory with a CPU view where there is one, sub-buffers, and copies in and out."""
 from __future__ import annotations
+import weakref
 from typing import TYPE_CHECKING
 import numpy as np
 from rawgpu.drivers.iface import Mem
@@ -24,7 +25,6 @@ class GraphUses:
   __slots__ = ("tickets", "graph")
 
   def __init__(self, graph):
-    import weakref
     self.tickets: dict = {}           # Device -> ticket
     self.graph = weakref.ref(graph)   # (for Buffer.free to mark it)
 

@@ -108,7 +108,7 @@ class Device:
     return Signal(self, va, view, name, narrow)
 
   def free_signal(self, sig: Signal) -> None:
-    """Give a signal's slot back for a later new_signal (once no queued work uses it: see release_later)."""
+    """Give a signal's slot back for a later new_signal (once no queued work uses it: see hcq/release.py)."""
     if sig.dev is not self: raise RawGPUError(f"{self}: signal {sig.name} is {sig.dev}'s")
     self._free_signals.append((sig.va, sig._q))
 
@@ -248,7 +248,7 @@ class Device:
     so the process can go on without reopening the device. The work queued on them is dropped, and a kernel still
     running is stopped (its waves reset). Nothing to do when neither happened, or the late work has finished since."""
     self.check_open()
-    if self.stalled and not self.faulted and self.timeline.value >= self.timeline_gpu(self.timeline_value - 1):
+    if self.stalled and not self.faulted and self.done(self.timeline_value - 1):
       self.stalled = 0   # the slow work finished after all: nothing to stop
     if not (self.faulted or self.stalled): return
     if not self.recovers_in_place:

@@ -69,13 +69,17 @@ class Graph:
     self.dim_sites: dict[str, list[tuple]] = {}  # input name -> [(launch index, 0 grid | 1 workgroup, axis)]
     self.cur: dict[str, object] = {}
     self.ka = None
-    self.last = 0                                # timeline value of the last replay
-    self.others_last: dict = {}                  # device -> its ticket for its share of the last replay
-    self.uses = GraphUses(self)                  # every device's ticket of the last replay, for the buffers it recorded
+    self.uses = GraphUses(self)                  # every device's ticket of its share of the last replay (also for the
+                                                 # buffers it recorded)
     self.freed, self.dead = False, ""               # dead: why it replays no more (freed, or its build failed)
     self.lost = None                             # a buffer recorded in it that was freed since (Buffer.free)
 
   def input(self, name: str) -> Input: return Input(name)
+
+  @property
+  def last(self) -> int:
+    """The graph device's ticket of the last replay (0: none yet)."""
+    return self.uses.tickets.get(self.dev, 0)
 
   def _check_recording(self) -> None:
     if self.freed: raise RawGPUError(self.dead)
@@ -383,8 +387,8 @@ class Graph:
       for check in checks[name]: check(v)
     self._check_alive(inputs)
     new_dims = self._new_dims(inputs) if self.dim_sites and not inputs.keys().isdisjoint(self.dim_sites) else {}
-    dev.wait_timeline(self.last)  # the GPU may still read the arguments of the previous replay
-    for d, t in self.others_last.items(): d.wait_timeline(t)   # and the other devices their commands, to their end
+    for d, t in self.uses.tickets.items(): d.wait_timeline(t)   # every device may still read the previous replay's
+                                                                # arguments and commands, to its end
     need = self._earlier_work(inputs) if self.copied or self.copy_sites else {}
     for d, t in need.items():   # devices outside the graph: their work on its buffers is waited for here, on the host
       if d not in self.devices: d.wait_timeline(t)
@@ -400,16 +404,16 @@ class Graph:
     vals, devices, uses = self.slot_vals, self.devices, self.uses.tickets
     if len(devices) > 1:   # the other devices' tickets, each behind its own earlier work
       for d in devices[1:]:
-        t = self.others_last[d] = uses[d] = d.next_timeline(*self.tickets[d])
+        t = uses[d] = d.next_timeline(*self.tickets[d])
         vals[f"timeline@{id(d)}"] = d.timeline_gpu(t)
         e = need.get(d, 0)   # its earlier work on the graph's buffers (0: done, or its timeline started again since)
-        vals[f"prev@{id(d)}"] = 0 if e <= d.timeline_base or d.timeline.value >= d.timeline_gpu(e) else d.timeline_gpu(e)
+        vals[f"prev@{id(d)}"] = 0 if d.done(e) else d.timeline_gpu(e)
         for v in self.cur.values():   # (the buffers it recorded count this replay through self.uses)
           if isinstance(v, Buffer): v.used_by(d, t)
     for v in self.cur.values():   # recorded against this device's ticket (a mapped peer's buffer too)
       if isinstance(v, Buffer): v.used_by(dev, value)
-    value = self.last = uses[dev] = dev.next_timeline(*self.tickets[dev])   # (before the push: if it fails, what it
-    vals["timeline"] = dev.timeline_gpu(value)                               # queued still counts as a use)
+    value = uses[dev] = dev.next_timeline(*self.tickets[dev])   # (before the push: if it fails, what it
+    vals["timeline"] = dev.timeline_gpu(value)                  # queued still counts as a use)
     if (prof := dev._profiler) is not None:
       vals["ts_start"], vals["ts_end"] = prof.timed(f"graph ({len(self.launches)} kernels, {len(self.nodes) - len(self.launches)} other nodes)", "graph", value)
       self.clock = prof.events[-1][3:]   # (view, index) of the replay's start and end

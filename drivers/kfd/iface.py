@@ -384,7 +384,7 @@ class KFDIface(PeerMaps):
         args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_COMPUTE, eop_buffer_address=eop.va, eop_buffer_size=s.eop,
                     ctx_save_restore_address=cwsr.va, ctx_save_restore_size=s.cwsr, ctl_stack_size=s.ctl_stack)
       else: args.update(queue_type=F.KFD_IOC_QUEUE_TYPE_SDMA)
-      q = self._create_queue(kind, dict(args, ring=ring))
+      q = self._create_queue(kind, ring, args)
     except BaseException:
       for m in reversed(bufs): self.free(m)
       raise
@@ -393,13 +393,13 @@ class KFDIface(PeerMaps):
                   4 if kind == "compute" else 1, name=f"{kind} queue {q.queue_id}",
                   before_doorbell=self.flush_hdp if self.hdp is not None else None)   # the engines see what the CPU wrote to VRAM (cpu() views)
 
-  def _create_queue(self, kind: str, args: dict):
-    try: q = self._ioctl(F.AMDKFD_IOC_CREATE_QUEUE, **{k: v for k, v in args.items() if k != "ring"})
+  def _create_queue(self, kind: str, ring: Mem, args: dict):
+    try: q = self._ioctl(F.AMDKFD_IOC_CREATE_QUEUE, **args)
     except IoctlError as e:
       raise IoctlError(e.name, e.errno_, f"the kernel refused a {kind} queue on {self.node.pci_bus} (ring {args['ring_size']:#x} bytes"
                        + (f", ctl stack {self.sizes.ctl_stack:#x}, cwsr {self.sizes.cwsr:#x}" if kind == "compute" else "")
                        + "); too many queues open, or a kernel whose size rules differ: run with dmesg open") from e
-    self.queue_args[id(args["ring"])] = args
+    self.queue_args[id(ring)] = args
     return q
 
   def _doorbell(self, offset: int) -> memoryview:
@@ -429,7 +429,7 @@ class KFDIface(PeerMaps):
                      f"({os.strerror(e.errno_)}); amdkfd resets the queue or the GPU: close the device and open it again")
         raise DeviceFault(self.gone) from e
     for m in bufs[:2]: m.cpu.writebytes(0, bytes(m.size))   # the ring, and its read and write pointers
-    q = self._create_queue(hw.kind, self.queue_args[id(hw.ring)])
+    q = self._create_queue(hw.kind, hw.ring, self.queue_args[id(hw.ring)])
     self.queues[i] = (q.queue_id, bufs)
     hw.doorbell, hw.name = self._doorbell(q.doorbell_offset), f"{hw.kind} queue {q.queue_id}"
 
