@@ -49,3 +49,12 @@ class DeviceTimeout(RawGPUError, TimeoutError):
 
 class DeviceFault(RawGPUError):
   """The device reported a fault (page fault, illegal instruction, hung queue)."""
+
+
+def debug_level() -> int:
+  """DEBUG=N from the environment (0 when unset or empty; a word that is not a number counts as 1): at 1 and above
+  the commands show tracebacks and the drivers say more."""
+  import os
+  v = os.environ.get("DEBUG", "").strip()
+  try: return int(v or 0)
+  except ValueError: return 1

@@ -10,7 +10,7 @@ from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceSpecError, Permissio
 if TYPE_CHECKING: from rawgpu.drivers.vfio import VFIODevice
 
 SYSFS_PCI = "/sys/bus/pci/devices"
-BUS_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+BUS_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")   # (\Z: "$" would let a trailing newline through)
 PCI_COMMAND, PCI_COMMAND_MEMORY, PCI_COMMAND_MASTER, PCI_COMMAND_INTX_DISABLE = 0x04, 0x2, 0x4, 0x400  # from pci_regs.h
 
 

@@ -203,7 +203,7 @@ class Device:
 
   def last_submitted(self) -> str:
     """The last submissions decoded, and where their raw dwords were dumped for `rawgpu decode`."""
-    return self.backend.describe_history(self._rings) + "".join(f"\n  dumped: rawgpu decode {kind} {path}" for kind, path in self.dump_hang())
+    return self.backend.describe_history(self._rings) + "".join(f"\n  dumped: rawgpu decode {kind} {path} --arch {self.props.arch}" for kind, path in self.dump_hang())
 
   def dump_hang(self) -> list[tuple[str, str]]:
     """Write the last submissions of each ring (raw little-endian dwords) to the temp dir; [(stream kind, path)]."""

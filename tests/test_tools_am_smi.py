@@ -131,6 +131,31 @@ def test_pids_and_kill(tree, capsys):
   assert [s for _, s in killed] == [15, 9] and "still running" in capsys.readouterr().out
 
 
+
+def test_pids_and_kill_as_json_and_never_of_itself(tree, tmp_path, capsys):
+  """Watching an emulated board am-smi holds it itself: --pids lists it as such, --kill leaves it alone (it used to
+  SIGTERM itself)."""
+  me = os.getpid()
+  (tmp_path / "proc" / str(me) / "fd").mkdir(parents=True)
+  (tmp_path / "proc" / str(me) / "stat").write_text(f"{me} (python) R 1\n"); (tmp_path / "proc" / str(me) / "cmdline").write_text("am-smi\0")
+  os.symlink(str(tmp_path / "locks" / f"am_{BUS_B}.lock"), tmp_path / "proc" / str(me) / "fd" / "3")
+  tree.include_self, killed = True, []
+  tree.kill = lambda pid, sig: killed.append((pid, sig))
+  assert main(["--pids", "--json"], host=tree, source=SysfsSource(tree)) == 0
+  rows = json.loads(capsys.readouterr().out)
+  assert sorted((r["pid"], r["this_process"]) for r in rows) == sorted([(900, False), (me, True)])
+  assert main(["--pids"], host=tree, source=SysfsSource(tree)) == 0
+  assert f"pid {me}  am-smi  (this am-smi)" in capsys.readouterr().out
+  assert main(["--kill", "--json"], host=tree, source=SysfsSource(tree)) == 1   # 900 survives (its stat stays "S")
+  rep = {r["pid"]: r for r in json.loads(capsys.readouterr().out)}
+  assert {pid for pid, _ in killed} == {900} and rep[me]["sent"] == [] and "not signalled" in rep[me]["why"]
+
+
+def test_list_shows_unknown_vram_use_and_power_limit_as_na(capsys):
+  m = BoardMetrics(BUS_A, "Radeon RX 7900 XTX/XT", 0x744c, None, [], power_w=35.0, vram_total=512 << 20, source="test")
+  row = am_smi.table([m])[1]
+  assert "n/a/512MiB" in row and " 35W" in row and "0/512MiB" not in row
+
 def _read_screen(fd, screen, stream, until_exit_of):
   deadline = time.monotonic() + 20
   while time.monotonic() < deadline:

@@ -194,14 +194,14 @@ def test_decode_follows_the_arch(tmp_path, capsys):
   got = json.loads(capsys.readouterr().out)
   assert [(p["name"], p["fields"], p["error"]) for p in got] == [(p.name, p.fields, "") for p in pm4.decode_pm4(words, 9)]
   assert got[0]["fields"]["tc_wb"] == 1 and got[1]["fields"]["tc_wb"] == 1
-  assert cli.main(["decode", "pm4", str(tmp_path / "g9.txt"), "--json"]) == 0
+  assert cli.main(["decode", "pm4", str(tmp_path / "g9.txt"), "--json"]) == 1   # malformed as gfx11's: exit 1
   assert "too short" in json.loads(capsys.readouterr().out)[0]["error"]   # gfx11's ACQUIRE_MEM is 8 dwords
   words = sdma.copy_linear(0x2000, 0x1000, 256, version=(4, 4)) + sdma.fence(0x3000, 5, version=(4, 4))
   (tmp_path / "s4.txt").write_text(" ".join(f"{w:08x}" for w in words))
   assert cli.main(["decode", "sdma", str(tmp_path / "s4.txt"), "--arch", "gfx942", "--json"]) == 0
   assert [p["fields"] for p in json.loads(capsys.readouterr().out)] == [p.fields for p in sdma.decode_sdma(words, (4, 4))]
-  assert cli.main(["decode", "sdma", str(tmp_path / "s4.txt"), "--arch", "gfx90a"]) == 1
-  assert "unknown --arch 'gfx90a'; valid: gfx1100" in capsys.readouterr().err
+  with pytest.raises(SystemExit) as e: cli.main(["decode", "sdma", str(tmp_path / "s4.txt"), "--arch", "gfx90a"])
+  assert e.value.code == 2 and "unknown arch 'gfx90a'; valid: gfx1100" in capsys.readouterr().err   # bad usage
 
 
 def test_cases_fail_and_skip_one_at_a_time(fake_benches):

@@ -149,6 +149,19 @@ def test_kill_pids_that_survive_exit_1(machine, capsys):
   assert rc == 1 and data[0]["sent"] == ["SIGTERM", "SIGKILL"] and not data[0]["ended"] and "still running" in data[0]["why"]
 
 
+
+def test_a_lock_that_outlived_its_board_is_still_found(machine, capsys):
+  """A process holds the lock of a bus where no board is listed (gone, or another process's emulated board): pids and
+  kill_pids --pci_bus find it; a bus nobody holds and no board has is an error."""
+  gone = "0000:99:00.0"
+  machine.process(40, ["holder"], holds=[machine.lock("am", gone, 40)])
+  rc, data, _ = run_json(capsys, ["amd", "pids", "--pci_bus", gone], machine.host())
+  assert rc == 0 and [(d["pid"], d["bus"]) for d in data] == [(40, gone)]
+  rc, data, _ = run_json(capsys, ["amd", "kill_pids", "--pci_bus", gone, "--wait", "0.2"], machine.host())
+  assert rc == 0 and data[0]["ended"]
+  assert main(["amd", "pids", "--pci_bus", "0000:98:00.0"], machine.host()) == 1
+  assert "no AMD GPU at 0000:98:00.0" in capsys.readouterr().err
+
 def test_kill_without_permission_uses_sudo_unless_sudoless(machine, capsys):
   la = machine.lock("am", BUS_A, 40)
   machine.process(40, ["other-user"], holds=[la])

@@ -14,7 +14,8 @@ from typing import Protocol
 from rawgpu.drivers import pci
 from rawgpu.drivers.am.metrics import SMUReading
 from rawgpu.drivers.devspec import dev_from_env
-from rawgpu.errors import DeviceNotFound, RawGPUError
+from rawgpu.errors import DeviceNotFound
+from rawgpu.tools.command import positive_int, run_command, seconds_arg
 from rawgpu.tools.hcq_smi import VENDORS, Host, bus_arg, end_process, holders
 
 AMD = VENDORS["amd"]
@@ -178,8 +179,8 @@ def table(ms: list[BoardMetrics]) -> list[str]:
   out = [head] if ms else ["no AMD board found"]
   for m in ms:
     owner = ",".join(map(str, m.owner_pids)) or "-"
-    pw = "n/a" if m.power_w is None else f"{m.power_w:.0f}/{_f(m.power_limit_w, '.0f', '')}W"
-    vram = "n/a" if m.vram_total is None else f"{(m.vram_used or 0) >> 20}/{m.vram_total >> 20}MiB"
+    pw = "n/a" if m.power_w is None else f"{m.power_w:.0f}" + ("" if m.power_limit_w is None else f"/{m.power_limit_w:.0f}") + "W"
+    vram = "n/a" if m.vram_total is None else f"{'n/a' if m.vram_used is None else m.vram_used >> 20}/{m.vram_total >> 20}MiB"
     out.append(f"{m.bus:<13} {m.name[:24]:<24} {m.driver or '-':<8} {owner:<10} {_f(m.gfx_activity, '.0f', ''):>5} {_f(m.temp_edge, '.0f', ''):>5} "
                f"{_f(m.temp_hotspot, '.0f', ''):>5} {pw:>12} {vram:>18}" + (f"  {m.unavailable}" if m.unavailable else ""))
   return out
@@ -247,8 +248,8 @@ def _parser() -> argparse.ArgumentParser:
   g.add_argument("--pids", action="store_true", help="list the processes holding the boards")
   g.add_argument("--kill", action="store_true", help="end the processes holding the boards (SIGTERM, then SIGKILL)")
   p.add_argument("--dev", type=bus_arg, metavar="BUS", help="only this board (dddd:bb:dd.f)")
-  p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
-  p.add_argument("--frames", type=int, metavar="N", help="stop the monitor after N refreshes")
+  p.add_argument("--interval", type=seconds_arg, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
+  p.add_argument("--frames", type=positive_int, metavar="N", help="stop the monitor after N refreshes")
   return p
 
 
@@ -264,40 +265,46 @@ def emulated_host(spec) -> tuple[Host, list]:
   return Host(system=system, lockdir=system.lock_dir or tempfile.gettempdir(), include_self=True), devs
 
 
+def _holders(host: Host, args) -> int:
+  """--pids and --kill. Watching an emulated board, am-smi holds it itself: it lists itself, and never signals itself."""
+  hs = holders(host, AMD, args.dev)
+  me = os.getpid()
+  if args.pids:
+    rows = [{**asdict(h), "this_process": h.pid == me} for h in hs]
+    if args.json: print(json.dumps(rows, indent=2))
+    for r in [] if args.json else rows: print(f"{r['bus']}  pid {r['pid']}  {r['cmdline']}" + ("  (this am-smi)" if r["this_process"] else ""))
+    if not hs and not args.json: print("no process holds a board")
+    return 0
+  rep = [end_process(host, pid, 5.0) if pid != me else {"pid": pid, "sent": [], "ended": False, "why": "this am-smi itself: not signalled"}
+         for pid in sorted({h.pid for h in hs})]
+  if args.json: print(json.dumps(rep, indent=2))
+  else:
+    for r in rep: print(f"pid {r['pid']}: sent {', '.join(r['sent']) or 'nothing'}: {r['why']}")
+    if not rep: print("no process holds a board")
+  return 0 if all(r["ended"] for r in rep if r["pid"] != me) else 1
+
+
 def main(argv: list[str] | None = None, source: MetricsSource | None = None, host: Host | None = None) -> int:
   args = _parser().parse_args(argv)
-  if args.interval <= 0: print("am-smi: error: --interval must be positive", file=sys.stderr); return 2
-  try:
-    spec = dev_from_env()
-    keep = []  # emulated devices stay open while they are watched
-    if host is None and spec is not None and spec.vendor == "AMD" and spec.iface == "MOCKPCI": host, keep = emulated_host(spec)
-    host = host or Host()
-    if source is None:
-      smu, why = smu_source(host)
-      source = SysfsSource(host, smu, why)
-    if args.pids or args.kill:
-      if args.dev is not None: sample(source, args.dev)
-      hs = holders(host, AMD, args.dev)
-      if args.pids:
-        for h in hs: print(f"{h.bus}  pid {h.pid}  {h.cmdline}")
-        if not hs: print("no process holds a board")
-        return 0
-      rep = [end_process(host, pid, 5.0) for pid in sorted({h.pid for h in hs})]
-      for r in rep: print(f"pid {r['pid']}: sent {', '.join(r['sent']) or 'nothing'}: {r['why']}")
-      if not rep: print("no process holds a board")
-      return 0 if all(r["ended"] for r in rep) else 1
-    if args.json: print(json.dumps([{k: d[k] for k in JSON_ORDER} for d in map(asdict, sample(source, args.dev))], indent=2)); return 0
-    if args.list or not sys.stdout.isatty():
-      for ln in table(sample(source, args.dev)): print(ln)
-      return 0
-    monitor(source, args.interval, args.dev, args.frames)
-    return 0
-  except RawGPUError as e:
-    if os.environ.get("DEBUG"): raise
-    print(f"am-smi: error: {e}", file=sys.stderr)
-    return 1
-  except KeyboardInterrupt:
-    return 130
+  return run_command("am-smi", lambda: _run(args, source, host))
 
+
+def _run(args, source: MetricsSource | None, host: Host | None) -> int:
+  spec = dev_from_env()
+  keep = []  # emulated devices stay open while they are watched
+  if host is None and spec is not None and spec.vendor == "AMD" and spec.iface == "MOCKPCI": host, keep = emulated_host(spec)
+  host = host or Host()
+  if source is None:
+    smu, why = smu_source(host)
+    source = SysfsSource(host, smu, why)
+  if args.pids or args.kill:
+    if args.dev is not None: sample(source, args.dev)
+    return _holders(host, args)
+  if args.json: print(json.dumps([{k: d[k] for k in JSON_ORDER} for d in map(asdict, sample(source, args.dev))], indent=2)); return 0
+  if args.list or not sys.stdout.isatty():
+    for ln in table(sample(source, args.dev)): print(ln)
+    return 0
+  monitor(source, args.interval, args.dev, args.frames)
+  return 0
 
 if __name__ == "__main__": sys.exit(main())

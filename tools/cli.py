@@ -2,13 +2,14 @@
 from __future__ import annotations
 import argparse, json, os, sys
 from rawgpu.errors import RawGPUError
+from rawgpu.tools.command import UsageError, positive_int, run_command
 
 EPILOG = """examples:
   rawgpu devices              every GPU found and how it can be driven
   rawgpu devices --json       the same as JSON
   rawgpu demo                 vector add + matmul on the first device (the emulated GPU when none is present)
   rawgpu demo --dev MOCKPCI+AMD::gfx1201
-  rawgpu bench --quick        every benchmark once at a tiny size (see rawgpu bench --help)
+  rawgpu bench --quick        every benchmark at tiny sizes, few repeats (see rawgpu bench --help)
   rawgpu decode pm4 ring.bin  PM4 packets of a dump, one per line (also sdma; isa for code objects)
   rawgpu tinygrad train.py    a tinygrad program, unchanged, on rawgpu's device
 
@@ -31,15 +32,21 @@ import needs no device. Each runs warm-up calls, then repeats, and reports media
 machine's description. A benchmark whose prerequisite is missing reports "skipped: <reason>", never a number.
 
 examples:
-  rawgpu bench --quick                          every benchmark once at a tiny size
+  rawgpu bench --quick                          every benchmark at tiny sizes, few repeats
   rawgpu bench --dev MOCKPCI+AMD --json out.json
   rawgpu bench --only import emu
 
+progress goes to stderr, one line per benchmark; with --json - the table goes there too. Ctrl-C stops the run and
+still prints (and writes) what was measured.
+
 exit codes: 0 every figure measured or skipped with its reason, 1 a benchmark failed (stderr says which), 2 bad usage
+(incl. a DEV that does not parse), 130 interrupted
 """
 
-DECODE_EPILOG = """input: a binary file of little-endian dwords, or text holding hex words (0x1234abcd or 1234abcd, as hang
-reports print them); `-` reads stdin. isa takes an AMDGPU code object (.hsaco) or raw instruction bytes (--arch).
+DECODE_EPILOG = """input: a binary file of little-endian dwords (hang reports dump them and print the command), or text
+holding 32-bit hex words (0x1234abcd or 1234abcd, optionally with offset: prefixes); `-` reads stdin. isa takes an
+AMDGPU code object (.hsaco) or raw instruction bytes (--arch). A malformed packet or an undecodable word is marked
+"!! <why>" and makes the exit code 1.
 
 examples:
   rawgpu decode pm4 ring.bin
@@ -49,13 +56,14 @@ examples:
   rawgpu decode isa code.bin --arch gfx1201
   rawgpu decode isa kernels/gfx942/reduce.hsaco      CDNA3 code objects too
 
-exit codes: 0 ok, 1 failure (unreadable or malformed input), 2 bad usage, 3 the decoder is not in this build
+exit codes: 0 ok, 1 failure (unreadable or malformed input), 2 bad usage (incl. an unknown --arch), 3 the decoder is
+not in this build
 """
 
 
 def cmd_demo(args) -> int:
   from rawgpu.tools import demo
-  res = demo.run(args.dev, args.size)
+  res = demo.run(args.dev or os.environ.get("DEV") or None, args.size)
   if args.json:
     print(json.dumps(res, indent=2))
     return 0 if res["vadd_ok"] and res["matmul_ok"] else 1
@@ -75,8 +83,14 @@ def cmd_tinygrad(args) -> int:
 
 
 def cmd_bench(args) -> int:
+  from rawgpu.drivers.devspec import parse_dev
+  from rawgpu.errors import DeviceSpecError
   from rawgpu.tools.bench import bench_main
-  return bench_main(args.dev or os.environ.get("DEV"), args.json, args.only, args.quick)
+  dev = args.dev or os.environ.get("DEV") or None
+  if dev is not None:   # a typo is bad usage, not a device that is absent here (which skips)
+    try: parse_dev(dev)
+    except DeviceSpecError as e: raise UsageError(str(e)) from None
+  return bench_main(dev, args.json, args.only, args.quick)
 
 
 def _read_input(path: str) -> bytes:
@@ -91,17 +105,31 @@ def _words(data: bytes) -> list[int]:
   try: text = data.decode("ascii")
   except UnicodeDecodeError: text = None
   if text is not None and text.strip() and all(c in "0123456789abcdefABCDEFxX, \t\r\n:[]" for c in text):
-    try: return [int(t, 16) for t in text.replace(",", " ").replace("[", " ").replace("]", " ").split() if not t.endswith(":")]
+    try: words = [int(t, 16) for t in text.replace(",", " ").replace("[", " ").replace("]", " ").split() if not t.endswith(":")]
     except ValueError as e: raise RawGPUError(f"not a list of hex words: {e}") from e
+    if wide := [w for w in words if w >> 32]: raise RawGPUError(f"not a list of 32-bit hex words: {wide[0]:#x} is wider")
+    return words
+  if text is not None and all(c.isprintable() or c in "\t\r\n" for c in text):   # (a binary dump is never all text)
+    bad = next(t for t in text.split() if not all(c in "0123456789abcdefABCDEFxX,:[]" for c in t))
+    raise RawGPUError(f"text that is not hex words ({bad[:20]!r}): give hex words (0x1234abcd or 1234abcd) or a binary dump")
   if len(data) % 4: raise RawGPUError(f"{len(data)} bytes is not a whole number of dwords")
   return list(memoryview(data).cast("I")) if sys.byteorder == "little" else [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]
 
 
 def _isa(data: bytes, arch: str | None) -> list[dict]:
   """Lane masks print as SGPR pairs in wave64 code: each kernel's descriptor says which it is (CDNA3 is always wave64;
-  raw bytes count as wave32 on RDNA)."""
-  from rawgpu.drivers.emu.shader.decode import decode_all, family
+  raw bytes count as wave32 on RDNA). Where a sweep stops short (a word no encoding knows, an instruction cut off at
+  the end), a row says so, with "error"."""
+  from rawgpu.drivers.emu.shader.decode import decode_sweep, family
   from rawgpu.drivers.emu.shader.disasm import disasm
+  def rows(kernel, code: bytes, w64: bool, start: int = 0, end: int | None = None) -> list[dict]:
+    insts, stop = decode_sweep(arch, code, start, end)
+    out = [{"kernel": kernel, "offset": i.addr, "text": disasm(arch, i, w64)} for i in insts]
+    if stop is not None:
+      at, why = stop
+      word = f" (word {int.from_bytes(code[at:at + 4], 'little'):#010x})" if at + 4 <= len(code) else f" ({len(code) - at} bytes left)"
+      out.append({"kernel": kernel, "offset": at, "text": f"!! {why}{word}: the rest is not decoded", "error": True})
+    return out
   if data[:4] == b"\x7fELF":
     from rawgpu.hcq.amd.elf import load_code_object
     co = load_code_object(data, arch)
@@ -110,13 +138,10 @@ def _isa(data: bytes, arch: str | None) -> list[dict]:
     out = []
     for name, k in sorted(co.kernels.items(), key=lambda kv: kv[1].code_offset):
       end = min([e for e in ends if e > k.code_offset] + [o.code_offset for o in co.kernels.values() if o.code_offset > k.code_offset] or [len(co.image)])
-      w64 = not k.descriptor.wave32
-      out += [{"kernel": name, "offset": i.addr, "text": disasm(arch, i, w64)} for i in decode_all(arch, co.image, k.code_offset, end)]
+      out += rows(name, co.image, not k.descriptor.wave32, k.code_offset, end)
     return out
-  if arch is None: raise RawGPUError("raw instruction bytes need --arch (e.g. --arch gfx1100)")
-  try: w64 = family(arch) == "gfx9"
-  except ValueError as e: raise RawGPUError(str(e)) from None
-  return [{"kernel": None, "offset": i.addr, "text": disasm(arch, i, w64)} for i in decode_all(arch, data)]
+  if arch is None: raise UsageError("raw instruction bytes need --arch (e.g. --arch gfx1100)")
+  return rows(None, data, family(arch) == "gfx9")
 
 
 # the SDMA IP each target family carries (SDMA 4.4.2 on MI300, 6.0 on RDNA3, 7.0 on RDNA4): packet layouts differ before 5
@@ -125,11 +150,18 @@ SDMA_OF_FAMILY = {9: (4, 4), 11: (6, 0), 12: (7, 0)}
 
 def _stream_version(stream: str, arch: str | None):
   """The PM4 generation or SDMA version the stream's packets follow: from --arch, else RDNA3's."""
-  if arch is None: return 11 if stream == "pm4" else SDMA_OF_FAMILY[11]
-  from rawgpu.drivers.devspec import ARCHS
-  if arch not in ARCHS["AMD"]: raise RawGPUError(f"unknown --arch {arch!r}; valid: {', '.join(ARCHS['AMD'])}")
-  family = int(arch[3:-2])
+  family = 11 if arch is None else 9 if arch.startswith("gfx9") else int(arch[3:-2])
   return family if stream == "pm4" else SDMA_OF_FAMILY[family]
+
+
+# what --arch may name: the targets rawgpu drives, and those whose code and packets are the same (CDNA3's gfx940-942,
+# RDNA3's APU gfx1103)
+DECODE_ARCHS = tuple(sorted({"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1200", "gfx1201", "gfx940", "gfx941", "gfx942"}))
+
+
+def arch_arg(s: str) -> str:
+  if s not in DECODE_ARCHS: raise argparse.ArgumentTypeError(f"unknown arch {s!r}; valid: {', '.join(DECODE_ARCHS)}")
+  return s
 
 
 def cmd_decode(args) -> int:
@@ -154,20 +186,23 @@ def cmd_decode(args) -> int:
         if r["kernel"] != kernel and r["kernel"] is not None: print(f"{r['kernel']}:")
         kernel = r["kernel"]
         print(f"  {r['offset']:06x}  {r['text']}")
-    return 0
+    return 1 if not rows or any(r.get("error") for r in rows) else 0
   packets = dec(_words(data), _stream_version(args.stream, args.arch))
   if args.json:
     import dataclasses
     print(json.dumps([dataclasses.asdict(p) for p in packets], indent=2, default=str))
   else:
     for p in packets: print(fmt(p))
-  return 1 if any(p.name == "TRUNCATED" for p in packets) else 0
+  return 1 if any(p.error for p in packets) else 0   # malformed, or cut short
 
 
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="rawgpu", description="rawgpu: drive GPUs from Python without a vendor runtime.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
-  d = sub.add_parser("devices", help="list GPUs and the interfaces that can drive them")
+  d = sub.add_parser("devices", help="list GPUs and the interfaces that can drive them", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="Every AMD and NVIDIA GPU on the PCI bus: bus, vendor, device id, name, bound kernel driver, and for "
+                     "each interface (KFD/NVK, PCI) yes or why not.",
+                     epilog="examples:\n  rawgpu devices\n  rawgpu devices --json\n\nexit codes: 0 ok (also when none is found), 1 failure")
   d.add_argument("--json", action="store_true", help="print JSON")
   d.set_defaults(fn=cmd_devices)
   from rawgpu.tools.bench.core import ORDER
@@ -177,8 +212,8 @@ def _parser() -> argparse.ArgumentParser:
                      "run vector add and matmul from kernels/, check them against numpy and print boot time, launch overhead, "
                      "kernel times and copy bandwidth.", epilog="examples:\n  rawgpu demo\n  rawgpu demo --dev MOCKPCI+AMD::gfx1201\n  rawgpu demo --json",
                      formatter_class=fmt)
-  m.add_argument("--dev", help="device to use (DEV grammar, e.g. PCI+AMD, MOCKPCI+AMD::gfx1201); default: first real GPU, else emulated")
-  m.add_argument("--size", type=int, help="vector add length (default: 2^14 emulated, 2^22 real)")
+  m.add_argument("--dev", help="device to use (DEV grammar, e.g. PCI+AMD, MOCKPCI+AMD::gfx1201); default: $DEV, else the first real GPU, else emulated")
+  m.add_argument("--size", type=positive_int, help="vector add length (default: 2^14 emulated, 2^22 real)")
   m.add_argument("--json", action="store_true", help="print the results as JSON")
   m.set_defaults(fn=cmd_demo)
   t = sub.add_parser("tinygrad", help="run a tinygrad program with rawgpu as its default device", formatter_class=fmt,
@@ -202,7 +237,7 @@ def _parser() -> argparse.ArgumentParser:
                      description="Print command packets or instructions one per line.")
   c.add_argument("stream", choices=["pm4", "sdma", "isa"], help="what the input holds")
   c.add_argument("file", help="input file (- for stdin)")
-  c.add_argument("--arch", help="the target (gfx1100, gfx1201, gfx942): pm4/sdma packets follow its forms (default "
+  c.add_argument("--arch", type=arch_arg, help="the target (gfx1100, gfx1201, gfx942): pm4/sdma packets follow its forms (default "
                  "gfx11's: PM4 gfx11, SDMA 6); isa: needed for raw bytes")
   c.add_argument("--json", action="store_true", help="print JSON")
   c.set_defaults(fn=cmd_decode)
@@ -215,16 +250,7 @@ def main(argv: list[str] | None = None) -> int:
   if not getattr(args, "fn", None):
     p.print_help()
     return 2
-  try: return args.fn(args)
-  except RawGPUError as e:
-    if os.environ.get("DEBUG"): raise
-    print(f"rawgpu: error: {e}", file=sys.stderr)
-    return 1
-  except KeyboardInterrupt:
-    return 130
-  except BrokenPipeError:   # the reader went away (rawgpu decode ... | head): not an error; stop writing quietly
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 0
+  return run_command("rawgpu", lambda: args.fn(args))
 
 
 if __name__ == "__main__": sys.exit(main())

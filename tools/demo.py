@@ -26,7 +26,10 @@ def run(dev_name: str | None = None, size: int | None = None) -> dict:
   if dev_name: parse_dev(dev_name)  # a bad DEV is an error before any progress is printed
   t0 = time.perf_counter()
   _say("booting ...", end=" ")
-  dev, emulated = open_demo_device(dev_name)
+  try: dev, emulated = open_demo_device(dev_name)
+  except BaseException:
+    _say("failed")   # (the error follows on a line of its own)
+    raise
   boot_s = time.perf_counter() - t0
   _say(f"{dev} in {boot_s:.2f} s")
   arch, res = dev.props.arch, {"device": str(dev), "emulated": emulated or dev.props.emulated, "iface": dev.props.iface, "arch": dev.props.arch, "target": dev.props.target or dev.props.arch, "boot_s": boot_s}

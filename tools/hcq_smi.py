@@ -10,6 +10,7 @@ from typing import Callable
 from rawgpu.drivers import pci
 from rawgpu.drivers.system import SYSTEM, System
 from rawgpu.errors import DeviceBusy, DeviceNotFound, PermissionProblem, RawGPUError
+from rawgpu.tools.command import run_command, seconds_arg
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def signal_pid(host: Host, pid: int, sig: int) -> str | None:
 def wait_gone(host: Host, pid: int, timeout: float) -> bool:
   deadline = host.clock() + timeout
   while alive(host, pid):
-    if host.clock() >= deadline: return False
+    if host.clock() >= deadline: return not alive(host, pid)   # (one last look: it may have gone while we slept)
     host.sleep(0.05)
   return True
 
@@ -292,16 +293,22 @@ def cmd_reset(host: Host, v: Vendor, args) -> int:
   return 0
 
 
+def _holders_of(host: Host, v: Vendor, bus: str | None) -> list:
+  """The processes holding the boards (or the one at bus: a lock may outlive its board, so the bus must name a board
+  only where nothing holds it)."""
+  hs = holders(host, v, bus)
+  if bus is not None and not hs: board(host, v, bus)
+  return hs
+
+
 def cmd_pids(host: Host, v: Vendor, args) -> int:
-  if args.pci_bus is not None: board(host, v, args.pci_bus)
-  hs = holders(host, v, args.pci_bus)
+  hs = _holders_of(host, v, args.pci_bus)
   _emit(args, [asdict(h) for h in hs], [f"{h.bus}  pid {h.pid}  {h.cmdline}" + ("" if h.verified else "  (unverified)") for h in hs] or ["no process holds a board"])
   return 0
 
 
 def cmd_kill_pids(host: Host, v: Vendor, args) -> int:
-  if args.pci_bus is not None: board(host, v, args.pci_bus)
-  hs = holders(host, v, args.pci_bus)
+  hs = _holders_of(host, v, args.pci_bus)
   done: dict[int, dict] = {}
   for h in hs:
     if h.pid not in done: done[h.pid] = {**end_process(host, h.pid, args.wait), "bus": h.bus, "cmdline": h.cmdline}
@@ -353,7 +360,7 @@ def _parser() -> argparse.ArgumentParser:
                          ("kill_pids", cmd_kill_pids, "end processes holding boards: SIGTERM, wait, SIGKILL, wait")):
     s = add(name, fn, help, f"  hcq-smi amd {name}\n  hcq-smi amd {name} --pci_bus 0000:03:00.0")
     s.add_argument("--pci_bus", type=bus_arg, metavar="BUS", help="only this board (dddd:bb:dd.f)")
-    if name == "kill_pids": s.add_argument("--wait", type=float, default=5.0, metavar="S", help="seconds to wait after each signal (default 5)")
+    if name == "kill_pids": s.add_argument("--wait", type=seconds_arg, default=5.0, metavar="S", help="seconds to wait after each signal (default 5)")
   return p
 
 
@@ -365,13 +372,6 @@ def main(argv: list[str] | None = None, host: Host | None = None) -> int:
     return 2
   host = host or Host()
   host.sudoless = host.sudoless or args.sudoless
-  try: return args.fn(host, VENDORS[args.vendor], args)
-  except RawGPUError as e:
-    if os.environ.get("DEBUG"): raise
-    print(f"hcq-smi: error: {e}", file=sys.stderr)
-    return 1
-  except KeyboardInterrupt:
-    return 130
-
+  return run_command("hcq-smi", lambda: args.fn(host, VENDORS[args.vendor], args))
 
 if __name__ == "__main__": sys.exit(main())

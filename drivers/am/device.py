@@ -22,7 +22,7 @@ from rawgpu.drivers.cpufence import fences_or_none
 from rawgpu.drivers.mmio import MMIO
 from rawgpu.drivers.pci import PCIDevice
 from rawgpu.drivers.system import SYSTEM, System
-from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, FirmwareError, RawGPUError
+from rawgpu.errors import DeviceBusy, DeviceNotFound, DeviceTimeout, FirmwareError, RawGPUError, debug_level
 
 BOOT_MARKER = 0x72670001        # "rg" + version: written to GC SCRATCH_REG7 by a clean fini
 RESERVED_TOP = 16 << 20         # top of VRAM left alone: discovery and the firmware's own reservations
@@ -44,7 +44,7 @@ class AMDevice:
     self.bus, self.system = bus, system
     self.partitions: set[int] = set()   # the XCCs open devices run on (AMIface; one on RDNA boards)
     self.timeout_scale, self.reset_wait_s = timeout_scale, reset_wait_s
-    self.debug = int(os.environ.get("DEBUG", "0") or 0)
+    self.debug = debug_level()
     self.t0 = time.perf_counter()
     self.pci = PCIDevice(bus, system, lock_prefix=None if probe else "am")   # DeviceBusy when another process owns it
     try: self._open(force_cold if force_cold is not None else os.environ.get("RAWGPU_AM_RESET") == "1", probe)

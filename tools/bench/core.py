@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib, os, platform, statistics, subprocess, time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterator
+from rawgpu.errors import debug_level
 
 TIME_UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6}
 RATE_UNITS = {"GB/s": 1e-9, "elements/s": 1.0, "instructions/s": 1.0}
@@ -211,24 +212,34 @@ class Ctx:
     except Skip as e: self.skip(case, str(e), metric, unit, dev=dev, arch=arch)
     except DeviceFailed: raise
     except Exception as e:
-      if os.environ.get("DEBUG"): raise
+      if debug_level(): raise
       self.fail(case, _why(e), metric, unit, dev=dev, arch=arch)
 
 
-def run(names: list[str] | None, dev_spec: str | None, quick: bool) -> list[Figure]:
-  """Run the named benchmarks (default: all, in ORDER): each figure measured, skipped with its reason, or failed."""
+INTERRUPTED = "interrupted (Ctrl-C): the benchmarks after this one did not run"
+
+
+def run(names: list[str] | None, dev_spec: str | None, quick: bool, progress: Callable[[str], None] | None = None) -> list[Figure]:
+  """Run the named benchmarks (default: all, in ORDER): each figure measured, skipped with its reason, or failed.
+  progress: told each benchmark's name as it starts. Ctrl-C stops the run: the figures so far are returned, the last
+  one failed with INTERRUPTED."""
   from rawgpu.tools.bench import suites  # noqa: F401  (registers the benchmarks)
   ctx = Ctx(dev_spec, quick)
   try:
     order = [n for n in ORDER if n in BENCHMARKS] + [n for n in BENCHMARKS if n not in ORDER]
     unknown = sorted(set(names or ()) - set(order))
     if unknown: raise ValueError(f"no benchmark named {', '.join(unknown)}; there are {', '.join(order)}")
-    for name in [n for n in order if not names or n in names]:
+    todo = [n for n in order if not names or n in names]
+    for k, name in enumerate(todo, 1):
       ctx.bench, before = name, len(ctx.figures)
+      if progress is not None: progress(f"{name} ({k}/{len(todo)}): {BENCHMARKS[name].doc.splitlines()[0] if BENCHMARKS[name].doc else ''}")
       try: BENCHMARKS[name].fn(ctx)
+      except KeyboardInterrupt:
+        ctx.fail("*", INTERRUPTED)
+        break
       except Skip as e: ctx.skip("*", str(e))
       except Exception as e:
-        if os.environ.get("DEBUG"): raise
+        if debug_level(): raise
         ctx.fail("*", str(e) if isinstance(e, DeviceFailed) else _why(e))
       if len(ctx.figures) == before: ctx.skip("*", "the benchmark reported nothing")
   finally:

@@ -297,12 +297,16 @@ def _decode_gfx9(tabs: dict, dw, pc: int) -> Inst:
     inst.size = size + 4
   return inst
 
-def decode_all(arch: str, code: bytes, start: int = 0, end: int | None = None) -> list[Inst]:
-  """Linear sweep from start to end (stops at the first undecodable word, as the padding after s_endpgm may be)."""
+def decode_sweep(arch: str, code: bytes, start: int = 0, end: int | None = None) -> tuple[list[Inst], tuple[int, str] | None]:
+  """Linear sweep from start to end: the instructions, and where and why it stopped before end (None: it got there)."""
   out, pc, end = [], start, len(code) if end is None else end
   while pc < end:
     try: i = decode_at(arch, code, pc)
-    except DecodeError: break
+    except DecodeError as e: return out, (pc, str(e))
     out.append(i)
     pc += i.size
-  return out
+  return out, None
+
+def decode_all(arch: str, code: bytes, start: int = 0, end: int | None = None) -> list[Inst]:
+  """Linear sweep from start to end (stops at the first undecodable word, as the padding after s_endpgm may be)."""
+  return decode_sweep(arch, code, start, end)[0]
