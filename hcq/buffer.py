@@ -47,6 +47,7 @@ class Buffer:
   def host(self) -> bool: return self.mem.host
 
   def view(self, offset: int, size: int) -> "Buffer":
+    if type(offset) is not int or type(size) is not int: raise RawGPUError(f"a sub-buffer takes an int offset and size, not {offset!r} and {size!r}")
     if offset < 0 or size < 0 or offset + size > self.size: raise RawGPUError(f"sub-buffer {offset}+{size} is outside a {self.size}-byte buffer")
     return Buffer(self.dev, self.mem, self.offset + offset, size, self.base or self)
 
@@ -127,7 +128,9 @@ class Buffer:
 
   def numpy(self, dtype=np.uint8) -> np.ndarray:
     """A copy of the buffer as a 1-D array of dtype."""
-    if self.size % (n := np.dtype(dtype).itemsize): raise RawGPUError(f"{self} is not a whole number of {np.dtype(dtype)} ({n} bytes each); take a view of a multiple of {n} bytes")
+    try: n = np.dtype(dtype).itemsize
+    except TypeError: raise RawGPUError(f"numpy() takes a numpy dtype, not {dtype!r}") from None
+    if self.size % n: raise RawGPUError(f"{self} is not a whole number of {np.dtype(dtype)} ({n} bytes each); take a view of a multiple of {n} bytes")
     return np.frombuffer(self.copyout(), dtype=dtype)
 
   def _check_alive(self) -> None:

@@ -1,6 +1,6 @@
 """Device: an opened GPU with its memory, rings, timeline, and the vendor's queues and programs."""
 from __future__ import annotations
-import errno
+import errno, operator
 from array import array
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
@@ -77,6 +77,9 @@ class Device:
 
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
     self.check_open()
+    if type(size) is not int:
+      try: size = operator.index(size)   # (numpy's ints too)
+      except TypeError: raise RawGPUError(f"{self}: alloc takes a size in bytes (an int), not {size!r}") from None
     if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
     return Buffer(self, self._iface_alloc(size, host, uncached, cpu_access or host), 0, size)
 
@@ -125,6 +128,7 @@ class Device:
     """Make a buffer or signal of another device reachable by this device's engines and kernels at its own VA
     (peer VRAM over the PCI bus, host memory at its bus addresses). Idempotent; freeing the buffer unmaps it."""
     self.check_open()
+    if not isinstance(obj, (Buffer, Signal)): raise RawGPUError(f"{self}: map takes a Buffer or a Signal, not {type(obj).__name__}")
     if obj.dev is self: return
     if not hasattr(self.iface, "map_peer") or type(obj.dev.iface) is not type(self.iface):
       raise RawGPUError(f"{self}: cannot map memory of {obj.dev}: peer mappings need both devices on the same interface (PCI or KFD, or their MOCK twins)")
@@ -223,6 +227,10 @@ class Device:
   def copyout(self, dst: memoryview, src: Buffer) -> None: self.check_open(); self.backend.copyout(dst, src)
   def transfer(self, dst: Buffer, src: Buffer, size: int | None = None) -> None:
     """Copy size bytes (default: all of src) from src to dst on this device's copy engine; 0 bytes is nothing to do."""
+    self.check_open()
+    for b in (dst, src):   # (a freed buffer's memory may be someone else's by now)
+      if not isinstance(b, Buffer): raise RawGPUError(f"{self}: transfer copies between Buffers, not {type(b).__name__}")
+      b._check_alive()
     n = src.size if size is None else check_copy_size(size)
     if n: self.backend.transfer(dst, src, n)
 

@@ -40,6 +40,7 @@ from rawgpu.hcq.patch import Var, check_u64
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
 
+_NONE = object()   # an input without a value yet
 SYNC_LIMIT = 1 << 31   # graph-private signal values stay below this (the engines compare 32 bits)
 
 
@@ -395,11 +396,16 @@ class Graph:
     if (self.replays + 1) * self.nsync >= SYNC_LIMIT:   # the engines compare the signal's low 32 bits: start again at 0
       for sig in self.sync_signals: sig.value = 0   # every device is past its last wait on them (waited for above)
       self.replays = 0
-    value, cur, writers = dev.timeline_value, self.cur, self.writers   # value: the ticket this replay will take
-    for name, v in inputs.items():
-      if cur.get(name) is v: continue
-      for write in writers[name]: write(v, value)
-      cur[name] = v
+    value, cur, writers, changed = dev.timeline_value, self.cur, self.writers, []   # value: the ticket this replay will take
+    try:
+      for name, v in inputs.items():
+        if cur.get(name) is v: continue
+        changed.append((name, cur.get(name, _NONE)))
+        for write in writers[name]: write(v, value)   # (a kernel argument's value is checked as it is written)
+        cur[name] = v
+    except BaseException:
+      self._unwrite(changed, value)
+      raise
     for i, (g, l) in new_dims.items(): self._relaunch(i, g, l)
     vals, devices, uses = self.slot_vals, self.devices, self.uses.tickets
     if len(devices) > 1:   # the other devices' tickets, each behind its own earlier work
@@ -430,10 +436,23 @@ class Graph:
       ring.push(words)
     return value
 
+  def _unwrite(self, changed: list[tuple], ticket: int) -> None:
+    """A value this replay refused: the inputs it wrote before go back to their last replay's values (a refused
+    replay changes nothing). One whose old value cannot be written again (its buffer was freed since) must be given
+    at the next replay."""
+    for name, old in reversed(changed):
+      self.cur.pop(name, None)
+      if old is _NONE: continue
+      try:
+        for write in self.writers[name]: write(old, ticket)
+      except RawGPUError: continue
+      self.cur[name] = old
+
   def gpu_time(self) -> float:
     """GPU seconds the last replay took, from its start to the end of its last node (waits for it)."""
     if self.freed: raise RawGPUError(self.dead)
     if self.ka is None or not self.last: raise RawGPUError("the graph was not replayed yet: replay() it first")
+    self.dev.check_open()
     self.dev.wait_timeline(self.last)
     if self.clock is None: start, end = (s.timestamp for s in self.stamps)
     else: view, i = self.clock; start, end = view[i], view[i + 1]
@@ -483,8 +502,10 @@ class Graph:
         if not on.maps(v): raise RawGPUError(f"graph input {name!r} is copied on {on}, where {v} is not mapped; call {on}.map(buffer) first")
       out.append(copied)
     if name in self.value_sites:
+      narrow = any(q.narrow(f"value:{name}") for q in self.queues.values())   # a wait's reference: 32 bits
       def signal_value(v):
         check_u64(v, f"graph input {name!r} (a signal value)")
+        if narrow and v >> 32: raise RawGPUError(f"graph input {name!r} is a wait's reference: the engine compares 32 bits, so {v:#x} (2^32 or more) cannot be waited for")
       out.append(signal_value)
     return out
 

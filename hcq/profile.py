@@ -18,6 +18,7 @@ SLOTS = 4096  # timestamp pairs per chunk of host memory
 
 class Profiler:
   def __init__(self, dev: "Device"):
+    dev.check_open()
     self.dev, self.events, self._chunks, self._free = dev, [], [], 0
     dev._profiler = self
 
@@ -42,14 +43,17 @@ class Profiler:
     return start, end
 
   def trace(self) -> dict:
-    """The Chrome trace (wait for the work first): one complete event per launch, copy and replay, in submission order."""
+    """The Chrome trace (wait for the work first): one complete event per launch, copy and replay, in submission order.
+    Work that never ran (lost to a hang and recover(): its clock was never written) is no event: `otherData` names it."""
     self.dev.synchronize()
     hz = self.dev.backend.timestamp_hz
-    t0 = min((v[i] for *_, v, i in self.events), default=0)
+    ran = [e for e in self.events if 0 < e[3][e[4]] <= e[3][e[4] + 1]]
+    t0 = min((v[i] for *_, v, i in ran), default=0)
     evs = [{"name": name, "cat": kind, "ph": "X", "pid": os.getpid(), "tid": f"{self.dev} {'copy engine' if kind == 'copy' else 'compute'}",
             "ts": (v[i] - t0) * 1e6 / hz, "dur": (v[i + 1] - v[i]) * 1e6 / hz, "args": {"ticket": ticket}}
-           for name, kind, ticket, v, i in self.events]
-    return {"traceEvents": evs, "displayTimeUnit": "ns"}
+           for name, kind, ticket, v, i in ran]
+    lost = [{"name": name, "cat": kind, "ticket": ticket} for name, kind, ticket, v, i in self.events if not 0 < v[i] <= v[i + 1]]
+    return {"traceEvents": evs, "displayTimeUnit": "ns", **({"otherData": {"never_ran": lost}} if lost else {})}
 
   def export(self, path: str) -> str:
     with open(path, "w") as f: json.dump(self.trace(), f)

@@ -35,6 +35,12 @@ class HWQueue:
   @property
   def vars(self) -> set[str]: return set(self._slots)
 
+  def narrow(self, name: str) -> bool:
+    """Whether slot `name` stands somewhere as a 32-bit field alone (a wait's reference: the engines compare 32 bits),
+    so a value of 2^32 or more would be cut there."""
+    shifts = [sh for _, sh in self._slots.get(name, ())]
+    return shifts.count(0) > shifts.count(32)
+
   def slot_writer(self, name: str) -> Callable[[int], None] | None:
     """A function that writes patch slot `name`'s value into words_array() (None if the queue has no such slot), for
     a caller that patches its words itself on a hot path and pushes them; it owns the queue from then on. A 64-bit
@@ -69,6 +75,7 @@ class HWQueue:
       sl = slots.get(name)
       if sl is None: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
       check_u64(v, f"patch slot {name!r}")
+      if v >> 32 and self.narrow(name): raise RawGPUError(f"patch slot {name!r} is a 32-bit field (a wait's reference: the engine compares 32 bits); {v:#x} does not fit")
       for idx, shift in sl: words[idx] = (v >> shift) & 0xffffffff
       cur[name] = v
 
@@ -90,6 +97,7 @@ class HWQueue:
     return self
 
   def submit(self, dev: "Device", values: dict[str, int] | None = None) -> "HWQueue":
+    if (be := getattr(self, "be", None)) is not None and dev is not be.dev: raise RawGPUError(f"this queue was built for {be.dev}: its packets hold that device's addresses; build one with {dev}.compute_queue() or copy_queue()")
     for p in self._programs: p.check_loaded()   # (a freed program's code may be someone else's memory by now)
     self.patch(values or {})
     ring = dev.ring(self.engine)

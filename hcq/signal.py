@@ -2,7 +2,7 @@
 from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
-from rawgpu.errors import DeviceTimeout
+from rawgpu.errors import DeviceTimeout, RawGPUError
 from rawgpu.hcq.patch import check_u64
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
@@ -23,6 +23,7 @@ class Signal:
   @value.setter
   def value(self, v: int) -> None:
     v = check_u64(v, f"{self.name} value")
+    self.dev.check_open()   # (its memory went with the device)
     self.dev.write_fence()   # what the CPU wrote into VRAM before it is visible when the GPU sees the new value
     self._q[0] = v
   @property
@@ -36,6 +37,8 @@ class Signal:
     decodes the last commands submitted and dumps them (report=False: the bare timeout, for a caller expecting one)."""
     check_u64(value, f"a wait on {self.name}")
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
+    if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()   # its signals move no more (close drains its timeline)
+    if not isinstance(timeout_ms, (int, float)) or timeout_ms != timeout_ms: raise RawGPUError(f"a wait on {self.name}: timeout_ms takes a number of milliseconds, not {timeout_ms!r}")
     now = time.monotonic()
     last, deadline, spin_until, check_at = self._q[0], now + timeout_ms / 1000, now + SPIN_S, now
     while (cur := self._q[0]) < value:

@@ -60,8 +60,9 @@ def test_slot_writers_write_what_patch_writes():
   assert q.slot_writer("a").args[1] == 8
   assert q.slot_writer("none") is None
   q32, ref32 = Q().signal(0x1000, Var("n", 32)), Q().signal(0x1000, Var("n", 32))
-  q32.slot_writer("n")(0x1_2345_6789)   # masked to the slot's 32 bits, as patch() does
-  ref32.patch({"n": 0x1_2345_6789})
+  q32.slot_writer("n")(0x1_2345_6789)   # masked to the slot's 32 bits (its caller checked the value)
+  with pytest.raises(RawGPUError, match="'n' is a 32-bit field"): ref32.patch({"n": 0x1_2345_6789})   # patch() refuses it
+  ref32.patch({"n": 0x2345_6789})
   assert q32.words() == ref32.words()
   ref = Q().signal(Var("a"), Var("v"))
   ref.patch({"a": 0x12_3456_7000, "v": 0xfedc_ba98_7654_3210})

@@ -549,16 +549,98 @@ def test_a_closed_device_refuses_work_at_once(spare_dev):
   g = Graph(d)
   g.exec(fill, a, 1, 1)
   fill(a, 7, 1, wait=True)
+  sig = d.new_signal("user")
+  sig.value = 0
+  g.replay()
+  d.synchronize()
   d.close()
   d.close()   # a second close does nothing
   t0 = time.monotonic()
+  from rawgpu.hcq.profile import Profiler
+  def set_signal(): sig.value = 1
   for use in (lambda: d.alloc(64), lambda: fill(a, 1, 1), lambda: a.numpy(), lambda: a.copyin(b"1234"), g.replay,
-              lambda: d.transfer(a, a), d.new_signal, d.compute_queue, d.copy_queue, lambda: d.program(b"")):
+              lambda: d.transfer(a, a), lambda: d.transfer(a, a, 0), d.new_signal, d.compute_queue, d.copy_queue, lambda: d.program(b""),
+              set_signal, lambda: sig.wait(1), g.gpu_time, lambda: Profiler(d)):   # (a signal's wait used to time out after 10 s)
     with pytest.raises(RawGPUError, match=f"{re.escape(str(d))}: the device is closed; open it again"): use()
   assert time.monotonic() - t0 < 2
   d.synchronize()   # nothing left to wait for: not an error
   a.free()
 
+
+
+def test_a_transfer_refuses_freed_buffers_and_other_objects(dev):
+  """Device.transfer into a freed buffer wrote the memory of whichever allocation had its place by then."""
+  a, b = dev.alloc(4096), dev.alloc(4096)
+  a.free()
+  for dst, src in ((a, b), (b, a), (b.view(0, 64), a)):
+    with pytest.raises(RawGPUError, match=f"buffer at {a.va:#x} was freed"): dev.transfer(dst, src, 64)
+  with pytest.raises(RawGPUError, match="transfer copies between Buffers, not bytes"): dev.transfer(b"xx", b, 2)
+
+
+def test_a_refused_graph_replay_changes_nothing(dev):
+  """A value refused at replay used to leave what the replay had written before it: the next replay ran with it."""
+  fill = prog(dev, "fill")
+  a, b = dev.alloc(64), dev.alloc(64)
+  g = Graph(dev)
+  x, n = g.input("x"), g.input("n")
+  g.exec(fill, x, n, 1)
+  dev.wait_timeline(g.replay(x=a, n=2))
+  with pytest.raises(RawGPUError, match="does not fit"): g.replay(n=2**40)
+  with pytest.raises(RawGPUError, match="got the float 2.5"): g.replay(x=b, n=2.5)   # x written first, then refused
+  b.copyin(np.zeros(16, np.uint32))
+  dev.wait_timeline(g.replay(n=3))
+  assert a.numpy(np.uint32)[0] == 3 and b.numpy(np.uint32)[0] == 0   # x is still a
+  b.free()
+  with pytest.raises(RawGPUError, match="was freed"): g.replay(x=b)
+
+
+def test_wait_references_of_2_to_the_32_or_more_are_refused_where_patched(dev):
+  """The engines compare 32 bits: a patched wait for 2^32 + 5 went on at 5 (the int form was already refused)."""
+  gate = dev.new_signal("gate")
+  q = dev.compute_queue().wait(gate, Var("v"))
+  with pytest.raises(RawGPUError, match="'v' is a 32-bit field"): q.submit(dev, {"v": 2**32 + 5})
+  g = Graph(dev)
+  g.wait(gate, g.input("go"))
+  with pytest.raises(RawGPUError, match="graph input 'go' is a wait's reference"): g.replay(go=2**32 + 7)
+
+
+def test_a_queue_refuses_objects_that_are_not_signals(dev):
+  buf = dev.alloc(64)
+  for q in (dev.compute_queue(), dev.copy_queue()):
+    with pytest.raises(RawGPUError, match="a queue waits on and signals a Signal .*not Buffer"): q.signal(buf, 1)
+    with pytest.raises(RawGPUError, match="not int"): q.wait(123, 1)
+
+
+def test_launch_dimensions_take_ints_numpy_ints_and_nothing_else(dev):
+  fill = prog(dev, "fill")
+  a = dev.alloc(64)
+  fill(a, 4, 8, global_size=np.int64(2), local_size=(np.int32(4),), wait=True)
+  assert list(a.numpy(np.uint32)[:9]) == [4] * 8 + [0]
+  for bad in (None, 2.0, True, (2, None), "2", [], (1, 1, 1, 1)):
+    with pytest.raises(RawGPUError, match="launch dimensions must be 1 to 3 positive ints"): fill(a, 4, 8, global_size=bad, local_size=4)
+
+
+def test_timing_is_a_yes_or_no(dev):
+  """timing="profile" used to pick the Profiler's template without a Profiler: the GPU wrote its clock to VA 0."""
+  fill = prog(dev, "fill")
+  a = dev.alloc(64)
+  assert fill(a, 1, 1, timing="profile") > 0 and fill(a, 2, 1, wait=True) is None
+
+
+def test_a_wait_with_a_timeout_that_is_not_a_number_is_refused(dev):
+  sig = dev.new_signal("never")
+  for bad in (float("nan"), None, "10"):
+    with pytest.raises(RawGPUError, match="timeout_ms takes a number of milliseconds"): sig.wait(1, timeout_ms=bad)
+
+
+def test_sizes_offsets_and_dtypes_of_the_wrong_type_are_clear_errors(dev):
+  a = dev.alloc(np.int64(64))   # numpy's ints are sizes too
+  assert a.size == 64
+  for use, what in ((lambda: dev.alloc(1.5), "alloc takes a size in bytes"), (lambda: dev.alloc("8"), "alloc takes a size in bytes"),
+                    (lambda: a.view(1.5, 2), "a sub-buffer takes an int offset and size"), (lambda: a.view(0, None), "int offset and size"),
+                    (lambda: a.numpy("foo"), "numpy\\(\\) takes a numpy dtype"), (lambda: dev.map(5), "map takes a Buffer or a Signal"),
+                    (lambda: prog(dev, "fill")(a, np.array([9]), 1), "cannot take ndarray")):
+    with pytest.raises(RawGPUError, match=what): use()
 
 def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   from rawgpu.errors import DeviceFault

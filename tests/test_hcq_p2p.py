@@ -2,7 +2,7 @@
 BAR0 bus address) and host memory into a board's page tables, the bus routes the DMA, hcq copies and waits across.
 The same between two XCCs of one MI300X (each a device, a CPX partition): they share the board's page tables, so a
 peer's memory is local there; hcq's rules (map before use, free waits for the peer) are the same."""
-import time
+import re, time
 import numpy as np
 import pytest
 from rawgpu import kernels
@@ -537,3 +537,13 @@ def test_a_dropped_graph_still_counts_on_a_peer_buffer(pair):
   assert np.all(x.numpy(np.uint32) == 5) and b.done(t)
   x.free()
 
+
+
+def test_a_queue_is_submitted_only_to_the_device_it_was_built_for(pair):
+  """Its packets hold that device's addresses: submitted to another board it used to fault there later, elsewhere."""
+  a, b = pair
+  s = a.new_signal("a's")
+  for q in (a.compute_queue().signal(s, 5), a.copy_queue().signal(s, 5)):
+    with pytest.raises(RawGPUError, match=f"this queue was built for {re.escape(str(a))}"): q.submit(b)
+  assert s.value == 0
+  b.alloc(64).copyin(b"x" * 64).numpy()   # b is fine

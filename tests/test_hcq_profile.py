@@ -107,3 +107,30 @@ def test_an_unordered_graph_is_timed_node_by_node_too(dev, tmp_path):
   assert kern["ts"] + kern["dur"] <= copy_c["ts"]
   assert all(graph["ts"] <= e["ts"] and e["ts"] + e["dur"] <= graph["ts"] + graph["dur"] for e in (kern, copy_c))
   assert np.all(b.numpy(np.uint32) == 2) and np.all(c.numpy(np.uint32) == 3)
+
+
+def test_work_lost_to_a_hang_is_no_event_of_the_trace(tmp_path):
+  """A launch that recover() dropped never wrote its clock: it used to be an event of negative duration, and its zero
+  stamps the trace's origin."""
+  from conftest import find_firmware
+  if find_firmware() is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
+  from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.profile import Profiler
+  with Device("MOCKPCI:1+AMD") as d:
+    code = lambda name: d.program(kernels.path(d.props.arch, name).read_bytes())
+    spin, fill = code("spin"), code("fill")
+    flag, done, a = d.alloc(4096, host=True), d.alloc(4096, host=True), d.alloc(4096)
+    flag.cpu()[:4] = bytes(4)
+    prof = Profiler(d)
+    fill(a, 1, 64, global_size=1, local_size=64, wait=True)
+    spin(flag, 7, done, global_size=1, local_size=32)
+    fill(a, 9, 64, global_size=1, local_size=64)   # queued behind the spin: recover() drops both
+    with pytest.raises(DeviceTimeout): d.wait_timeline(d.timeline_value - 1, timeout_ms=300, report=False)
+    d.recover()
+    fill(a, 2, 64, global_size=1, local_size=64, wait=True)
+    trace = json.load(open(prof.export(str(tmp_path / "t.json"))))
+    prof.close()
+  evs = trace["traceEvents"]
+  assert [e["name"] for e in evs] == ["fill_u32", "fill_u32"] and all(e["dur"] > 0 for e in evs) and evs[0]["ts"] == 0
+  assert [e["name"] for e in trace["otherData"]["never_ran"]] == ["spin_until", "fill_u32"]

@@ -1,6 +1,6 @@
 """AMD programs: a code object loaded once into GPU memory, launched with checked arguments."""
 from __future__ import annotations
-import copy, dataclasses, functools, struct, warnings, weakref
+import copy, dataclasses, functools, operator, struct, warnings, weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 import numpy as np
@@ -231,7 +231,7 @@ class AMDProgram:
         vals[i] = v.va
       else:
         try: return ln.whole.pack_into(view, off, *vals, ln.tail)
-        except (struct.error, OverflowError): pass
+        except (struct.error, OverflowError, TypeError): pass   # (the slow path below says what is wrong)
     ka = view[off:off + ln.size]
     ka[:] = ln.img
     for a, v in zip(self.args, args): self._pack_one(ka, a, v, ticket)
@@ -249,7 +249,7 @@ class AMDProgram:
     dev = self.dev
     if dev.closed: dev.check_open()
     prof = dev._profiler
-    key = (global_size, local_size, "profile" if prof is not None else timing)
+    key = (global_size, local_size, "profile" if prof is not None else bool(timing))   # ("profile" is the Profiler's)
     try: ln = self._templates[key]
     except (KeyError, TypeError):  # TypeError: unhashable sizes (lists)
       ln = self._launch_setup(global_size, local_size, key[2])
@@ -337,8 +337,11 @@ def _args_struct(args: list[KernelArg], ptr: list[bool]) -> struct.Struct | None
 
 
 def _dims(d) -> tuple[int, int, int]:
-  t = (d,) if isinstance(d, int) else tuple(d)
-  if not 1 <= len(t) <= 3 or any(not isinstance(x, int) or x < 1 for x in t): raise RawGPUError(f"launch dimensions must be 1 to 3 positive ints, got {d!r}")
+  """1 to 3 positive ints (numpy's too; not floats or bools) as three."""
+  try: t = tuple(operator.index(x) for x in (d if isinstance(d, (tuple, list)) else (d,)) if not isinstance(x, (bool, np.bool_)))
+  except TypeError: t = ()
+  if not 1 <= len(t) <= 3 or len(t) != (len(d) if isinstance(d, (tuple, list)) else 1) or min(t) < 1:
+    raise RawGPUError(f"launch dimensions must be 1 to 3 positive ints, got {d!r}")
   return (t + (1, 1))[:3]  # type: ignore[return-value]
 
 

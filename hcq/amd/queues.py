@@ -114,6 +114,7 @@ class AMDComputeQueue(HWQueue):
 
 
 def _reachable(backend, signal: Signal) -> None:
+  if not hasattr(signal, "timestamp_va"): raise RawGPUError(f"a queue waits on and signals a Signal (Device.new_signal()), not {type(signal).__name__}")
   dev = getattr(backend, "dev", None)
   if dev is not None and signal.dev is not dev and not dev.maps(signal):
     raise RawGPUError(f"{dev}: {signal.name} lives on {signal.dev} and is not mapped here; call {dev}.map(signal) first")
@@ -158,6 +159,7 @@ class AMDCopyQueue(HWQueue):
     (a narrow signal given a value below 2^32 or a 32-bit slot: the timeline, a graph's sync) skip it: their high
     dword is always 0. Any other signal may hold 2^32 or more from before (a user set it), so 5 must not read 2^32+5."""
     from rawgpu.hcq.amd import sdma
+    _reachable(self.be, signal)
     v = self.be.sdma_version
     value = _value(value, "a copy queue signal")
     self._add(sdma.fence, signal.va, value=value, version=v)
@@ -170,6 +172,7 @@ class AMDCopyQueue(HWQueue):
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
+    _reachable(self.be, signal)
     return self._add(sdma.poll_regmem, signal.va, ref=_wait_ref(value, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
   def memory_barrier(self) -> "AMDCopyQueue":
