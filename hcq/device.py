@@ -15,6 +15,7 @@ TIMELINE_LIMIT = 1 << 32  # the engines compare signal words as 32-bit values
 
 
 def _spec(dev: str | DevSpec | None) -> DevSpec:
+  if dev is not None and not isinstance(dev, (str, DevSpec)): raise RawGPUError(f"a device is named by a DEV string (e.g. 'MOCKPCI+AMD'), not {dev!r}")
   spec = dev_from_env() if dev is None else parse_dev(dev) if isinstance(dev, str) else dev
   if spec is None: raise RawGPUError("no device given: pass one (e.g. Device('MOCKPCI+AMD')) or set DEV")
   return spec
@@ -235,7 +236,10 @@ class Device:
     if n: self.backend.transfer(dst, src, n)
 
   # ---- programs and queues
-  def program(self, code: bytes, name: str | None = None): self.check_open(); return self.backend.program(code, name)
+  def program(self, code: bytes, name: str | None = None):
+    self.check_open()
+    if not isinstance(code, (bytes, bytearray, memoryview)): raise RawGPUError(f"{self}: program takes a code object's bytes (e.g. path.read_bytes()), not {type(code).__name__}")
+    return self.backend.program(code, name)
   def compute_queue(self): self.check_open(); return self.backend.compute_queue()
   def copy_queue(self): self.check_open(); return self.backend.copy_queue()
 

@@ -57,6 +57,7 @@ class Input:
 
 class Graph:
   def __init__(self, dev: "Device", ordered: bool = True):
+    if not hasattr(dev, "compute_queue"): raise RawGPUError(f"Graph takes the Device it runs on, not {type(dev).__name__}")
     self.dev, self.ordered = dev, ordered
     self.cq = dev.compute_queue()
     self.queues: dict[tuple, object] = {(dev, "compute"): self.cq}   # (device, engine) -> its queue in this graph
@@ -93,10 +94,11 @@ class Graph:
     return len(self.nodes) - 1
 
   def _add_node(self, kind: str, what, after) -> None:
-    after = tuple(sorted(set(after)))
+    try: after = tuple(sorted(set(after)))
+    except TypeError: raise RawGPUError(f"after= takes a list of ids of nodes recorded before (g.last_node of each), not {after!r}") from None
     if after and self.ordered: raise RawGPUError("after= is for Graph(dev, ordered=False): in order, every node runs after the one before")
     if any(type(j) is not int or not 0 <= j < len(self.nodes) for j in after):
-      raise RawGPUError(f"after= takes ids of nodes recorded before this one (0..{len(self.nodes) - 1}), got {list(after)}")
+      raise RawGPUError(f"after= takes ids of nodes recorded before this one ({f'0..{len(self.nodes) - 1}' if self.nodes else 'there are none yet'}), got {list(after)}")
     self.nodes.append((kind, what))
     self.after.append(after)
 
@@ -104,6 +106,7 @@ class Graph:
     """A launch of prg over global_size workgroups of local_size work-items; any argument, and any dimension of
     either size, may be a graph input (an int at replay, checked as a launch checks it)."""
     self._check_recording()
+    if not hasattr(prg, "check_loaded"): raise RawGPUError(f"Graph.exec takes a program (Device.program()), not {type(prg).__name__}")
     prg.check_loaded()
     if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
     prg.check_arg_count(args)
@@ -143,6 +146,7 @@ class Graph:
   def _sync_node(self, kind: str, signal, value, on, after) -> "Graph":
     self._check_recording()
     if not isinstance(value, (int, Input)): raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
+    if not hasattr(signal, "timestamp_va"): raise RawGPUError(f"a graph {kind} takes a Signal (Device.new_signal()), not {type(signal).__name__}")
     self._add_node(kind, (signal, value, on or self.dev), after)
     return self
 

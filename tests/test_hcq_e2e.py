@@ -639,8 +639,17 @@ def test_sizes_offsets_and_dtypes_of_the_wrong_type_are_clear_errors(dev):
   for use, what in ((lambda: dev.alloc(1.5), "alloc takes a size in bytes"), (lambda: dev.alloc("8"), "alloc takes a size in bytes"),
                     (lambda: a.view(1.5, 2), "a sub-buffer takes an int offset and size"), (lambda: a.view(0, None), "int offset and size"),
                     (lambda: a.numpy("foo"), "numpy\\(\\) takes a numpy dtype"), (lambda: dev.map(5), "map takes a Buffer or a Signal"),
-                    (lambda: prog(dev, "fill")(a, np.array([9]), 1), "cannot take ndarray")):
+                    (lambda: prog(dev, "fill")(a, np.array([9]), 1), "cannot take ndarray"),
+                    (lambda: prog(dev, "fill")(a, 1, 1, dynamic_lds="64"), "dynamic_lds takes a number of bytes"),
+                    (lambda: dev.copy_queue().copy(a.va, a.va, 0), "copies a positive number of bytes"),
+                    (lambda: dev.copy_queue().copy(a, a.va, 4), "copies between addresses"),
+                    (lambda: Graph(None), "Graph takes the Device it runs on"), (lambda: Graph(dev).exec(print), "Graph.exec takes a program"),
+                    (lambda: Graph(dev).exec(prog(dev, "fill"), a, 1, 1, after=5), "after= takes a list of ids"),
+                    (lambda: Graph(dev, ordered=False).exec(prog(dev, "fill"), a, 1, 1, after=[0]), "there are none yet"),
+                    (lambda: Graph(dev).wait(123, 1), "a graph wait takes a Signal"), (lambda: dev.program(kernels.path(dev.props.arch, "fill")), "program takes a code object's bytes")):
     with pytest.raises(RawGPUError, match=what): use()
+  from rawgpu.hcq.device import Device
+  with pytest.raises(RawGPUError, match="a device is named by a DEV string"): Device(0)
 
 def test_page_fault_is_reported_then_reopen_recovers(spare_dev):
   from rawgpu.errors import DeviceFault

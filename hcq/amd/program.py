@@ -112,6 +112,7 @@ class AMDProgram:
     """This kernel launched with nbytes of LDS after its own (dynamic shared memory: HIP's extern __shared__ and
     hipLaunchKernel's sharedMemBytes). The workgroup's LDS allocation (RSRC2.LDS_SIZE, the dispatch packet's group
     segment size) covers both; the hidden_dynamic_lds_size argument says nbytes."""
+    nbytes = self._lds_bytes(nbytes)
     if nbytes == 0: return self
     p = self._dynamic.get(nbytes)
     if p is None:
@@ -125,10 +126,15 @@ class AMDProgram:
       self._dynamic[nbytes] = p
     return p
 
+  def _lds_bytes(self, n) -> int:
+    try: return operator.index(n)   # (numpy's ints too)
+    except TypeError: raise RawGPUError(f"kernel {self.name}: dynamic_lds takes a number of bytes (an int), not {n!r}") from None
+
   def with_lds_args(self, args: tuple, dynamic_lds: int = 0) -> tuple["AMDProgram", tuple]:
     """The program with the LDS its launch adds (its __local pointer arguments' Locals, in order, each aligned as the
     metadata's pointee_align says, then dynamic_lds bytes), and args with each Local replaced by its LDS address."""
     self.check_arg_count(args)
+    dynamic_lds = self._lds_bytes(dynamic_lds)
     at, out = self.lds, list(args)
     for i in self._locals:
       a, v = self.args[i], args[i]

@@ -150,6 +150,8 @@ class AMDCopyQueue(HWQueue):
 
   def copy(self, dst: int, src: int, size: int) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
+    if any(not isinstance(a, (int, Var)) for a in (dst, src)): raise RawGPUError(f"a copy queue copies between addresses (ints such as buffer.va, or Vars), not {type(dst).__name__} and {type(src).__name__}")
+    if type(size) is not int or size <= 0: raise RawGPUError(f"a copy queue copies a positive number of bytes, not {size!r}")
     return self._add(sdma.copy_linear, dst=dst, src=src, nbytes=size, version=self.be.sdma_version)  # addresses may be Vars
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
