@@ -216,3 +216,15 @@ def test_xz_compressed_files(tmp_path, monkeypatch):
   monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", str(tmp_path))
   f = fw.read_file("smu_13_0_0.bin")
   assert f.package is not None and f.path.endswith(".xz")
+
+
+def test_firmware_is_looked_for_in_the_fetched_cache_after_the_system(tmp_path, monkeypatch):
+  """`.ci/fetch-firmware` unpacks Debian's packages into ~/.cache/rawgpu/firmware/<version>/amdgpu: a checkout that
+  ran it finds them without RAWGPU_FIRMWARE_DIR (newest version first, after /lib/firmware)."""
+  from rawgpu.drivers.am import firmware
+  for v in ("20230210-5", "20250410-2"): (tmp_path / "firmware" / v / "amdgpu").mkdir(parents=True)
+  monkeypatch.delenv("RAWGPU_FIRMWARE_DIR", raising=False)
+  monkeypatch.setenv("RAWGPU_CACHE", str(tmp_path))
+  assert firmware._dirs() == [*firmware.DIRS, str(tmp_path / "firmware" / "20250410-2" / "amdgpu"), str(tmp_path / "firmware" / "20230210-5" / "amdgpu")]
+  monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", str(tmp_path))
+  assert firmware._dirs() == [str(tmp_path)]   # given, it is the only place

@@ -1,7 +1,8 @@
 """Firmware files: find them, check their sha256 against the known Debian packages, parse every header.
 
-Files come from RAWGPU_FIRMWARE_DIR, else /lib/firmware/updates/amdgpu, else /lib/firmware/amdgpu. Nothing is ever
-downloaded. A file whose sha256 is not pinned is refused unless RAWGPU_FIRMWARE_ANY=1 (newer firmware may work,
+Files come from RAWGPU_FIRMWARE_DIR, else /lib/firmware/updates/amdgpu, else /lib/firmware/amdgpu, else the Debian
+packages .ci/fetch-firmware unpacked into ${RAWGPU_CACHE:-~/.cache/rawgpu}/firmware/<version>/amdgpu (newest first).
+Nothing is ever downloaded. A file whose sha256 is not pinned is refused unless RAWGPU_FIRMWARE_ANY=1 (newer firmware may work,
 but nobody here has checked it).
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from rawgpu.errors import FirmwareError
 
 DIRS = ("/lib/firmware/updates/amdgpu", "/lib/firmware/amdgpu")
 PACKAGE_HINT = ("install Debian's firmware-amd-graphics (20230210-5 from bookworm non-free-firmware has RDNA3; "
-                "20250410-2~bpo12+1 from bookworm-backports adds RDNA4) or point RAWGPU_FIRMWARE_DIR at a directory with it")
+                "20250410-2~bpo12+1 from bookworm-backports adds RDNA4), or run .ci/fetch-firmware in a rawgpu checkout "
+                "(no root: it unpacks them into ~/.cache/rawgpu/firmware), or point RAWGPU_FIRMWARE_DIR at a directory with it")
 _BY_HASH = {h: (pkg, name) for pkg, files in KNOWN.items() for name, h in files.items()}
 GFX = F.GFX_FW_TYPE
 
@@ -50,7 +52,10 @@ class Firmware:
 
 def _dirs() -> list[str]:
   env = os.environ.get("RAWGPU_FIRMWARE_DIR")
-  return [env] if env else list(DIRS)
+  if env: return [env]
+  cache = os.path.join(os.environ.get("RAWGPU_CACHE") or os.path.expanduser("~/.cache/rawgpu"), "firmware")
+  fetched = sorted(os.listdir(cache), reverse=True) if os.path.isdir(cache) else []   # (versions are dates: newest first)
+  return list(DIRS) + [os.path.join(cache, v, "amdgpu") for v in fetched]
 
 
 def _read_all(system: System, path: str) -> bytes:
