@@ -192,3 +192,9 @@ def test_am_smi_interval_and_frames_are_checked(argv, capsys):
 def test_bus_ids_with_a_trailing_newline_are_refused():
   from rawgpu.drivers import pci
   assert pci.BUS_RE.match("0000:03:00.0") and not pci.BUS_RE.match("0000:03:00.0\n")
+
+
+def test_tinygrad_without_a_script_is_bad_usage(capsys, monkeypatch):
+  monkeypatch.delenv("DEBUG", raising=False)
+  assert cli.main(["tinygrad"]) == 2
+  assert "give the tinygrad script to run" in capsys.readouterr().err

@@ -73,6 +73,7 @@ def cmd_demo(args) -> int:
 def cmd_tinygrad(args) -> int:
   from rawgpu.hcq import tinygrad
   from rawgpu.tools.demo import open_demo_device
+  if args.script is None: raise UsageError("give the tinygrad script to run: rawgpu tinygrad SCRIPT [ARGS...]")
   tinygrad._tinygrad()   # installed, and the version this runtime implements, before a device boots
   if not os.path.isfile(args.script): raise RawGPUError(f"no such script: {args.script}")
   dev, emulated = open_demo_device(args.dev)
@@ -223,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
                      "needs: tinygrad 0.14.0 (pip install 'rawgpu[tinygrad]'), libLLVM for its compiler (Debian: llvm-19-dev), "
                      "ld.lld (lld-19).\nexit codes: the script's; 1 if rawgpu fails (the message says why)")
   t.add_argument("--dev", help="device to use (DEV grammar, e.g. PCI+AMD, MOCKPCI+AMD::gfx1201); default: first real GPU, else emulated")
-  t.add_argument("script", help="the tinygrad program (a .py file)")
+  t.add_argument("script", nargs="?", help="the tinygrad program (a .py file)")   # (required: cmd_tinygrad says so; argparse would name ARGS too)
   t.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
   t.set_defaults(fn=cmd_tinygrad)
   b = sub.add_parser("bench", help="measure launches, signals, copies, the emulator, boot, alloc, import", epilog=BENCH_EPILOG, formatter_class=fmt,
