@@ -1,6 +1,6 @@
 """Buffers: GPU memory with a CPU view where there is one, sub-buffers, and copies in and out."""
 from __future__ import annotations
-import weakref
+import operator, weakref
 from typing import TYPE_CHECKING
 import numpy as np
 from rawgpu.drivers.iface import Mem
@@ -47,7 +47,8 @@ class Buffer:
   def host(self) -> bool: return self.mem.host
 
   def view(self, offset: int, size: int) -> "Buffer":
-    if type(offset) is not int or type(size) is not int: raise RawGPUError(f"a sub-buffer takes an int offset and size, not {offset!r} and {size!r}")
+    try: offset, size = operator.index(offset), operator.index(size)   # (numpy's ints too)
+    except TypeError: raise RawGPUError(f"a sub-buffer takes an int offset and size, not {offset!r} and {size!r}") from None
     if offset < 0 or size < 0 or offset + size > self.size: raise RawGPUError(f"sub-buffer {offset}+{size} is outside a {self.size}-byte buffer")
     return Buffer(self.dev, self.mem, self.offset + offset, size, self.base or self)
 

@@ -1,6 +1,6 @@
 """Device: an opened GPU with its memory, rings, timeline, and the vendor's queues and programs."""
 from __future__ import annotations
-import errno, operator
+import errno, operator, weakref
 from array import array
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
@@ -53,6 +53,7 @@ class Device:
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self.stalled = 0                        # the ticket a wait gave up on (0: none, or its work is known done)
     self._recover_hooks: list = []          # weak methods recover() calls once the queues restarted (graphs spanning devices)
+    self._mapped_by = weakref.WeakSet()     # the devices that mapped this one's memory (close waits for their work)
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
     self.releases = Releases(self)           # memory dropped while the GPU may still read it
@@ -134,6 +135,7 @@ class Device:
     if not hasattr(self.iface, "map_peer") or type(obj.dev.iface) is not type(self.iface):
       raise RawGPUError(f"{self}: cannot map memory of {obj.dev}: peer mappings need both devices on the same interface (PCI or KFD, or their MOCK twins)")
     self.iface.map_peer(self._mem_of(obj), obj.dev.iface)
+    obj.dev._mapped_by.add(self)
 
   def maps(self, obj: Buffer | Signal) -> bool:
     """Whether this device reaches obj (its own, or mapped with map())."""
@@ -281,8 +283,13 @@ class Device:
     self.closed = True
     self.releases.pending.clear()   # what they hold goes with the device
     try:
-      if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else 10_000)   # drain: the public waits refuse a closed device
-    except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
+      try:
+        if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else 10_000)   # drain: the public waits refuse a closed device
+      except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
+      # the peers' work queued so far may read this device's memory (a graph's share waits on its signals): it goes after
+      for p in [p for p in self._mapped_by if not p.closed and not p.faulted]:
+        try: p.wait_timeline(p.timeline_value - 1, 10_000)
+        except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
     finally:
       self.timeline._q = memoryview(array("Q", self.timeline._q))   # its memory goes with the device: later waits read what it last said
       self.iface.close()

@@ -306,7 +306,7 @@ class Graph:
     """dev restarted its queues (Device.recover): the signals its queues would have written in the last replay jump
     to the last value it could reach, so the other devices' queues waiting on them finish their share instead of
     waiting forever (on what they have: that replay's results are lost). Later replays count on above it."""
-    if self.freed: return   # its signals may be someone else's by now
+    if self.freed or self.dev.closed: return   # its signals may be someone else's by now (or gone with their device)
     top = self.replays * self.nsync
     sigs = [sig for q, sig in self.qsig.items() if q.be.dev is dev] + ([self.sync] if dev is self.dev else [])
     for sig in sigs:

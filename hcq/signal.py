@@ -19,7 +19,9 @@ class Signal:
     self._q = cpu  # 2-element 'Q' view
 
   @property
-  def value(self) -> int: return self._q[0]
+  def value(self) -> int:
+    if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()   # (its memory went with the device)
+    return self._q[0]
   @value.setter
   def value(self, v: int) -> None:
     v = check_u64(v, f"{self.name} value")

@@ -560,7 +560,7 @@ def test_a_closed_device_refuses_work_at_once(spare_dev):
   def set_signal(): sig.value = 1
   for use in (lambda: d.alloc(64), lambda: fill(a, 1, 1), lambda: a.numpy(), lambda: a.copyin(b"1234"), g.replay,
               lambda: d.transfer(a, a), lambda: d.transfer(a, a, 0), d.new_signal, d.compute_queue, d.copy_queue, lambda: d.program(b""),
-              set_signal, lambda: sig.wait(1), g.gpu_time, lambda: Profiler(d)):   # (a signal's wait used to time out after 10 s)
+              set_signal, lambda: sig.value, lambda: sig.wait(1), g.gpu_time, lambda: Profiler(d)):   # (a signal's wait used to time out after 10 s)
     with pytest.raises(RawGPUError, match=f"{re.escape(str(d))}: the device is closed; open it again"): use()
   assert time.monotonic() - t0 < 2
   d.synchronize()   # nothing left to wait for: not an error
@@ -613,7 +613,7 @@ def test_a_queue_refuses_objects_that_are_not_signals(dev):
 
 def test_launch_dimensions_take_ints_numpy_ints_and_nothing_else(dev):
   fill = prog(dev, "fill")
-  a = dev.alloc(64)
+  a = dev.alloc(64).copyin(np.zeros(16, np.uint32))
   fill(a, 4, 8, global_size=np.int64(2), local_size=(np.int32(4),), wait=True)
   assert list(a.numpy(np.uint32)[:9]) == [4] * 8 + [0]
   for bad in (None, 2.0, True, (2, None), "2", [], (1, 1, 1, 1)):
@@ -634,8 +634,8 @@ def test_a_wait_with_a_timeout_that_is_not_a_number_is_refused(dev):
 
 
 def test_sizes_offsets_and_dtypes_of_the_wrong_type_are_clear_errors(dev):
-  a = dev.alloc(np.int64(64))   # numpy's ints are sizes too
-  assert a.size == 64
+  a = dev.alloc(np.int64(64))   # numpy's ints are sizes and offsets too
+  assert a.size == 64 and a.view(np.int64(16), np.int32(8)).size == 8
   for use, what in ((lambda: dev.alloc(1.5), "alloc takes a size in bytes"), (lambda: dev.alloc("8"), "alloc takes a size in bytes"),
                     (lambda: a.view(1.5, 2), "a sub-buffer takes an int offset and size"), (lambda: a.view(0, None), "int offset and size"),
                     (lambda: a.numpy("foo"), "numpy\\(\\) takes a numpy dtype"), (lambda: dev.map(5), "map takes a Buffer or a Signal"),

@@ -547,3 +547,29 @@ def test_a_queue_is_submitted_only_to_the_device_it_was_built_for(pair):
     with pytest.raises(RawGPUError, match=f"this queue was built for {re.escape(str(a))}"): q.submit(b)
   assert s.value == 0
   b.alloc(64).copyin(b"x" * 64).numpy()   # b is fine
+
+
+def test_recover_after_the_graphs_device_was_closed():
+  """A graph of A with a node on B; A closed; B hangs and recovers. A's close waits for B's share, which still polls
+  A's signal after A's ticket (B faulted on A's unmapped memory); the graph's recover hook leaves A's signals alone (it
+  raised "the device is closed" out of B.recover(), and the hooks after it did not run)."""
+  need_firmware()
+  from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.graph import Graph
+  b, a = Device("MOCKPCI:3+AMD"), Device("MOCKPCI:2+AMD")
+  try:
+    fa, fb = (d.program(kernels.path(d.props.arch, "fill").read_bytes()) for d in (a, b))
+    xa, yb = a.alloc(256), b.alloc(256)
+    g = Graph(a).exec(fa, xa, 1, 64, local_size=64).exec(fb, yb, 2, 64, local_size=64).exec(fa, xa, 3, 64, local_size=64)
+    a.wait_timeline(g.replay(), timeout_ms=5000)
+    a.close()
+    gate, v = b.new_signal("never written"), b.next_timeline("compute")
+    b.compute_queue().wait(gate, 1).signal(b.timeline, b.timeline_gpu(v)).submit(b)
+    with pytest.raises(DeviceTimeout): b.synchronize(timeout_ms=200)
+    b.recover()
+    assert not b.faulted and not b.stalled
+    fb(yb, 5, 64, local_size=64, wait=True)
+    assert list(yb.numpy(np.uint32)[:2]) == [5, 5]
+  finally:
+    a.close(); b.close()

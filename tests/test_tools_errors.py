@@ -93,8 +93,9 @@ def test_bench_a_dev_that_does_not_parse_is_bad_usage(capsys, monkeypatch):
   monkeypatch.delenv("DEBUG", raising=False)
   assert cli.main(["bench", "--only", "import", "--dev", "FOO"]) == 2
   assert "unknown vendor 'FOO'" in capsys.readouterr().err
-  monkeypatch.setenv("DEV", "MOCKPCI+AMD::gfx9999")
-  assert cli.main(["bench", "--only", "import"]) == 2
+  monkeypatch.setenv("DEV", "CPU")   # tinygrad's, not rawgpu's: the device benchmarks skip, saying so
+  assert cli.main(["bench", "--only", "import", "signal"]) == 0
+  assert "skipped: cannot open CPU" in capsys.readouterr().out
 
 
 # ---- rawgpu demo
@@ -105,10 +106,9 @@ def test_demo_size_must_be_positive(size, capsys):
   assert e.value.code == 2 and "is not a positive whole number" in capsys.readouterr().err
 
 
-def test_demo_takes_dev_from_the_environment_and_ends_its_progress_line(capsys, monkeypatch):
+def test_demo_ends_its_progress_line_before_an_error(capsys, monkeypatch):
   monkeypatch.delenv("DEBUG", raising=False)
-  monkeypatch.setenv("DEV", "MOCKPCI:0,1+AMD")   # parses, but names two devices: the boot fails
-  assert cli.main(["demo"]) == 1
+  assert cli.main(["demo", "--dev", "MOCKPCI:0,1+AMD"]) == 1   # parses, but names two devices: the boot fails
   err = capsys.readouterr().err
   assert "booting ... failed\nrawgpu: error:" in err and "names 2 devices" in err
 
@@ -159,7 +159,7 @@ def test_decode_arch_is_checked_as_usage(tmp_path, capsys, monkeypatch):
   assert cli.main(["decode", "isa", str(tmp_path / "a.bin")]) == 2   # raw bytes without --arch
   assert "raw instruction bytes need --arch" in capsys.readouterr().err
   pytest.importorskip("rawgpu.hcq.amd.pm4", reason="the PM4 decoder (hcq/amd/pm4.py) is not in this build")
-  for arch in ("gfx940", "gfx1103"):   # same packets as gfx942, gfx1100
+  for arch in ("gfx940", "gfx1103", "gfx1151"):   # same packets as gfx942, gfx1100 (KFD opens any gfx11xx node)
     (tmp_path / "n.txt").write_text("c0001000 00000000\n")
     assert cli.main(["decode", "pm4", str(tmp_path / "n.txt"), "--arch", arch]) == 0, capsys.readouterr().err
 

@@ -1,6 +1,6 @@
 """The `rawgpu` command: devices, demo, bench, decode, tinygrad."""
 from __future__ import annotations
-import argparse, json, os, sys
+import argparse, json, os, re, sys
 from rawgpu.errors import RawGPUError
 from rawgpu.tools.command import UsageError, positive_int, run_command
 
@@ -63,7 +63,7 @@ not in this build
 
 def cmd_demo(args) -> int:
   from rawgpu.tools import demo
-  res = demo.run(args.dev or os.environ.get("DEV") or None, args.size)
+  res = demo.run(args.dev, args.size)   # (not $DEV: tinygrad's too, where AMD or CPU mean other things)
   if args.json:
     print(json.dumps(res, indent=2))
     return 0 if res["vadd_ok"] and res["matmul_ok"] else 1
@@ -87,11 +87,10 @@ def cmd_bench(args) -> int:
   from rawgpu.drivers.devspec import parse_dev
   from rawgpu.errors import DeviceSpecError
   from rawgpu.tools.bench import bench_main
-  dev = args.dev or os.environ.get("DEV") or None
-  if dev is not None:   # a typo is bad usage, not a device that is absent here (which skips)
-    try: parse_dev(dev)
+  if args.dev is not None:   # a typo is bad usage, not a device that is absent here (which skips, as a $DEV
+    try: parse_dev(args.dev) # that is tinygrad's does)
     except DeviceSpecError as e: raise UsageError(str(e)) from None
-  return bench_main(dev, args.json, args.only, args.quick)
+  return bench_main(args.dev or os.environ.get("DEV") or None, args.json, args.only, args.quick)
 
 
 def _read_input(path: str) -> bytes:
@@ -155,13 +154,13 @@ def _stream_version(stream: str, arch: str | None):
   return family if stream == "pm4" else SDMA_OF_FAMILY[family]
 
 
-# what --arch may name: the targets rawgpu drives, and those whose code and packets are the same (CDNA3's gfx940-942,
-# RDNA3's APU gfx1103)
-DECODE_ARCHS = tuple(sorted({"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1200", "gfx1201", "gfx940", "gfx941", "gfx942"}))
+# what --arch may name: a target of the families the decoders know (RDNA3 and 3.5, RDNA4, CDNA3), as a device reports
+# it (KFD opens any gfx11xx or gfx12xx node, and a hang report names the device's)
+DECODE_ARCH = re.compile(r"gfx1[12][0-9a-f]{2}|gfx94[0-2]")
 
 
 def arch_arg(s: str) -> str:
-  if s not in DECODE_ARCHS: raise argparse.ArgumentTypeError(f"unknown arch {s!r}; valid: {', '.join(DECODE_ARCHS)}")
+  if not DECODE_ARCH.fullmatch(s): raise argparse.ArgumentTypeError(f"unknown arch {s!r}; valid: gfx11xx, gfx12xx (e.g. gfx1100, gfx1201), gfx940-gfx942")
   return s
 
 
@@ -213,7 +212,7 @@ def _parser() -> argparse.ArgumentParser:
                      "run vector add and matmul from kernels/, check them against numpy and print boot time, launch overhead, "
                      "kernel times and copy bandwidth.", epilog="examples:\n  rawgpu demo\n  rawgpu demo --dev MOCKPCI+AMD::gfx1201\n  rawgpu demo --json",
                      formatter_class=fmt)
-  m.add_argument("--dev", help="device to use (DEV grammar, e.g. PCI+AMD, MOCKPCI+AMD::gfx1201); default: $DEV, else the first real GPU, else emulated")
+  m.add_argument("--dev", help="device to use (DEV grammar, e.g. PCI+AMD, MOCKPCI+AMD::gfx1201); default: first real GPU, else emulated")
   m.add_argument("--size", type=positive_int, help="vector add length (default: 2^14 emulated, 2^22 real)")
   m.add_argument("--json", action="store_true", help="print the results as JSON")
   m.set_defaults(fn=cmd_demo)
