@@ -53,7 +53,7 @@ class Device:
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self.stalled = 0                        # the ticket a wait gave up on (0: none, or its work is known done)
     self._recover_hooks: list = []          # weak methods recover() calls once the queues restarted (graphs spanning devices)
-    self._mapped_by = weakref.WeakSet()     # the devices that mapped this one's memory (close waits for their work)
+    self._graphs = weakref.WeakSet()        # its graphs that span other devices (close waits for their shares)
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
     self.releases = Releases(self)           # memory dropped while the GPU may still read it
@@ -135,7 +135,6 @@ class Device:
     if not hasattr(self.iface, "map_peer") or type(obj.dev.iface) is not type(self.iface):
       raise RawGPUError(f"{self}: cannot map memory of {obj.dev}: peer mappings need both devices on the same interface (PCI or KFD, or their MOCK twins)")
     self.iface.map_peer(self._mem_of(obj), obj.dev.iface)
-    obj.dev._mapped_by.add(self)
 
   def maps(self, obj: Buffer | Signal) -> bool:
     """Whether this device reaches obj (its own, or mapped with map())."""
@@ -286,13 +285,20 @@ class Device:
       try:
         if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else 10_000)   # drain: the public waits refuse a closed device
       except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
-      # the peers' work queued so far may read this device's memory (a graph's share waits on its signals): it goes after
-      for p in [p for p in self._mapped_by if not p.closed and not p.faulted]:
-        try: p.wait_timeline(p.timeline_value - 1, 10_000)
-        except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
+      if not self.faulted and not self.stalled: self._wait_peer_shares()
     finally:
       self.timeline._q = memoryview(array("Q", self.timeline._q))   # its memory goes with the device: later waits read what it last said
       self.iface.close()
+
+  def _wait_peer_shares(self, timeout_ms: float = 1000) -> None:
+    """Before its memory goes: the other devices' shares of this device's graphs, which read its kernel arguments and
+    end by waiting on its signal, a little after this device's own ticket. Only healthy peers, briefly, without a
+    report (a peer that does not get there loses nothing more by it)."""
+    for g in list(self._graphs):
+      for d, t in list(g.uses.tickets.items()):
+        if d is self or d.closed or d.iface.closed or d.faulted or d.stalled or d.done(t): continue
+        try: d.timeline.wait(t - d.timeline_base, timeout_ms, report=False)
+        except RawGPUError: pass
 
   def __enter__(self) -> "Device": return self
   def __exit__(self, *exc) -> None: self.close()

@@ -203,6 +203,7 @@ class Graph:
     for r in {id(r): r for r in (b._root() for b in recorded if isinstance(b, Buffer))}.values():
       r.recorded_by(self.uses)   # its replays count as their uses (Buffer.owner_use, peer_uses)
       if r.freed: self.lost = self.lost or r
+    if len(self.devices) > 1: self.dev._graphs.add(self)   # (its close waits for the others' shares)
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals, and the
       d.map(self.ka)             # replay starts after their earlier work on its buffers (_start, _earlier_work)
       for sig in self.sync_signals: d.map(sig)

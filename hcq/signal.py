@@ -29,7 +29,9 @@ class Signal:
     self.dev.write_fence()   # what the CPU wrote into VRAM before it is visible when the GPU sees the new value
     self._q[0] = v
   @property
-  def timestamp(self) -> int: return self._q[1]
+  def timestamp(self) -> int:
+    if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()
+    return self._q[1]
   @property
   def timestamp_va(self) -> int: return self.va + 8
 

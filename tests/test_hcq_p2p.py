@@ -573,3 +573,23 @@ def test_recover_after_the_graphs_device_was_closed():
     assert list(yb.numpy(np.uint32)[:2]) == [5, 5]
   finally:
     a.close(); b.close()
+
+
+def test_a_busy_or_hung_peer_does_not_hold_up_close():
+  """close() waits only for the peers' shares of its graphs: B's own long work (here a kernel spinning until the
+  host lets it go, on a buffer of A that B mapped) does not hold A's close, nor is B marked stalled by it."""
+  need_firmware()
+  from rawgpu.hcq.device import Device
+  b, a = Device("MOCKPCI:3+AMD"), Device("MOCKPCI:2+AMD")
+  try:
+    spin = b.program(kernels.path(b.props.arch, "spin").read_bytes())
+    flag, done = b.alloc(4096, host=True), a.alloc(4096, host=True)
+    flag.cpu()[:4] = bytes(4)
+    b.map(done)
+    spin(flag, 7, done, global_size=1, local_size=32)
+    t0 = time.monotonic()
+    a.close()
+    assert time.monotonic() - t0 < 1 and not b.stalled
+  finally:
+    flag.cpu()[:4] = (7).to_bytes(4, "little")
+    b.close()
