@@ -52,6 +52,7 @@ class Device:
     self._rings: dict[str, Ring] = {}
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self.stalled = 0                        # the ticket a wait gave up on (0: none, or its work is known done)
+    self.timeout_ms: float = 10_000         # how long waits (copies, synchronize, launches' wait=) allow without progress
     self._recover_hooks: list = []          # weak methods recover() calls once the queues restarted (graphs spanning devices)
     self._graphs = weakref.WeakSet()        # its graphs that span other devices (close waits for their shares)
     self._signal_pages: list = []
@@ -183,14 +184,14 @@ class Device:
     """The value the GPU writes to (and compares with) the timeline signal for `ticket`."""
     return ticket - self.timeline_base
 
-  def wait_timeline(self, ticket: int, timeout_ms: float = 10_000, report: bool = True) -> None:
-    """Wait until the work of `ticket` is done (tickets from before a restart are done already); report: as in
-    Signal.wait."""
+  def wait_timeline(self, ticket: int, timeout_ms: float | None = None, report: bool = True) -> None:
+    """Wait until the work of `ticket` is done (tickets from before a restart are done already); timeout_ms: of no
+    progress, default self.timeout_ms; report: as in Signal.wait."""
     if ticket <= self.timeline_base: return
     ticket = min(ticket, self.timeline_value - 1)   # a ticket of another device's timeline (a peer's use) never exceeds ours
     if self.timeline.value >= ticket - self.timeline_base: return self.read_fence()   # done (before any fault): nothing to wait for
     self.check_open()
-    self._wait_ticket(ticket, timeout_ms, report)
+    self._wait_ticket(ticket, self.timeout_ms if timeout_ms is None else timeout_ms, report)
 
   def _wait_ticket(self, ticket: int, timeout_ms: float, report: bool = True) -> None:
     if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
@@ -203,7 +204,8 @@ class Device:
       raise
     if ticket >= self.stalled: self.stalled = 0   # a wait for earlier work says nothing of the stalled ticket
 
-  def synchronize(self, timeout_ms: float = 10_000) -> None:
+  def synchronize(self, timeout_ms: float | None = None) -> None:
+    timeout_ms = self.timeout_ms if timeout_ms is None else timeout_ms
     self.wait_timeline(self.timeline_value - 1, timeout_ms)
     if self.releases.pending: self.releases.run(wait_ms=timeout_ms)   # (what waits for this device alone: done by now, or a fence)
 

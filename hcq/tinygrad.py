@@ -64,11 +64,22 @@ def register(*specs, name: str = "RAWGPU") -> str:
   if any(d.split(":")[0] == name for d in TinygradDevices._opened_devices):   # tinygrad caches a device once opened
     raise RawGPUError(f"tinygrad device {name} is open already and keeps its rawgpu devices; register another name")
   module = f"tinygrad.runtime.ops_{name.lower()}"
-  cls = type(f"{name.capitalize()}Device", (_device_class(),), {"SPECS": tuple(specs) or (None,)})
+  cls = type(f"{name.capitalize()}Device", (_device_class(),), {"SPECS": tuple(specs) or (_default_spec(),)})
   mod = types.ModuleType(module, f"tinygrad device {name}: rawgpu devices {', '.join(map(str, cls.SPECS))}")
   setattr(mod, cls.__name__, cls)
   sys.modules[module] = mod
   return name
+
+
+def _default_spec() -> str:
+  """register() without specs: rawgpu's DEV, read now (once tinygrad runs, DEV is tinygrad's: it writes its default
+  device there, and DEV=RAWGPU names the device register() makes)."""
+  from rawgpu.drivers.devspec import parse_dev
+  text = os.environ.get("DEV")
+  if text is None: raise RawGPUError("register() without specs opens rawgpu's DEV, and DEV is not set: give a spec, e.g. register('MOCKPCI+AMD')")
+  try: parse_dev(text)
+  except RawGPUError as e: raise RawGPUError(f"register() without specs opens rawgpu's DEV, which is not one ({e}); give a spec, e.g. register('KFD+AMD')") from None
+  return text
 
 
 _CLASS = None
@@ -193,15 +204,19 @@ def _device_class():
     SPECS: tuple = (None,)
     def __init__(self, device: str):
       from rawgpu.hcq.device import Device
-      idx = int(device.split(":")[1]) if ":" in device else 0
+      from tinygrad.helpers import getenv
+      at = device.split(":", 1)[1] if ":" in device else "0"
+      if not at.isdigit(): raise RawGPUError(f"tinygrad device {device}: the index after ':' must be 0, 1, ... (as in {device.split(':')[0]}:1)")
+      idx = int(at)
       if idx >= len(self.SPECS):
         raise RawGPUError(f"tinygrad device {device}: {device.split(':')[0]} has {len(self.SPECS)} rawgpu device(s) "
                           f"({', '.join(map(str, self.SPECS))}); give register() more specs")
       spec = self.SPECS[idx]
       self.owned = not isinstance(spec, Device)   # a Device given to register() stays its owner's
       self.rg = Device(spec) if self.owned else spec
+      if self.owned: self.rg.timeout_ms = getenv("HCQDEV_WAIT_TIMEOUT_MS", 30000)   # as long as tinygrad's own devices wait
       super().__init__(device, Allocator(self), [AMDLLVMRenderer], Program, graph=RawgpuGraph, arch=self.rg.props.arch)
-    def synchronize(self, timeout: int | None = None) -> None: self.rg.synchronize()   # timeout: as in Program.__call__
+    def synchronize(self, timeout: int | None = None) -> None: self.rg.synchronize(timeout)   # (None: the device's)
     def finalize(self) -> None:
       if self.owned and not self.rg.closed: self.rg.close()
 
@@ -222,5 +237,8 @@ def run_script(dev, script: str, args: list[str]) -> int:
   sys.argv = [script, *args]
   sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
   try: runpy.run_path(script, run_name="__main__")
-  except SystemExit as e: return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+  except SystemExit as e:
+    if e.code is None or isinstance(e.code, int): return e.code or 0
+    print(e.code, file=sys.stderr)   # sys.exit("message"), as Python itself prints it
+    return 1
   return 0

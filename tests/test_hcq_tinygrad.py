@@ -364,6 +364,31 @@ def test_a_name_tinygrad_opened_already_is_refused(tg):
 def test_a_device_index_past_the_registered_ones_is_a_clear_error(tg):
   with pytest.raises(RawGPUError, match=r"has 1 rawgpu device\(s\).*give register\(\) more specs"):
     (Tensor(A, device=f"{tg}:1") + 1).numpy()
+  for bad in ("-1", "abc"):   # (-1 opened the last spec again: "already open"; abc was int()'s ValueError)
+    with pytest.raises(RawGPUError, match="the index after ':' must be 0, 1, ..."): (Tensor(A, device=f"{tg}:{bad}") + 1).numpy()
+
+
+def test_a_device_waits_as_long_as_tinygrads_own():
+  """One kernel of millions of workgroups runs for tens of seconds on an emulated board: tinygrad's own devices allow
+  30 s without progress (HCQDEV_WAIT_TIMEOUT_MS), and so does the device register() opens (it timed out after 10 s)."""
+  need_firmware()
+  from tinygrad import Device
+  name = rg.register("MOCKPCI:2+AMD", name="RGWAIT")
+  try: assert Device[name].rg.timeout_ms == 30_000
+  finally: Device[name].finalize()
+
+
+def test_register_without_specs_takes_dev_as_it_is_then(monkeypatch):
+  """tinygrad writes its own default device into DEV once it runs (DEV=CPU), and DEV=RAWGPU names the device register()
+  makes: register() alone read DEV only when tinygrad first opened the device, and failed on those."""
+  for value, why in ((None, "DEV is not set"), ("CPU", "unknown vendor 'CPU'"), ("RAWGPU", "unknown vendor 'RAWGPU'")):
+    if value is None: monkeypatch.delenv("DEV", raising=False)
+    else: monkeypatch.setenv("DEV", value)
+    with pytest.raises(RawGPUError, match=f"register\\(\\) without specs opens rawgpu's DEV.*{why}"): rg.register(name="RGDEF")
+  monkeypatch.setenv("DEV", "MOCKPCI+AMD::gfx1201")
+  rg.register(name="RGDEF")
+  import sys as _sys
+  assert _sys.modules["tinygrad.runtime.ops_rgdef"].RgdefDevice.SPECS == ("MOCKPCI+AMD::gfx1201",)
 
 
 # ---- tinygrad's own tests
@@ -412,6 +437,9 @@ def test_rawgpu_tinygrad_runs_a_script_unchanged_on_rawgpus_device(tmp_path):
   assert r.returncode == 3, r.stderr[-2000:]   # the script's exit status
   assert r.stdout.strip() == "RAWGPU [2.0, 4.0, 6.0]"
   assert "rawgpu tinygrad: RAWGPU is MOCKPCI+AMD:gfx1201" in r.stderr
+  (tmp_path / "says.py").write_text("import sys\nsys.exit('a message')\n")   # Python prints the message and exits 1
+  r = subprocess.run([sys.executable, "-c", _CLI, "tinygrad", "--dev", "MOCKPCI+AMD", str(tmp_path / "says.py")], capture_output=True, text=True, timeout=300)
+  assert r.returncode == 1 and r.stderr.strip().endswith("a message"), r.stderr[-2000:]
   r = subprocess.run([sys.executable, "-c", _CLI, "tinygrad", str(tmp_path / "missing.py")], capture_output=True, text=True, timeout=60)
   assert r.returncode == 1 and "rawgpu: error: no such script" in r.stderr and "RAWGPU is" not in r.stderr   # before a boot
 

@@ -243,9 +243,9 @@ class AMDProgram:
     for a, v in zip(self.args, args): self._pack_one(ka, a, v, ticket)
 
   def __call__(self, *args, global_size=(1, 1, 1), local_size=(1, 1, 1), wait: bool = False, timing: bool = False,
-               dynamic_lds: int = 0, timeout_ms: float = 10_000, report: bool = True) -> float | None:
+               dynamic_lds: int = 0, timeout_ms: float | None = None, report: bool = True) -> float | None:
     """Launch over `global_size` workgroups of `local_size` work-items. With timing=True, returns GPU seconds (waits;
-    wait and timing wait at most timeout_ms for the kernel, then raise DeviceTimeout, with the last submissions
+    wait and timing wait at most timeout_ms (default: the device's timeout_ms) for the kernel, then raise DeviceTimeout, with the last submissions
     decoded and dumped unless report=False).
     __local pointer arguments take a Local(nbytes); dynamic_lds: bytes of LDS each workgroup gets after the kernel's
     own and those (see with_lds_args)."""
