@@ -219,6 +219,12 @@ class Ctx:
 INTERRUPTED = "interrupted (Ctrl-C): the benchmarks after this one did not run"
 
 
+def _summary(doc: str, width: int = 90) -> str:
+  """A benchmark's docstring as one progress line: its first paragraph, cut at a word."""
+  text = " ".join((doc or "").split("\n\n")[0].split())
+  return text if len(text) <= width else text[:text.rfind(" ", 0, width)] + " ..."
+
+
 def run(names: list[str] | None, dev_spec: str | None, quick: bool, progress: Callable[[str], None] | None = None) -> list[Figure]:
   """Run the named benchmarks (default: all, in ORDER): each figure measured, skipped with its reason, or failed.
   progress: told each benchmark's name as it starts. Ctrl-C stops the run: the figures so far are returned, the last
@@ -232,7 +238,7 @@ def run(names: list[str] | None, dev_spec: str | None, quick: bool, progress: Ca
     todo = [n for n in order if not names or n in names]
     for k, name in enumerate(todo, 1):
       ctx.bench, before = name, len(ctx.figures)
-      if progress is not None: progress(f"{name} ({k}/{len(todo)}): {BENCHMARKS[name].doc.splitlines()[0] if BENCHMARKS[name].doc else ''}")
+      if progress is not None: progress(f"{name} ({k}/{len(todo)}): {_summary(BENCHMARKS[name].doc)}")
       try: BENCHMARKS[name].fn(ctx)
       except KeyboardInterrupt:
         ctx.fail("*", INTERRUPTED)
