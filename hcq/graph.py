@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
 from rawgpu.hcq.buffer import Buffer, GraphUses, check_copy_size
 from rawgpu.hcq.patch import Var, check_u64
+from rawgpu.hcq.signal import check_signal
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
@@ -146,7 +147,7 @@ class Graph:
   def _sync_node(self, kind: str, signal, value, on, after) -> "Graph":
     self._check_recording()
     if not isinstance(value, (int, Input)): raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
-    if not hasattr(signal, "timestamp_va"): raise RawGPUError(f"a graph {kind} takes a Signal (Device.new_signal()), not {type(signal).__name__}")
+    check_signal(signal, f"a graph {kind} takes")
     self._add_node(kind, (signal, value, on or self.dev), after)
     return self
 

@@ -47,13 +47,14 @@ class Profiler:
     Work that never ran (lost to a hang and recover(): its clock was never written) is no event: `otherData` names it."""
     self.dev.synchronize()
     hz = self.dev.backend.timestamp_hz
-    ran = [e for e in self.events if 0 < e[3][e[4]] <= e[3][e[4] + 1]]
+    ran, lost = [], []
+    for e in self.events: (ran if 0 < e[3][e[4]] <= e[3][e[4] + 1] else lost).append(e)
     t0 = min((v[i] for *_, v, i in ran), default=0)
     evs = [{"name": name, "cat": kind, "ph": "X", "pid": os.getpid(), "tid": f"{self.dev} {'copy engine' if kind == 'copy' else 'compute'}",
             "ts": (v[i] - t0) * 1e6 / hz, "dur": (v[i + 1] - v[i]) * 1e6 / hz, "args": {"ticket": ticket}}
            for name, kind, ticket, v, i in ran]
-    lost = [{"name": name, "cat": kind, "ticket": ticket} for name, kind, ticket, v, i in self.events if not 0 < v[i] <= v[i + 1]]
-    return {"traceEvents": evs, "displayTimeUnit": "ns", **({"otherData": {"never_ran": lost}} if lost else {})}
+    never = [{"name": name, "cat": kind, "ticket": ticket} for name, kind, ticket, _, _ in lost]
+    return {"traceEvents": evs, "displayTimeUnit": "ns", **({"otherData": {"never_ran": never}} if never else {})}
 
   def export(self, path: str) -> str:
     with open(path, "w") as f: json.dump(self.trace(), f)

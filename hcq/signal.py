@@ -12,15 +12,25 @@ SPIN_S = 0.002    # a wait spins this long before it sleeps between looks (short
 FAULT_CHECK_S = 0.0002   # ... asking the interface for faults this often meanwhile (on KFD that is an ioctl)
 
 
+def check_signal(obj, what: str) -> None:
+  """obj is a Signal (or a stand-in with its addresses, as the encoders' tests give): what a queue waits on and writes."""
+  if not hasattr(obj, "timestamp_va"): raise RawGPUError(f"{what} a Signal (Device.new_signal()), not {type(obj).__name__}")
+
+
 class Signal:
   def __init__(self, dev: "Device", va: int, cpu: memoryview, name: str = "signal", narrow: bool = False):
     self.dev, self.va, self.name = dev, va, name
     self.narrow = narrow  # the driver's own counter (timeline, graph sync): its values stay below 2^32, high dword 0
     self._q = cpu  # 2-element 'Q' view
 
+  def _check_device(self) -> None:
+    """A closed device's signals are gone with its memory (not its timeline: close drains it, and later waits read
+    what it last said)."""
+    if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()
+
   @property
   def value(self) -> int:
-    if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()   # (its memory went with the device)
+    self._check_device()
     return self._q[0]
   @value.setter
   def value(self, v: int) -> None:
@@ -30,7 +40,7 @@ class Signal:
     self._q[0] = v
   @property
   def timestamp(self) -> int:
-    if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()
+    self._check_device()
     return self._q[1]
   @property
   def timestamp_va(self) -> int: return self.va + 8
@@ -41,7 +51,7 @@ class Signal:
     decodes the last commands submitted and dumps them (report=False: the bare timeout, for a caller expecting one)."""
     check_u64(value, f"a wait on {self.name}")
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
-    if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()   # its signals move no more (close drains its timeline)
+    self._check_device()
     if not isinstance(timeout_ms, (int, float)) or timeout_ms != timeout_ms: raise RawGPUError(f"a wait on {self.name}: timeout_ms takes a number of milliseconds, not {timeout_ms!r}")
     now = time.monotonic()
     last, deadline, spin_until, check_at = self._q[0], now + timeout_ms / 1000, now + SPIN_S, now

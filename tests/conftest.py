@@ -103,3 +103,13 @@ def open_hcq_pair(iface: str, a_arch: str, b_arch: str):
   yield a, b
   b.close(); a.close()
   mp.undo()
+
+
+@pytest.fixture
+def bench_registry(monkeypatch):
+  """rawgpu bench's registry, for a test to add benchmarks to: the real ones registered first (whichever test runs
+  first), the test's gone after it; DEBUG unset, so a failing benchmark is reported, not raised."""
+  import rawgpu.tools.bench.suites  # noqa: F401
+  from rawgpu.tools.bench import core
+  monkeypatch.setattr(core, "BENCHMARKS", dict(core.BENCHMARKS))
+  monkeypatch.delenv("DEBUG", raising=False)

@@ -66,10 +66,7 @@ def test_samples_warmup_repeats_and_self_timed():
 
 
 @pytest.fixture
-def fake_benches(monkeypatch):
-  import rawgpu.tools.bench.suites  # noqa: F401  register the real benchmarks first, whichever test runs first
-  monkeypatch.setattr(core, "BENCHMARKS", dict(core.BENCHMARKS))
-  monkeypatch.delenv("DEBUG", raising=False)
+def fake_benches(bench_registry):
 
   @benchmark("zz_ok")
   def ok(ctx):

@@ -1,6 +1,6 @@
 """What every command does with bad input, early stops and its own output: one-line errors with the right exit code,
 a closed pipe, Ctrl-C, DEBUG; and the checks each command makes of its arguments before it starts."""
-import json, os, signal, subprocess, sys
+import json, os, subprocess, sys
 import pytest
 from rawgpu.errors import DeviceNotFound, RawGPUError, debug_level
 from rawgpu.tools import am_smi, cli, hcq_smi
@@ -45,10 +45,7 @@ def test_output_into_a_closed_pipe_is_quiet(argv):
 # ---- rawgpu bench
 
 @pytest.fixture
-def benches(monkeypatch):
-  import rawgpu.tools.bench.suites  # noqa: F401  (the real ones first, whichever test runs first)
-  monkeypatch.setattr(core, "BENCHMARKS", dict(core.BENCHMARKS))
-  monkeypatch.delenv("DEBUG", raising=False)
+def benches(bench_registry):
 
   @benchmark("zz_one")
   def one(ctx):

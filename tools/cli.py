@@ -100,17 +100,20 @@ def _read_input(path: str) -> bytes:
   except OSError as e: raise RawGPUError(f"cannot read {path}: {e.strerror}") from e
 
 
+_HEX_TEXT = set("0123456789abcdefABCDEFxX,:[]")   # what a text of hex words holds, besides spaces
+
+
 def _words(data: bytes) -> list[int]:
   """Hex words from text, else the bytes as little-endian dwords."""
   try: text = data.decode("ascii")
   except UnicodeDecodeError: text = None
-  if text is not None and text.strip() and all(c in "0123456789abcdefABCDEFxX, \t\r\n:[]" for c in text):
+  if text is not None and text.strip() and all(c in _HEX_TEXT or c.isspace() for c in text):
     try: words = [int(t, 16) for t in text.replace(",", " ").replace("[", " ").replace("]", " ").split() if not t.endswith(":")]
     except ValueError as e: raise RawGPUError(f"not a list of hex words: {e}") from e
     if wide := [w for w in words if w >> 32]: raise RawGPUError(f"not a list of 32-bit hex words: {wide[0]:#x} is wider")
     return words
   if text is not None and all(c.isprintable() or c in "\t\r\n" for c in text):   # (a binary dump is never all text)
-    bad = next(t for t in text.split() if not all(c in "0123456789abcdefABCDEFxX,:[]" for c in t))
+    bad = next(t for t in text.split() if not all(c in _HEX_TEXT for c in t))
     raise RawGPUError(f"text that is not hex words ({bad[:20]!r}): give hex words (0x1234abcd or 1234abcd) or a binary dump")
   if len(data) % 4: raise RawGPUError(f"{len(data)} bytes is not a whole number of dwords")
   return list(memoryview(data).cast("I")) if sys.byteorder == "little" else [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]

@@ -344,9 +344,10 @@ def _args_struct(args: list[KernelArg], ptr: list[bool]) -> struct.Struct | None
 
 def _dims(d) -> tuple[int, int, int]:
   """1 to 3 positive ints (numpy's too; not floats or bools) as three."""
-  try: t = tuple(operator.index(x) for x in (d if isinstance(d, (tuple, list)) else (d,)) if not isinstance(x, (bool, np.bool_)))
+  t = tuple(d) if isinstance(d, (tuple, list)) else (d,)
+  try: t = () if any(isinstance(x, (bool, np.bool_)) for x in t) else tuple(operator.index(x) for x in t)
   except TypeError: t = ()
-  if not 1 <= len(t) <= 3 or len(t) != (len(d) if isinstance(d, (tuple, list)) else 1) or min(t) < 1:
+  if not 1 <= len(t) <= 3 or min(t) < 1:
     raise RawGPUError(f"launch dimensions must be 1 to 3 positive ints, got {d!r}")
   return (t + (1, 1))[:3]  # type: ignore[return-value]
 

@@ -11,7 +11,7 @@ from rawgpu.errors import RawGPUError
 from rawgpu.hcq.amd import pm4
 from rawgpu.hcq.patch import Var, check_u64
 from rawgpu.hcq.queue import HWQueue
-from rawgpu.hcq.signal import Signal
+from rawgpu.hcq.signal import Signal, check_signal
 
 if TYPE_CHECKING:
   from rawgpu.hcq.amd.backend import AMDBackend
@@ -114,7 +114,7 @@ class AMDComputeQueue(HWQueue):
 
 
 def _reachable(backend, signal: Signal) -> None:
-  if not hasattr(signal, "timestamp_va"): raise RawGPUError(f"a queue waits on and signals a Signal (Device.new_signal()), not {type(signal).__name__}")
+  check_signal(signal, "a queue waits on and signals")
   dev = getattr(backend, "dev", None)
   if dev is not None and signal.dev is not dev and not dev.maps(signal):
     raise RawGPUError(f"{dev}: {signal.name} lives on {signal.dev} and is not mapped here; call {dev}.map(signal) first")
