@@ -169,7 +169,9 @@ def arch_arg(s: str) -> str:
 
 def cmd_decode(args) -> int:
   data = _read_input(args.file)
-  if not data.strip(): raise RawGPUError(f"{'standard input' if args.file == '-' else args.file} is empty: nothing to decode")
+  if not data.strip():
+    what = "is empty" if not data else "holds only whitespace"
+    raise RawGPUError(f"{'standard input' if args.file == '-' else args.file} {what}: nothing to decode")
   try:
     if args.stream == "pm4": from rawgpu.hcq.amd.pm4 import decode_pm4 as dec, format_packet as fmt
     elif args.stream == "sdma": from rawgpu.hcq.amd.sdma import decode_sdma as dec, format_packet as fmt
