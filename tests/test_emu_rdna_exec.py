@@ -189,6 +189,21 @@ def test_division_at_the_edges_of_the_range(target):
   with np.errstate(invalid="ignore"): ok = np.where(finite, np.abs(qf - wantf) <= 3 * np.spacing(np.abs(wantf)), (qf.view(np.uint32) == wantf.view(np.uint32)) | (np.isnan(qf) & np.isnan(wantf)))
   assert ok.all(), [(n[k], d[k], wantf[k], qf[k]) for k in np.flatnonzero(~ok)[:6]]
 
+def test_double_fma_at_the_edges_of_the_range(target):
+  """v_fma_f64 on products that overflow, underflow or meet infinities, bit for bit as the C library's fma (any NaN
+  equals any NaN). A finite product past the range against an infinite addend came out NaN: it was rounded first."""
+  import ctypes, ctypes.util
+  libm = ctypes.CDLL(ctypes.util.find_library("m"))
+  libm.fma.restype, libm.fma.argtypes = ctypes.c_double, [ctypes.c_double] * 3
+  vals = [1.0, -3.0, 1e300, -1.7e308, 1e-300, 5e-324, np.inf, -np.inf, 0.0, -0.0, np.nan, 2.0 ** 600]
+  rng = np.random.default_rng(5013)
+  a, b, c = (np.array(rng.choice(vals, 256)) for _ in range(3))
+  a[:4], b[:4], c[:4] = [-4.96539734e20, 1e300, 1e300, 2.0 ** 600], [1.81221441e302, -1e300, 1e-300, 2.0 ** 600], [np.inf, np.inf, -np.inf, -1e308]
+  o = run(target, "fma_triples", [a, b, c, np.zeros(256)], (4, 1, 1), (64, 1, 1))[3]
+  want = np.array([libm.fma(x, y, z) for x, y, z in zip(a, b, c)])
+  same = (o.view(np.uint64) == want.view(np.uint64)) | (np.isnan(o) & np.isnan(want))
+  assert same.all(), [(a[k], b[k], c[k], want[k], o[k]) for k in np.flatnonzero(~same)[:6]]
+
 def test_more_cross_lane_moves_and_apertures(target):
   """v_writelane, DPP8 and v_permlanex16 against numpy; the LDS and private aperture checks of generic pointers."""
   mcpu, ks = target

@@ -157,6 +157,11 @@ __kernel void divide_pairs(__global const double *n, __global const double *d, _
   qf[i] = (float)n[i] / (float)d[i];
 }
 
+__kernel void fma_triples(__global const double *a, __global const double *b, __global const double *c, __global double *o) {
+  int i = GID;
+  o[i] = __builtin_fma(a[i], b[i], c[i]);
+}
+
 // more cross-lane moves: v_writelane, DPP8, v_permlanex16; and the LDS/private aperture tests on generic pointers
 __kernel void lanes2(__global const int *a, __global int *out) {
   __local int shared_word;

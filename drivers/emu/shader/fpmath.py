@@ -68,6 +68,9 @@ def fma64(a, b, c) -> np.ndarray:
     ok = fin & (np.abs(a) < 2.0 ** 500) & (np.abs(b) < 2.0 ** 500) & (np.abs(c) < 2.0 ** 1000) & \
          ((np.abs(uh) > 2.0 ** -900) | (uh == 0) & (a == 0) | (uh == 0) & (b == 0))
     z = np.where(ok, z, plain)
+    # a finite product is exact inside a fused op, so it cannot overflow to an infinity that meets c's: an infinite c
+    # is the result (a * b + c in float64 gave NaN where the rounded product overflowed against c's sign)
+    z = np.where(np.isinf(c) & np.isfinite(a) & np.isfinite(b), c, z)
     z = np.where(ok & (z == 0), plain, z)  # sign of an exact zero follows IEEE's rule, as plain arithmetic does
     slow = fin & ~ok
   if slow.any():
