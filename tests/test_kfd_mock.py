@@ -691,6 +691,28 @@ def test_peer_mappings_of_a_bo():
     for g in m.gpus: g.dev.fini()
 
 
+def test_two_devices_on_one_gpu_share_its_mappings(system):
+  """Two devices of one process on the same GPU share the process's one VM there (amdkfd keeps one mapping per BO and
+  GPU VM): the second device's use of the first's buffer maps nothing, and dropping that use unmaps nothing. Its
+  UNMAP used to take the owner's only mapping away: the owner faulted on its own buffer, then its free was EINVAL."""
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq import Device
+  d1, d2 = Device(iface=KFDIface(0, system)), Device(iface=KFDIface(0, system))
+  try:
+    x = np.arange(1024, dtype=np.uint32)
+    buf, dst = d1.alloc(x.nbytes).copyin(x), d2.alloc(x.nbytes)
+    d2.transfer(dst, buf)   # maps buf into d2
+    assert np.array_equal(dst.numpy(np.uint32), x)
+    d2.close()
+    assert np.array_equal(buf.numpy(np.uint32), x) and translate(gpu_of(system), buf.va) is not None
+    d2 = Device(iface=KFDIface(0, system))
+    d2.map(buf)
+    buf.free()   # peers' mappings go first: here none of its own
+    assert buf.freed
+  finally:
+    for d in (d2, d1): d.close()
+
+
 def test_a_small_bar_board_works_without_cpu_views_of_vram():
   """A board whose BAR is smaller than its VRAM (no Resizable BAR): amdkfd publishes the VRAM as a private heap and
   refuses host-visible VRAM (EINVAL). hcq's own allocations need none, so kernels and copies run (through the copy

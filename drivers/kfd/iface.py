@@ -353,17 +353,19 @@ class KFDIface(PeerMaps):
       raise RawGPUError(f"{what} of handle {handle:#x} on {self.node.pci_bus} did {m.n_success} of 1 device(s)")
 
   # ---- peer-to-peer: the same process's BO of another GPU, mapped on this GPU at its VA (one VA space per process)
-  def _map_peer(self, mem: Mem, owner: "KFDIface") -> int:
+  def _map_peer(self, mem: Mem, owner: "KFDIface") -> int | None:
     where = f"{self.node.pci_bus}: cannot map {mem.size:#x} bytes at {mem.va:#x} of {owner.node.pci_bus}"
     if self.closed or owner.closed: raise RawGPUError(f"{where}: a device is closed")
     if owner.proc is not self.proc: raise RawGPUError(f"{where}: the devices are not on the same machine's /dev/kfd")
+    if owner.gpu_id == self.gpu_id: return None   # the same GPU: its one VM of this process maps the BO already (an
+                                                  # unmap here would take the owner's mapping away)
     handle = mem.meta[0]  # type: ignore[index]
     try: self._gpu_map(F.AMDKFD_IOC_MAP_MEMORY_TO_GPU, handle)
     except IoctlError as e: raise IoctlError(e.name, e.errno_, f"{where}: the kernel refused the peer mapping (amdgpu maps a peer's VRAM only where PCIe P2P works: a kernel with CONFIG_HSA_AMD_P2P, amdgpu.pcie_p2p on, all of VRAM CPU-visible (a large BAR) and a P2P path between the devices; else allocate host memory)") from e
     return handle
 
-  def _unmap_peer(self, mem: Mem, handle: int) -> None:
-    if not self.closed: self._gpu_map(F.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle)
+  def _unmap_peer(self, mem: Mem, handle: int | None) -> None:
+    if handle is not None and not self.closed: self._gpu_map(F.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, handle)
 
   # ---- rings
   def create_ring(self, kind: Literal["compute", "sdma"], size: int) -> HWRing:
