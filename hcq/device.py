@@ -195,10 +195,7 @@ class Device:
 
   def _wait_ticket(self, ticket: int, timeout_ms: float, report: bool = True) -> None:
     if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
-    try: self.timeline.wait(ticket - self.timeline_base, timeout_ms, report)
-    except (DeviceFault, DeviceNotFound) as e:
-      self.faulted = str(e).splitlines()[0]
-      raise
+    try: self.timeline.wait(ticket - self.timeline_base, timeout_ms, report)   # (a fault it sees sets self.faulted)
     except DeviceTimeout:
       self.stalled = max(self.stalled, ticket)  # close() then releases without draining again
       raise

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
-from rawgpu.errors import DeviceTimeout, RawGPUError
+from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, RawGPUError
 from rawgpu.hcq.patch import check_u64
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
@@ -58,10 +58,14 @@ class Signal:
     while (cur := self._q[0]) < value:
       now = time.monotonic()
       if cur != last: last, deadline = cur, now + timeout_ms / 1000
-      if now > spin_until: self.dev.iface.sleep(0.2)   # (it raises a fault that arrives meanwhile)
-      else:
-        time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
-        if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
+      try:
+        if now > spin_until: self.dev.iface.sleep(0.2)   # (it raises a fault that arrives meanwhile)
+        else:
+          time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
+          if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
+      except (DeviceFault, DeviceNotFound) as e:   # the device's, whichever signal saw it: recover() and later waits know
+        self.dev.faulted = self.dev.faulted or str(e).splitlines()[0]
+        raise
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
         raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)"

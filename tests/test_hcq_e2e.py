@@ -758,6 +758,26 @@ def test_copy_engine_fault_then_in_place_recovery(spare_dev):
   assert list(y.numpy(np.uint32)[:17]) == [3] * 16 + [16]
 
 
+def test_a_fault_seen_by_a_signal_of_the_users_is_the_devices(spare_dev):
+  """A fault that a wait on the user's own signal sees is recorded on the device, as a timeline wait's is: recover()
+  restarts the engines (AM), or says the queues stay stopped (KFD). It used to pass unrecorded: recover() returned
+  without a word and the next copy timed out on the stopped engine."""
+  from rawgpu.errors import DeviceFault
+  d = spare_dev
+  y, s = d.alloc(4096), d.new_signal()
+  d.copy_queue().copy(y.va, 0x7f30_0000_0000, 4096).signal(s, 1).submit(d)
+  with pytest.raises(DeviceFault, match="page fault"): s.wait(1, timeout_ms=5000)
+  assert "page fault" in d.faulted
+  if not d.recovers_from_faults:
+    with pytest.raises(DeviceFault, match="page fault"): d.recover()
+    return
+  d.recover()
+  data = np.arange(1024, dtype=np.uint32)
+  d.transfer(y, d.alloc(4096).copyin(data))   # on the copy engine
+  d.synchronize(timeout_ms=5000)
+  assert np.array_equal(y.numpy(np.uint32), data)
+
+
 def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   from rawgpu.errors import DeviceTimeout
   flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)
