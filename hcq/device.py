@@ -282,7 +282,7 @@ class Device:
     self.releases.pending.clear()   # what they hold goes with the device
     try:
       try:
-        if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else 10_000)   # drain: the public waits refuse a closed device
+        if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else self.timeout_ms)   # drain (as long without progress as its waits): the public waits refuse a closed device
       except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
       if not self.faulted and not self.stalled: self._wait_peer_shares()
     finally:

@@ -540,6 +540,19 @@ def test_numpy_of_a_size_that_is_not_whole_elements_is_refused(dev):
   assert list(b.view(4, 8).numpy(np.uint32)) == [1, 2]
 
 
+def test_close_drains_as_long_as_the_devices_waits(spare_dev):
+  """close() waits for the work queued so far as long without progress as the device's own waits (timeout_ms), then
+  releases it as it is; it waited 10 s whatever timeout_ms said."""
+  d = spare_dev
+  flag, done = d.alloc(4, host=True), d.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  prog(d, "spin")(flag, 7, done, global_size=1, local_size=32)   # never released
+  d.timeout_ms = 300
+  t0 = time.monotonic()
+  d.close()
+  assert time.monotonic() - t0 < 5
+
+
 def test_a_closed_device_refuses_work_at_once(spare_dev):
   """After close its rings and memory are gone: each use says so at once (they used to hang for the 10 s timeout,
   or map into page tables that were no longer the device's)."""
