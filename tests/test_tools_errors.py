@@ -195,3 +195,13 @@ def test_tinygrad_without_a_script_is_bad_usage(capsys, monkeypatch):
   monkeypatch.delenv("DEBUG", raising=False)
   assert cli.main(["tinygrad"]) == 2
   assert "give the tinygrad script to run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["abc", "1", "100", ""])
+def test_a_bad_emulated_vram_size_is_one_clear_line(value, monkeypatch):
+  """RAWGPU_MOCK_VRAM_MB that is not a power of two of at least 64 MiB is named (it was a ValueError traceback)."""
+  from rawgpu.drivers.emu.mockpci import vram_size
+  monkeypatch.setenv("RAWGPU_MOCK_VRAM_MB", value)
+  with pytest.raises(RawGPUError, match="RAWGPU_MOCK_VRAM_MB=.*power of two of at least 64"): vram_size()
+  monkeypatch.setenv("RAWGPU_MOCK_VRAM_MB", "256")
+  assert vram_size() == 256 << 20

@@ -12,7 +12,13 @@ _arch_of: dict[str, str] = {}
 
 
 def vram_size() -> int:
-  return int(os.environ.get("RAWGPU_MOCK_VRAM_MB", "512")) << 20
+  """An emulated board's VRAM: RAWGPU_MOCK_VRAM_MB, a power of two of at least 64 (MiB), 512 by default."""
+  text = os.environ.get("RAWGPU_MOCK_VRAM_MB", "512")
+  mb = int(text) if text.strip().isdigit() else 0
+  if mb < 64 or mb & (mb - 1):
+    from rawgpu.errors import RawGPUError
+    raise RawGPUError(f"RAWGPU_MOCK_VRAM_MB={text!r}: an emulated board's VRAM in MiB, a power of two of at least 64 (e.g. 512)")
+  return mb << 20
 
 
 def virtual_boards(arch: str, count: int) -> tuple[VirtualBus, list[str]]:
