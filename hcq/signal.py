@@ -53,21 +53,23 @@ class Signal:
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
     self._check_device()
     if not isinstance(timeout_ms, (int, float)) or timeout_ms != timeout_ms: raise RawGPUError(f"a wait on {self.name}: timeout_ms takes a number of milliseconds, not {timeout_ms!r}")
+    try: self._poll(value, timeout_ms, report)
+    except (DeviceFault, DeviceNotFound) as e:   # the device's, whichever signal saw it: recover() and later waits know
+      self.dev.faulted = self.dev.faulted or str(e).splitlines()[0]
+      raise
+    self.dev.read_fence()
+
+  def _poll(self, value: int, timeout_ms: float, report: bool) -> None:
     now = time.monotonic()
     last, deadline, spin_until, check_at = self._q[0], now + timeout_ms / 1000, now + SPIN_S, now
     while (cur := self._q[0]) < value:
       now = time.monotonic()
       if cur != last: last, deadline = cur, now + timeout_ms / 1000
-      try:
-        if now > spin_until: self.dev.iface.sleep(0.2)   # (it raises a fault that arrives meanwhile)
-        else:
-          time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
-          if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
-      except (DeviceFault, DeviceNotFound) as e:   # the device's, whichever signal saw it: recover() and later waits know
-        self.dev.faulted = self.dev.faulted or str(e).splitlines()[0]
-        raise
+      if now > spin_until: self.dev.iface.sleep(0.2)   # (it raises a fault that arrives meanwhile)
+      else:
+        time.sleep(0)   # a spin that lets the process's other threads (an emulated board too) run
+        if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
         raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)"
                             + (f"\nlast commands submitted:\n{self.dev.last_submitted()}" if report else ""))
-    self.dev.read_fence()

@@ -5,6 +5,7 @@ Boards persist for the life of the process (like boards in a machine), so a seco
 from __future__ import annotations
 import os, threading
 from rawgpu.drivers.emu.pcibus import VirtualBus
+from rawgpu.errors import RawGPUError
 
 _lock = threading.Lock()
 _vbus: VirtualBus | None = None
@@ -16,7 +17,6 @@ def vram_size() -> int:
   text = os.environ.get("RAWGPU_MOCK_VRAM_MB", "512")
   mb = int(text) if text.strip().isdigit() else 0
   if mb < 64 or mb & (mb - 1):
-    from rawgpu.errors import RawGPUError
     raise RawGPUError(f"RAWGPU_MOCK_VRAM_MB={text!r}: an emulated board's VRAM in MiB, a power of two of at least 64 (e.g. 512)")
   return mb << 20
 
