@@ -656,6 +656,44 @@ def test_two_boards_in_pci_order():
     for g in m.gpus: g.dev.fini()
 
 
+def test_a_board_plugged_in_later_joins_the_running_machine():
+  """A board plugged into a machine whose first board is in use (as opening MOCKKFD:1 after MOCKKFD:0 does) is a new
+  node of the same kernel: the topology grows and its generation_id moves, the open device keeps its GPU, and the two
+  copy to each other. It used to be a second machine: P2P was refused and board 0 could be opened again as another
+  GPU at the same bus address."""
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.drivers.kfd.topology import gpu_nodes
+  from rawgpu.hcq import Device
+  m = MockMachine("gfx1100", 1)
+  d0 = Device(iface=KFDIface(0, m.system))
+  try:
+    from rawgpu.drivers.emu.mockkfd import TOPOLOGY_ROOT as TOPOLOGY
+    generation = m.system.read_text(f"{TOPOLOGY}/generation_id")
+    m.plug(2)
+    assert m.system.read_text(f"{TOPOLOGY}/generation_id") != generation
+    nodes = gpu_nodes(m.system)
+    assert len(nodes) == 2 and nodes[0].gpu_id == d0.iface.gpu_id and len(m.vbus.boards) == 2
+    d1 = Device(iface=KFDIface(1, m.system))
+    try:
+      x = np.arange(4096, dtype=np.uint32)
+      src, dst = d0.alloc(x.nbytes).copyin(x), d1.alloc(x.nbytes)
+      d1.transfer(dst, src)
+      assert np.array_equal(dst.numpy(np.uint32), x)
+    finally: d1.close()
+  finally:
+    d0.close()
+    for p in list(m.kernel.processes): p.exit()
+    for g in m.gpus: g.dev.fini()
+
+
+def test_the_processs_machine_grows_in_place():
+  """DEV=MOCKKFD+AMD:N past the boards so far plugs boards into the process's machine; it never builds another."""
+  from rawgpu.drivers.emu.mockkfd import machine
+  m = machine("gfx1100")
+  assert machine("gfx1100", len(m.gpus) + 1) is m and len(m.gpus) == len(m.vbus.boards)
+
+
 def test_peer_mappings_of_a_bo():
   """MAP_MEMORY_TO_GPU with another GPU's id maps the BO there too (VRAM through the owner's BAR0, GTT at its bus
   addresses); FREE is EBUSY while any GPU maps it; doorbell BOs stay on their own GPU; a KFDIface close drops both

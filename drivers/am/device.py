@@ -41,7 +41,7 @@ class AMDevice:
                force_cold: bool | None = None, probe: bool = False):
     """probe=True: map and lay out memory exactly as a boot would, without the owner lock and without touching the
     hardware state (for readers such as am-smi next to the owning process)."""
-    self.bus, self.system = bus, system
+    self.bus, self.system, self.pid = bus, system, os.getpid()   # the process whose driver this is (not a forked child's)
     self.partitions: set[int] = set()   # the XCCs open devices run on (AMIface; one on RDNA boards)
     self.timeout_scale, self.reset_wait_s = timeout_scale, reset_wait_s
     self.debug = debug_level()

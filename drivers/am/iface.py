@@ -34,7 +34,8 @@ class AMIface(PeerMaps):
     devices of one board's XCCs in a process share the driver, booted by the first with its options)."""
     key = (id(system), bus)
     with _OPEN_LOCK:
-      if (d := _OPEN.get(key)) is None or d.pci.closed: d = AMDevice(bus, system, **opts)   # (a driver left without fini is gone)
+      # (a driver left without fini is gone; one a forked child inherited is its parent's, whose lock on the board decides)
+      if (d := _OPEN.get(key)) is None or d.pci.closed or d.pid != os.getpid(): d = AMDevice(bus, system, **opts)
       elif xcc in d.partitions or not d.gc9:
         raise DeviceBusy(f"{bus}{f' XCC {xcc}' if d.gc9 else ''} is already open in this process (pid {os.getpid()}); close that device first")
       elif opts: raise RawGPUError(f"{bus} is already open in this process: its boot options ({', '.join(opts)}) apply to the first device only")

@@ -1,6 +1,7 @@
 """MOCKPCI: the process's virtual PCI bus with emulated AMD boards plugged in, created when first asked for.
 
-Boards persist for the life of the process (like boards in a machine), so a second open finds a warm board.
+Boards persist for the life of the process (like boards in a machine), so a second open finds a warm board. They
+are the process's own: a forked child starts with no boards, and its first open plugs in boards of its own.
 """
 from __future__ import annotations
 import os, threading
@@ -10,6 +11,16 @@ from rawgpu.errors import RawGPUError
 _lock = threading.Lock()
 _vbus: VirtualBus | None = None
 _arch_of: dict[str, str] = {}
+
+
+def _forget_boards() -> None:
+  """In a forked child: the parent's boards are a copy without the emulator that runs them (drivers/emu/pcibus.py)."""
+  global _vbus, _lock
+  _vbus, _lock = None, threading.Lock()
+  _arch_of.clear()
+
+
+os.register_at_fork(after_in_child=_forget_boards)
 
 
 def vram_size() -> int:

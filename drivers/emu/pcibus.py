@@ -235,12 +235,23 @@ class BoardSysfs:
   def exists(self, rel: str) -> bool: return rel == "" or rel in self._files()
 
 
+def check_same_process(pid: int, what: str) -> None:
+  """Emulated hardware lives in the memory and threads of the process that made it: a forked child has a copy of
+  its memory without the threads that run it, so the copy must not be used as hardware."""
+  if os.getpid() != pid:
+    from rawgpu.errors import DeviceNotFound
+    raise DeviceNotFound(f"{what} lives in process {pid}, of which this process ({os.getpid()}) is a forked child: the child has a "
+                         "copy of its memory but not the emulator running it. Open DEV=MOCKPCI+AMD or DEV=MOCKKFD+AMD in the child: "
+                         "it gets emulated boards of its own")
+
+
 class DevicesDir:
   """/sys/bus/pci/devices of the virtual bus: only its own boards, nothing of the real machine."""
-  def __init__(self, boards: dict[str, BoardSysfs]): self.boards = boards
+  def __init__(self, boards: dict[str, BoardSysfs]): self.boards, self.pid = boards, os.getpid()
 
   def _split(self, rel: str) -> tuple[BoardSysfs, str]:
     bus, _, rest = rel.partition("/")
+    if bus in self.boards: check_same_process(self.pid, f"the emulated board {bus}")
     if bus not in self.boards: raise FileNotFoundError(2, f"No such device: {bus}")
     return self.boards[bus], rest
 
@@ -263,6 +274,10 @@ class DevicesDir:
     return bus in self.boards and self.boards[bus].exists(rest)
 
 
+def _remove_lock_dir(path: str, pid: int) -> None:
+  if os.getpid() == pid: shutil.rmtree(path, True)   # a forked child that exits leaves its parent's locks alone
+
+
 @dataclass
 class VirtualBus:
   """A System with boards plugged in at distinct bus addresses, and the emulated host RAM they DMA to."""
@@ -274,7 +289,7 @@ class VirtualBus:
     self.system.host_memory = self.host
     # the boards live in this process: their owner locks must not collide with another process's virtual boards
     self.system.lock_dir = tempfile.mkdtemp(prefix=f"rawgpu-mockpci-{os.getpid()}-")
-    atexit.register(shutil.rmtree, self.system.lock_dir, True)
+    atexit.register(_remove_lock_dir, self.system.lock_dir, os.getpid())
     self._dirs: dict[str, BoardSysfs] = {}
     self.host.peer = self._peer_dma
     self.system.mount(SYSFS_PCI, DevicesDir(self._dirs))
