@@ -31,7 +31,7 @@ class DeviceProps:
   ip_bases: dict[str, tuple[int, ...]] = field(default_factory=dict)          # register segment bases (dwords) per IP, instance 0
   emulated: bool = False
   apu: bool = False                    # the GPU shares the CPU's memory (KFD: a node with CPU cores and SIMDs)
-  xcc: int | None = None               # MI300 through AM: the XCC this device is (a CPX partition); None: the whole board
+  xcc: int | None = None               # MI300 in CPX mode (AM, or KFD's partition nodes): the XCC this device is; None: the whole board
 
 
 def hdp_bypassed(p: DeviceProps) -> bool:

@@ -477,6 +477,23 @@ def test_free_gives_the_memory_back_at_once(system, monkeypatch):
     monkeypatch.undo(); it.close()
 
 
+def test_mi300_partition_nodes_are_named_by_their_xcc(monkeypatch):
+  """amdkfd ORs a partition's node id into location_id where a GPU has several nodes (kfd_topology_add_device): the
+  nodes of an MI300X in CPX mode are one board (function 0) and XCCs 0..7, named like MOCKPCI's devices
+  (.../xccN). A board of one node keeps its location_id as it is."""
+  from rawgpu.drivers.emu.mockkfd import mock_kfd
+  from rawgpu.drivers.kfd.topology import gpu_nodes
+  from rawgpu.hcq import Device
+  monkeypatch.setenv("RAWGPU_AM_IN_PROGRESS", "1")
+  nodes = gpu_nodes(mock_kfd("gfx942", 8))[:8]
+  assert [n.partition for n in nodes] == list(range(8)) and {n.pci_bus for n in nodes} == {nodes[0].pci_bus}
+  assert nodes[0].pci_bus.endswith(".0") and [n.props["location_id"] & 7 for n in nodes] == list(range(8))
+  d = Device("MOCKKFD:3+AMD::gfx942")
+  try: assert d.props.xcc == 3 and str(d) == f"MOCKKFD+AMD:gfx942@{nodes[0].pci_bus}/xcc3"
+  finally: d.close()
+  assert all(n.partition is None for n in gpu_nodes(mock_kfd("gfx1100")))
+
+
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
 def test_sdma_queues_per_engine_as_amdkfd_gives_them(arch, monkeypatch):
   """amdkfd gives each engine's user queues their own ring queue and a static doorbell: 6 per engine on SDMA 6

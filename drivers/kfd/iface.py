@@ -146,7 +146,7 @@ class KFDIface(PeerMaps):
     self.va = self.proc.va
     p = n.props
     emulated = sysm.host_memory is not None
-    self.props = DeviceProps(vendor="AMD", arch=n.arch, iface=iface_name or ("MOCKKFD" if emulated else "KFD"), pci_bus=n.pci_bus,
+    self.props = DeviceProps(vendor="AMD", arch=n.arch, iface=iface_name or ("MOCKKFD" if emulated else "KFD"), pci_bus=n.pci_bus, xcc=n.partition,
                              compute_units=p.get("simd_count", 0) // max(1, p.get("simd_per_cu", 2)), simd_per_cu=p.get("simd_per_cu", 2),
                              shader_engines=max(1, p.get("array_count", 1) // max(1, p.get("simd_arrays_per_engine", 1)) // max(1, p.get("num_xcc", 1))),
                              wave_size=p.get("wave_front_size", 32) or 32, lds_size=p.get("lds_size_in_kb", 64) << 10,

@@ -20,6 +20,7 @@ class Node:
   gpu_id: int
   props: dict[str, int]
   mem_banks: list[dict[str, int]] = field(default_factory=list)
+  partition: int | None = None    # a board split into several nodes (MI300 in CPX mode): which one this is
 
   @property
   def gfx_target_version(self) -> int: return self.props.get("gfx_target_version", 0)
@@ -32,7 +33,8 @@ class Node:
   @property
   def pci_bus(self) -> str:
     loc, dom = self.props.get("location_id", 0), self.props.get("domain", 0)
-    return f"{dom:04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1f:02x}.{loc & 7}"
+    # a partition's node id is in the function bits (amdkfd ORs it into location_id); the GPU is function 0
+    return f"{dom:04x}:{loc >> 8:02x}:{(loc >> 3) & 0x1f:02x}.{0 if self.partition is not None else loc & 7}"
 
   @property
   def render_minor(self) -> int: return self.props.get("drm_render_minor", -1)
@@ -63,6 +65,11 @@ def gpu_nodes(system: System) -> list[Node]:
     if system.exists(banks):
       node.mem_banks = [parse_properties(system.read_text(f"{banks}/{b}/properties")) for b in system.listdir(banks) if b.isdigit()]
     nodes.append(node)
+  # kfd_topology_add_device: a GPU of several nodes (partitions) ORs the node's id into location_id's low bits, so
+  # nodes that differ only there are one board's partitions (amdgpu drives no GPU at a function other than 0)
+  board = lambda n: (n.props.get("domain", 0), n.props.get("location_id", 0) >> 3)
+  for n in nodes:
+    if sum(board(m) == board(n) for m in nodes) > 1: n.partition = n.props.get("location_id", 0) & 7
   return sorted(nodes, key=lambda n: (n.props.get("domain", 0), n.props.get("location_id", 0), n.index))
 
 

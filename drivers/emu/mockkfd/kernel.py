@@ -120,12 +120,13 @@ class GPU:
                   "wave_front_size": 64 if ver[0] == 9 else gc.get("gc_wave_size", 32) or 32,
                   "array_count": se * sa, "simd_arrays_per_engine": sa, "cu_per_simd_array": compute_units(gc) // max(1, se * sa), "simd_per_cu": simds,
                   "max_slots_scratch_cu": 32, "gfx_target_version": self.gfxv, "vendor_id": dev.pci.vendor, "device_id": dev.pci.device,
-                  "location_id": self._location(dev.bus), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
+                  "location_id": self._location(dev.bus) | (xcc if per_board > 1 else 0), "domain": int(dev.bus.split(":")[0], 16), "drm_render_minor": render_minor,
                   "num_sdma_engines": self.sdma_engines, "num_sdma_xgmi_engines": 0, "num_sdma_queues_per_engine": len(hw.sdma_queue_ids(dev)),
                   "num_cp_queues": hw.MAX_COMPUTE, "local_mem_size": 0, "num_xcc": 1, "gpu_id": self.gpu_id,
                   # of the capability bits only RAS's (kfd_topology.c: SRAM ECC from RAS on GFX, memory ECC from UMC's)
                   "capability": (K.HSA_CAP_SRAM_EDCSUPPORTED | K.HSA_CAP_MEM_EDCSUPPORTED) if ecc else 0}
-    # (kfd_topology.c node_show writes local_mem_size 0: the VRAM size is in mem_banks, as topology_files publishes)
+    # (location_id: a board of several nodes has the node's id ORed in, as kfd_topology_add_device does;
+    # kfd_topology.c node_show writes local_mem_size 0: the VRAM size is in mem_banks, as topology_files publishes)
     s = queue_sizes(self.gfxv, cu * simds, simds, se * sa, sa)
     self.sizes = s
     self.props["cwsr_size"], self.props["ctl_stack_size"] = s.cwsr, s.ctl_stack
