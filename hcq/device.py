@@ -87,15 +87,20 @@ class Device:
     return Buffer(self, self._iface_alloc(size, host, uncached, cpu_access or host), 0, size)
 
   def _iface_alloc(self, size: int, host: bool, uncached: bool, cpu_access: bool):
-    """The interface's allocation, after freeing the dropped memory that is due; where there is no room and more
-    waits for this device's work, wait for it, free it and try once more. No room is OutOfMemory."""
+    """The interface's allocation, with room made for it (_with_room)."""
+    return self._with_room(f"{size} bytes of {'host memory' if host else 'VRAM'}",
+                           lambda: self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access))
+
+  def _with_room(self, what: str, make):
+    """make() (an allocation of the interface's), after freeing the dropped memory that is due; where there is no room
+    and more waits for this device's work, wait for it, free it and try once more. No room is OutOfMemory."""
     if self.releases.pending: self.releases.run()
     for last in (False, True):
-      try: return self.iface.alloc(size, host=host, uncached=uncached, cpu_access=cpu_access)
+      try: return make()
       except (MemoryError, OSError) as e:   # every interface's "no room" (AM's allocators, KFD's ENOMEM) is one error
         if isinstance(e, OSError) and e.errno != errno.ENOMEM: raise
         if last or not self.releases.pending:
-          raise OutOfMemory(f"{self}: cannot allocate {size} bytes of {'host memory' if host else 'VRAM'}: {e}; free buffers or ask for less") from e
+          raise OutOfMemory(f"{self}: cannot allocate {what}: {e}; free buffers or ask for less") from e
       self.releases.run(wait_ms=10_000)
 
   def done(self, ticket: int) -> bool:
@@ -147,7 +152,7 @@ class Device:
   def ring(self, engine: str) -> Ring:
     self.check_open()
     if (r := self._rings.get(engine)) is None:
-      hw = self.iface.create_ring(engine, RING_SIZE[engine])
+      hw = self._with_room(f"the {engine} queue", lambda: self.iface.create_ring(engine, RING_SIZE[engine]))
       r = self._rings[engine] = Ring(hw, self.iface.sleep, self.iface.check_faults, f"{self} {engine} ring")
       if (prefix := self.backend.ring_prefix(engine)) is not None: r.prefix = array("I", prefix)
     return r

@@ -483,6 +483,25 @@ def test_out_of_memory_is_one_clear_error_and_loses_nothing(dev):
   again.free()
 
 
+def test_no_room_for_a_devices_first_queue_is_out_of_memory(spare_dev):
+  """A fresh device whose VRAM is full gets OutOfMemory at its first kernel (its compute queue needs VRAM), as an
+  allocation does; it was a bare MemoryError on MOCKPCI and an IoctlError (ENOMEM) on MOCKKFD. Once there is room the
+  same device runs the kernel."""
+  from rawgpu.errors import OutOfMemory
+  d = spare_dev
+  fill, out = prog(d, "fill"), d.alloc(256, host=True)
+  held, size = [], 1 << 26
+  while size >= 4096:
+    try: held.append(d.alloc(size))
+    except OutOfMemory: size //= 2
+  with pytest.raises(OutOfMemory, match=f"{re.escape(str(d))}: cannot allocate the compute queue: .*; free buffers or ask for less"):
+    fill(out, 5, 64, global_size=1, local_size=64)
+  for b in held: b.free()
+  fill(out, 5, 64, global_size=1, local_size=64)
+  d.synchronize()
+  assert list(out.numpy(np.uint32)[:64]) == [5] * 64
+
+
 def test_copy_sizes_and_signal_values_are_checked_not_cut(dev):
   a, b = dev.alloc(64).copyin(np.arange(16, dtype=np.uint32)), dev.alloc(64)
   ticket = dev.timeline_value
