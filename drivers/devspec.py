@@ -55,7 +55,8 @@ def parse_dev(spec: str) -> DevSpec:
   renderer, _, arch = tail.partition(":")
   if ":" in arch: raise DeviceSpecError(f"DEV={spec!r}: too many ':' after the vendor; the form is VENDOR[:RENDERER[:ARCH]]")
   if renderer and renderer.upper() not in RENDERERS[vendor]:
-    raise DeviceSpecError(f"DEV={spec!r}: unknown renderer {renderer!r} for {vendor}; valid: {', '.join(RENDERERS[vendor])}")
+    hint = f" ({renderer} is an arch: VENDOR::ARCH, with two colons, e.g. {vendor}::{renderer})" if renderer in ARCHS[vendor] else ""
+    raise DeviceSpecError(f"DEV={spec!r}: unknown renderer {renderer!r} for {vendor}; valid: {', '.join(RENDERERS[vendor])}{hint}")
   if arch and arch not in ARCHS[vendor]: raise DeviceSpecError(f"DEV={spec!r}: unknown arch {arch!r} for {vendor}; valid: {', '.join(ARCHS[vendor])}")
   iface, indices = None, None
   if plus:

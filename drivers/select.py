@@ -11,7 +11,9 @@ def _amd_pci(spec: DevSpec, system=None) -> list[Iface]:
   from rawgpu.drivers.system import SYSTEM
   system = system or SYSTEM
   boards = [i for i in pci.scan(vendor=0x1002, system=system) if supported(i)]
-  if not boards: raise DeviceNotFound("no supported AMD board on the PCI bus (supported: RX 7900 XTX/XT, RX 9070 XT)")
+  if not boards:
+    from rawgpu.drivers.am.boards import board_list
+    raise DeviceNotFound(f"no supported AMD board on the PCI bus (supported: {board_list()})")
   return _am_partitions(spec, [i.bus for i in boards], system)
 
 
@@ -24,11 +26,23 @@ def _am_partitions(spec: DevSpec, buses: list[str], system) -> list[Iface]:
   return [AMIface(parts[i][0], system, xcc=parts[i][1]) for i in _pick(spec, len(parts))]
 
 
+def _emulated_arch(spec: DevSpec) -> str:
+  """The arch of the emulated boards spec asks for; one whose AM support is in progress needs the flag that opens it
+  (the emulated kernel, too, boots its boards with AM)."""
+  import os
+  from rawgpu.drivers.devspec import IN_PROGRESS_ARCHS
+  arch = spec.arch or "gfx1100"
+  if arch in IN_PROGRESS_ARCHS.get(spec.iface, ()) and os.environ.get("RAWGPU_AM_IN_PROGRESS") != "1":
+    raise DeviceSpecError(f"DEV={spec}: the emulated {arch} is booted by AM, whose support for it is in progress "
+                          "(drivers/emu/amd/MI300.md): set RAWGPU_AM_IN_PROGRESS=1 to open it as far as it goes")
+  return arch
+
+
 def _amd_mockpci(spec: DevSpec) -> list[Iface]:
   from rawgpu.drivers.emu.mockpci import virtual_boards
   from rawgpu.drivers.am.boards import xccs_of
   from rawgpu.drivers.emu.amd.asic import asic
-  arch = spec.arch or "gfx1100"
+  arch = _emulated_arch(spec)
   per = xccs_of(asic(arch).device)   # MI300: a device per XCC
   want = max(spec.indices) + 1 if spec.indices else 1
   vbus, buses = virtual_boards(arch, -(-want // per))
@@ -48,7 +62,7 @@ def _amd_mockkfd(spec: DevSpec) -> list[Iface]:
   from rawgpu.drivers.emu.mockkfd import mock_kfd
   from rawgpu.drivers.kfd import KFDIface
   want = max(spec.indices) + 1 if spec.indices else 1
-  system = mock_kfd(spec.arch or "gfx1100", want)
+  system = mock_kfd(_emulated_arch(spec), want)
   return [KFDIface(i, system) for i in _pick(spec, want)]
 
 

@@ -2,7 +2,7 @@
 compiled against the kernel's amdgpu_ucode.h, finds at the offsets the headers name (amdgpu_ucode.c semantics).
 Also: pinning, missing files, corrupt and truncated files."""
 from __future__ import annotations
-import hashlib, os, shutil, subprocess
+import hashlib, os, re, shutil, subprocess
 import pytest
 from rawgpu.autogen.amd import psp as P
 from rawgpu.drivers.am import firmware as fw
@@ -156,6 +156,12 @@ def test_pins_are_sha256_of_the_package_files():
 def test_missing_file_names_the_package(tmp_path, monkeypatch):
   monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", str(tmp_path))
   with pytest.raises(FirmwareError, match="firmware-amd-graphics.*bookworm-backports"): fw.read_file("smu_13_0_0.bin")
+
+
+def test_a_firmware_dir_that_does_not_exist_is_said_so(tmp_path, monkeypatch):
+  monkeypatch.setenv("RAWGPU_FIRMWARE_DIR", str(tmp_path / "nonexistent"))
+  with pytest.raises(FirmwareError, match=f"RAWGPU_FIRMWARE_DIR={re.escape(str(tmp_path))}/nonexistent: no such directory .*smu_13_0_0.bin"):
+    fw.read_file("smu_13_0_0.bin")
 
 
 def _copy(src: str, dst, name: str) -> bytearray:

@@ -31,6 +31,7 @@ def test_good(text):
   ("PCI:3-1+AMD", "backwards"), ("PCI:a+AMD", "bad device index"), ("PCI:1,1+AMD", "repeated"),
   ("AMD::gfx9000", "unknown arch"), ("AMD:FOO", "unknown renderer"), ("MOCKUSB+AMD::gfx942", "emulated"),
   ("NVK+AMD", "unknown interface"), ("AMD:LLVM:gfx1100:x", "too many"),
+  ("MOCKPCI+AMD:gfx1201", r"gfx1201 is an arch: VENDOR::ARCH, with two colons, e\.g\. AMD::gfx1201"),
 ])
 def test_bad(text, words):
   with pytest.raises(DeviceSpecError, match=words) as e: parse_dev(text)
@@ -44,3 +45,21 @@ def test_emulated_flag():
 def test_an_in_progress_board_is_named_as_such():
   with pytest.raises(DeviceSpecError, match=r"models gfx1100, gfx1201 \(gfx942: in progress, with RAWGPU_AM_IN_PROGRESS=1\), not gfx1101"):
     parse_dev("MOCKPCI+AMD::gfx1101")
+
+
+@pytest.mark.parametrize("iface", ["MOCKPCI", "MOCKKFD"])
+def test_an_emulated_in_progress_board_asks_for_the_flag(iface, monkeypatch):
+  """The emulated MI300X is booted by AM (MOCKKFD's kernel too): without RAWGPU_AM_IN_PROGRESS the error says to set
+  it, before any board is made (it told users of an emulated board to "use KFD+AMD instead")."""
+  from rawgpu.drivers.select import open_ifaces
+  monkeypatch.delenv("RAWGPU_AM_IN_PROGRESS", raising=False)
+  with pytest.raises(DeviceSpecError, match=f"DEV={iface}\\+AMD::gfx942: the emulated gfx942 is booted by AM, .*set RAWGPU_AM_IN_PROGRESS=1"):
+    open_ifaces(f"{iface}+AMD::gfx942")
+
+
+def test_the_pci_scan_names_the_boards_am_supports(fake_pci):
+  from rawgpu.drivers.am.boards import BOARDS
+  from rawgpu.drivers.select import _amd_pci
+  from rawgpu.errors import DeviceNotFound
+  with pytest.raises(DeviceNotFound) as e: _amd_pci(parse_dev("PCI+AMD"), fake_pci({"0000:03:00.0": dict(vendor=0x1002, device=0x1478)}))
+  assert all(f"{d:04x} {b.name}" in str(e.value) for d, b in BOARDS.items())

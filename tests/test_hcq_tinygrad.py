@@ -436,7 +436,7 @@ def test_rawgpu_tinygrad_runs_a_script_unchanged_on_rawgpus_device(tmp_path):
                      capture_output=True, text=True, timeout=300)
   assert r.returncode == 3, r.stderr[-2000:]   # the script's exit status
   assert r.stdout.strip() == "RAWGPU [2.0, 4.0, 6.0]"
-  assert "rawgpu tinygrad: RAWGPU is MOCKPCI+AMD:gfx1201" in r.stderr
+  assert "rawgpu tinygrad: RAWGPU is MOCKPCI+AMD:gfx1201@0000:c1:00.0 (emulated GPU, not real hardware)" in r.stderr, r.stderr[-2000:]
   (tmp_path / "says.py").write_text("import sys\nsys.exit('a message')\n")   # Python prints the message and exits 1
   r = subprocess.run([sys.executable, "-c", _CLI, "tinygrad", "--dev", "MOCKPCI+AMD", str(tmp_path / "says.py")], capture_output=True, text=True, timeout=300)
   assert r.returncode == 1 and r.stderr.strip().endswith("a message"), r.stderr[-2000:]

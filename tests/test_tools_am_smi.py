@@ -121,6 +121,18 @@ def test_main_json_list_and_errors(capsys):
   assert e.value.code == 2
 
 
+def test_a_dev_that_is_not_an_emulated_board(capsys, monkeypatch):
+  """Another tool's DEV (tinygrad's DEV=CPU) is said to be ignored and the real boards are watched; MOCKKFD's boards
+  have no sensors to watch, which is said, instead of listing the real boards as if they were asked for."""
+  monkeypatch.setenv("DEV", "CPU")
+  assert main(["--list"], FakeSource()) == 0
+  out = capsys.readouterr()
+  assert "am-smi: ignoring DEV: DEV='CPU': unknown vendor" in out.err and BUS_B in out.out
+  monkeypatch.setenv("DEV", "MOCKKFD+AMD")
+  assert main(["--list"], FakeSource()) == 1
+  assert "publishes no sensors (hwmon, gpu_metrics) to read: use DEV=MOCKPCI+AMD" in capsys.readouterr().err
+
+
 def test_pids_and_kill(tree, capsys):
   killed = []
   tree.kill = lambda pid, sig: killed.append((pid, sig))

@@ -147,6 +147,13 @@ def test_decode_isa_says_where_it_stopped(tmp_path, capsys):
   assert "(3 bytes left): the rest is not decoded" in capsys.readouterr().out
 
 
+def test_decode_isa_with_another_arch_than_the_code_objects(capsys):
+  """A code object names its target: --arch that disagrees is the user's mistake, said as such (not "the device")."""
+  from rawgpu import kernels
+  assert cli.main(["decode", "isa", str(kernels.path("gfx1100", "fill")), "--arch", "gfx1201"]) == 1
+  assert "the code object is built for gfx1100, not gfx1201: drop --arch gfx1201" in capsys.readouterr().err
+
+
 def test_decode_arch_is_checked_as_usage(tmp_path, capsys, monkeypatch):
   monkeypatch.delenv("DEBUG", raising=False)
   (tmp_path / "a.bin").write_bytes(bytes(8))

@@ -14,7 +14,7 @@ from typing import Protocol
 from rawgpu.drivers import pci
 from rawgpu.drivers.am.metrics import SMUReading
 from rawgpu.drivers.devspec import dev_from_env
-from rawgpu.errors import DeviceNotFound
+from rawgpu.errors import DeviceNotFound, RawGPUError
 from rawgpu.tools.command import positive_int, run_command, seconds_arg
 from rawgpu.tools.hcq_smi import VENDORS, Host, bus_arg, end_process, holders
 
@@ -289,10 +289,25 @@ def main(argv: list[str] | None = None, source: MetricsSource | None = None, hos
   return run_command("am-smi", lambda: _run(args, source, host))
 
 
+def _emulated_spec():
+  """The emulated boards $DEV names, or None: am-smi watches the real boards otherwise. A DEV of another tool (such
+  as tinygrad's DEV=CPU) is said to be ignored; MOCKKFD's boards are its emulated kernel's, which publishes no sensors."""
+  from rawgpu.errors import DeviceSpecError
+  try: spec = dev_from_env()
+  except DeviceSpecError as e:
+    print(f"am-smi: ignoring DEV: {e}; watching the real boards", file=sys.stderr)
+    return None
+  if spec is None or spec.vendor != "AMD" or not spec.emulated: return None
+  if spec.iface != "MOCKPCI":
+    raise RawGPUError(f"DEV={spec}: am-smi watches emulated boards through MOCKPCI (the boards AM drives); MOCKKFD's emulated "
+                      "amdgpu publishes no sensors (hwmon, gpu_metrics) to read: use DEV=MOCKPCI+AMD")
+  return spec
+
+
 def _run(args, source: MetricsSource | None, host: Host | None) -> int:
-  spec = dev_from_env()
+  spec = _emulated_spec() if host is None else None
   keep = []  # emulated devices stay open while they are watched
-  if host is None and spec is not None and spec.vendor == "AMD" and spec.iface == "MOCKPCI": host, keep = emulated_host(spec)
+  if spec is not None: host, keep = emulated_host(spec)
   host = host or Host()
   if source is None:
     smu, why = smu_source(host)

@@ -77,7 +77,7 @@ def cmd_tinygrad(args) -> int:
   tinygrad._tinygrad()   # installed, and the version this runtime implements, before a device boots
   if not os.path.isfile(args.script): raise RawGPUError(f"no such script: {args.script}")
   dev, emulated = open_demo_device(args.dev)
-  print(f"rawgpu tinygrad: RAWGPU is {dev}{' (emulated GPU, not real hardware)' if emulated else ''}", file=sys.stderr)
+  print(f"rawgpu tinygrad: RAWGPU is {dev}{' (emulated GPU, not real hardware)' if emulated or dev.props.emulated else ''}", file=sys.stderr)
   try: return tinygrad.run_script(dev, args.script, args.args)
   finally:
     if not dev.closed: dev.close()
@@ -135,7 +135,9 @@ def _isa(data: bytes, arch: str | None) -> list[dict]:
     return out
   if data[:4] == b"\x7fELF":
     from rawgpu.hcq.amd.elf import load_code_object
-    co = load_code_object(data, arch)
+    co = load_code_object(data)
+    if arch is not None and not co.runs_on(arch):
+      raise RawGPUError(f"the code object is built for {co.target}, not {arch}: drop --arch {arch} (a code object names its own target)")
     arch = arch or co.target
     ends = sorted(v + m for v, m, fl, _ in co.segments if fl & 1)  # end of each executable segment
     out = []

@@ -24,6 +24,11 @@ BOARDS: dict[int, Board] = {
 # runs what is written (on MI300X: compute on one XCC, two copy engines). Not offered to real-hardware scans.
 IN_PROGRESS: dict[int, Board] = {0x74a1: Board("Instinct MI300X", "Aqua Vanjaram", xccs=8)}
 
+def board_list() -> str:
+  """The boards AM supports, for errors that name them."""
+  return ", ".join(f"{d:04x} {b.name}" for d, b in BOARDS.items())
+
+
 def xccs_of(device: int) -> int:
   """How many devices AM makes of a board with this PCI device id (its XCCs on MI300, else 1)."""
   return (BOARDS.get(device) or IN_PROGRESS.get(device) or Board("", "")).xccs

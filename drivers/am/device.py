@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, time
 from typing import Callable
 from rawgpu.drivers.am import discovery, facts as F, firmware, mm
-from rawgpu.drivers.am.boards import AMD_VENDOR, BOARDS, IN_PROGRESS, arch_of
+from rawgpu.drivers.am.boards import AMD_VENDOR, BOARDS, IN_PROGRESS, arch_of, board_list
 from rawgpu.drivers.am.gfx import GFX
 from rawgpu.drivers.am.gmc import GMC
 from rawgpu.drivers.am.ih import IH
@@ -60,7 +60,7 @@ class AMDevice:
       later = (f"; AM's {IN_PROGRESS[p.device].name} support is being written: RAWGPU_AM_IN_PROGRESS=1 opens it as far as it goes"
                if p.vendor == AMD_VENDOR and p.device in IN_PROGRESS else "")
       raise DeviceNotFound(f"{self.bus}: PCI {p.vendor:04x}:{p.device:04x} is not a board AM supports "
-                           f"(supported: {', '.join(f'{d:04x} {b.name}' for d, b in BOARDS.items())}){later}; use KFD+AMD instead")
+                           f"(supported: {board_list()}){later}; use KFD+AMD instead")
     self.board = IN_PROGRESS[p.device] if in_progress else BOARDS[p.device]
     if p.info.driver is not None and not probe:
       raise DeviceBusy(f"{self.bus} is bound to the kernel driver {p.info.driver}; unbind it first "

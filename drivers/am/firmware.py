@@ -68,6 +68,10 @@ def _read_all(system: System, path: str) -> bytes:
 
 
 def read_file(name: str, system: System = SYSTEM) -> FwFile:
+  env = os.environ.get("RAWGPU_FIRMWARE_DIR")
+  if env and not system.exists(env):
+    raise FirmwareError(f"RAWGPU_FIRMWARE_DIR={env}: no such directory (it names the folder that holds the amdgpu firmware files, "
+                        f"such as {name}); fix the path or unset it to search {', '.join(DIRS)} and ~/.cache/rawgpu/firmware")
   for d in _dirs():
     for suffix, unpack in (("", None), (".xz", lzma.decompress)):
       path = os.path.join(d, name + suffix)
