@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from rawgpu.drivers.iface import Mem
 from rawgpu.errors import RawGPUError
+from rawgpu.hcq.patch import as_index
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
@@ -13,8 +14,9 @@ class Local:
   """The value of a kernel's __local pointer argument: nbytes of LDS for each workgroup, placed after the kernel's own
   LDS at launch (OpenCL's clSetKernelArg with a size and no value)."""
   def __init__(self, nbytes: int):
-    if not isinstance(nbytes, int) or nbytes <= 0: raise RawGPUError(f"Local takes a positive number of bytes, not {nbytes!r}")
-    self.nbytes = nbytes
+    n = as_index(nbytes)
+    if n is None or n <= 0: raise RawGPUError(f"Local takes a positive number of bytes, not {nbytes!r}")
+    self.nbytes = n
 
   def __repr__(self) -> str: return f"Local({self.nbytes})"
 
@@ -129,8 +131,10 @@ class Buffer:
 
   def numpy(self, dtype=np.uint8) -> np.ndarray:
     """A copy of the buffer as a 1-D array of dtype."""
-    try: n = np.dtype(dtype).itemsize
+    try: dt = np.dtype(dtype)
     except TypeError: raise RawGPUError(f"numpy() takes a numpy dtype, not {dtype!r}") from None
+    if dt.hasobject: raise RawGPUError(f"numpy() takes a dtype of numbers, not {dt} (memory holds no Python objects)")
+    n = dt.itemsize
     if self.size % n: raise RawGPUError(f"{self} is not a whole number of {np.dtype(dtype)} ({n} bytes each); take a view of a multiple of {n} bytes")
     return np.frombuffer(self.copyout(), dtype=dtype)
 
@@ -156,6 +160,7 @@ def _bytes_of(obj, what: str, writable: bool = False) -> memoryview:
   """obj's bytes as a flat memoryview. A source that is not contiguous is gathered into a copy; a destination must
   be the memory itself (writing into a gathered copy would lose the data), so it is refused instead."""
   if isinstance(obj, np.ndarray):
+    if obj.dtype.hasobject: raise RawGPUError(f"{what}: an array of Python objects ({obj.dtype}) has no bytes to copy; give an array of numbers")
     if not obj.flags.c_contiguous:
       if writable: raise RawGPUError(f"{what}: the array is not C-contiguous (strides {obj.strides}); pass np.ascontiguousarray(...) and copy back, or a contiguous slice")
       obj = np.ascontiguousarray(obj)
@@ -171,5 +176,6 @@ def _bytes_of(obj, what: str, writable: bool = False) -> memoryview:
 
 def check_copy_size(size) -> int:
   """A copy's byte count as given by a caller: an int of 0 or more."""
-  if not isinstance(size, int) or size < 0: raise RawGPUError(f"a copy takes a size of 0 or more bytes, not {size!r}")
-  return size
+  n = as_index(size)
+  if n is None or n < 0: raise RawGPUError(f"a copy takes a size of 0 or more bytes, not {size!r}")
+  return n

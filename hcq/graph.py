@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
 from rawgpu.hcq.buffer import Buffer, GraphUses, check_copy_size
-from rawgpu.hcq.patch import Var, check_u64
+from rawgpu.hcq.patch import Var, as_index, check_u64, check_wait_ref
 from rawgpu.hcq.signal import check_signal
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
@@ -111,6 +111,11 @@ class Graph:
     prg.check_loaded()
     if dynamic_lds or prg._locals: prg, args = prg.with_lds_args(args, dynamic_lds)
     prg.check_arg_count(args)
+    scratch = memoryview(bytearray(prg.kernarg_size))   # each value given now is checked as a launch checks it
+    for a, meta in zip(args, prg.args):
+      if isinstance(a, Input): continue
+      if prg.takes_buffer(meta): prg.address_of(meta, a)
+      else: prg._pack_one(scratch, meta, a, 0)
     (gs, g_in), (ls, l_in) = _dims_and_inputs(global_size), _dims_and_inputs(local_size)
     g, l = _checked_dims(prg, gs, ls, check_workgroup=not l_in)   # a workgroup with inputs is checked at replay
     self._add_node("exec", len(self.launches), after)   # (checks after=: a refused launch leaves nothing behind)
@@ -129,7 +134,7 @@ class Graph:
     if not all(isinstance(b, (Buffer, Input)) for b in (dst, src)): raise RawGPUError("graph copies take Buffers or graph inputs")
     sizes = [b.size for b in (dst, src) if isinstance(b, Buffer)]
     if size is None and len(sizes) < 2: raise RawGPUError("a graph copy with an input needs its size")
-    n = min(sizes) if size is None else check_copy_size(size)
+    n = src.size if size is None else check_copy_size(size)   # (all of src by default, as Device.transfer)
     if sizes and n > min(sizes): raise RawGPUError(f"graph copy of {n} bytes does not fit a {min(sizes)}-byte buffer")
     if n: self._add_node("copy", (dst, src, n, on or self.dev), after)   # 0 bytes: nothing to copy or order
     return self
@@ -146,7 +151,9 @@ class Graph:
 
   def _sync_node(self, kind: str, signal, value, on, after) -> "Graph":
     self._check_recording()
-    if not isinstance(value, (int, Input)): raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
+    if not isinstance(value, Input):
+      if as_index(value) is None: raise RawGPUError(f"a graph {kind} takes an int or a graph input as its value, not {type(value).__name__}")
+      value = (check_wait_ref if kind == "wait" else check_u64)(value, f"a graph {kind}")   # refused now, not at the first replay
     check_signal(signal, f"a graph {kind} takes")
     self._add_node(kind, (signal, value, on or self.dev), after)
     return self
@@ -204,6 +211,16 @@ class Graph:
     for r in {id(r): r for r in (b._root() for b in recorded if isinstance(b, Buffer))}.values():
       r.recorded_by(self.uses)   # its replays count as their uses (Buffer.owner_use, peer_uses)
       if r.freed: self.lost = self.lost or r
+    # recorded buffers that devices other than their own use: a replay checks their device is open and still mapped
+    users: dict[int, tuple] = {}
+    for prg, args, _, _ in self.launches:
+      for a in args:
+        if isinstance(a, Buffer) and a._root().dev is not prg.dev: users.setdefault(id(a._root()), (a._root(), set()))[1].add(prg.dev)
+    for k, w in self.nodes:
+      if k == "copy":
+        for b in w[:2]:
+          if isinstance(b, Buffer) and b._root().dev is not w[3]: users.setdefault(id(b._root()), (b._root(), set()))[1].add(w[3])
+    self.foreign = [(r, tuple(ds)) for r, ds in users.values()]
     if len(self.devices) > 1: self.dev._graphs.add(self)   # (its close waits for the others' shares)
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals, and the
       d.map(self.ka)             # replay starts after their earlier work on its buffers (_start, _earlier_work)
@@ -474,8 +491,9 @@ class Graph:
       for kind, ins in enumerate(self.dim_inputs[i]):
         for axis, inp in ins.items():
           v = inputs[inp.name] if inp.name in inputs else self.cur[inp.name]
-          if type(v) is not int or v < 1: raise RawGPUError(f"graph input {inp.name!r} is a launch dimension of kernel {prg.name}: give a positive int, not {v!r}")
-          dims[kind][axis] = v
+          n = as_index(v)
+          if n is None or n < 1: raise RawGPUError(f"graph input {inp.name!r} is a launch dimension of kernel {prg.name}: give a positive int, not {v!r}")
+          dims[kind][axis] = n
       try: out[i] = _checked_dims(prg, *dims, check_workgroup=bool(self.dim_inputs[i][1]))
       except RawGPUError as e: raise RawGPUError(f"graph replay: {e}") from None
     return out
@@ -494,10 +512,17 @@ class Graph:
     """Every buffer the replay would touch is still allocated: those recorded in the graph, the inputs given, and
     those kept from the last replay (the GPU would otherwise write memory that may belong to someone else by now)."""
     if self.lost is not None: raise RawGPUError(f"{self.dev}: graph replay: {self.lost}, recorded in the graph, was freed; free a graph's buffers after its last replay")
+    for d in self.devices[1:]:
+      if d.closed: raise RawGPUError(f"{self.dev}: graph replay: {d}, which runs part of the graph, is closed; record a new graph")
+    for r, users in self.foreign:   # (a closed device's memory is gone: its peers' mappings of it went with it)
+      if r.dev.closed: raise RawGPUError(f"{self.dev}: graph replay: {r}, recorded in the graph, belonged to {r.dev}, which is closed; record a new graph")
+      for u in users:
+        if not u.maps(r): raise RawGPUError(f"{self.dev}: graph replay: {r}, recorded in the graph, is no longer mapped to {u}; call {u}.map(buffer) first")
     for name, v in (self.cur | inputs).items():
-      if isinstance(v, Buffer) and v._root().freed:
+      if isinstance(v, Buffer) and (v._root().freed or v._root().dev.closed):
         kept = "" if name in inputs else ", kept from the last replay,"
-        raise RawGPUError(f"{self.dev}: graph replay: input {name!r}{kept} is {v}, which was freed; give a live buffer")
+        why = "which was freed" if v._root().freed else f"of {v._root().dev}, which is closed"
+        raise RawGPUError(f"{self.dev}: graph replay: input {name!r}{kept} is {v}, {why}; give a live buffer")
 
   def _input_checks(self, name: str) -> list:
     """What a value of input `name` must pass before anything is written (kernel arguments check in their writer)."""
@@ -524,10 +549,10 @@ class Graph:
       def copy_address(v, t, slot=slot, off=off): vals[slot] = v.va + off
       out.append(copy_address)
     if name in self.value_sites:
-      def signal_value(v, t): vals[f"value:{name}"] = v
+      def signal_value(v, t): vals[f"value:{name}"] = as_index(v)   # (checked: numpy's ints become Python's)
       out.append(signal_value)
     if name in self.dim_sites:   # the launches' hidden arguments follow in _relaunch
-      def dimension(v, t): vals[f"dim:{name}"] = v
+      def dimension(v, t): vals[f"dim:{name}"] = as_index(v)
       out.append(dimension)
     if name not in self.sites: return out
     sites = self.sites[name]
@@ -536,7 +561,15 @@ class Graph:
     if spread is not None:
       words, at = spread
       if meta.size == 8 and prg.takes_buffer(meta):
-        def pointer(v, t): words[at] = prg.address_of(meta, v)   # its use is recorded with the graph's other buffers
+        # each device with a site must reach the buffer (checked by one program of each); its use is recorded with
+        # the graph's other buffers
+        checkers = list({id(p2.dev): (p2, m2) for _, m2, p2, _ in sites}.values())
+        if len(checkers) == 1:
+          def pointer(v, t): words[at] = prg.address_of(meta, v)
+        else:
+          def pointer(v, t):
+            for p2, m2 in checkers: p2.address_of(m2, v)
+            words[at] = v.va
         out.append(pointer)
       else:
         def value(v, t):
@@ -544,11 +577,14 @@ class Graph:
           words[at] = words[at[0]]
         out.append(value)
       return out
-    others = [(kv2, meta2, prg2, _kind(prg2, meta2) == _kind(prg, meta)) for kv2, meta2, prg2, _ in sites[1:]]
+    # sites of the same kind take the same bytes; a pointer's on another device once that device is seen to reach it
+    others = [(kv2, meta2, prg2, _kind(prg2, meta2) == _kind(prg, meta), prg2.dev is not prg.dev and prg2.takes_buffer(meta2))
+              for kv2, meta2, prg2, _ in sites[1:]]
     def each_site(v, t):
       prg._pack_one(kv, meta, v, t)
       raw = bytes(kv[meta.offset:meta.offset + meta.size])
-      for kv2, meta2, prg2, same_bytes in others:
+      for kv2, meta2, prg2, same_bytes, peer_pointer in others:
+        if peer_pointer: prg2.address_of(meta2, v)
         if same_bytes: kv2[meta2.offset:meta2.offset + meta2.size] = raw
         else: prg2._pack_one(kv2, meta2, v, t)
     out.append(each_site)

@@ -5,15 +5,32 @@ packet with two probe values and comparing (so any emitter works, and a field th
 low/high dword of a 64-bit value, is refused). On submit only the slots whose value changed are rewritten.
 """
 from __future__ import annotations
+import operator
 from dataclasses import dataclass
 from typing import Callable
 from rawgpu.errors import RawGPUError
 
 
+def as_index(v) -> int | None:
+  """v as a Python int where it is an integer (numpy's too), else None."""
+  if type(v) is int: return v
+  try: return operator.index(v)
+  except TypeError: return None
+
+
 def check_u64(v, what: str) -> int:
   """A value for a 64-bit field (a signal value, a wait reference, a patch slot): refused rather than cut to its low
   bits."""
-  if not isinstance(v, int) or not 0 <= v < 1 << 64: raise RawGPUError(f"{what} takes an int in 0..2^64-1, not {v!r}")
+  i = as_index(v)
+  if i is None or not 0 <= i < 1 << 64: raise RawGPUError(f"{what} takes an int in 0..2^64-1, not {v!r}")
+  return i
+
+
+def check_wait_ref(v, what: str) -> int:
+  """A wait's reference: WAIT_REG_MEM and POLL_REGMEM compare the low 32 bits of memory with 32 bits, so a value of
+  2^32 or more cannot be waited for (the timeline stays below it, graph.SYNC_LIMIT)."""
+  v = check_u64(v, what)
+  if v >> 32: raise RawGPUError(f"{what} for {v:#x}: the engine compares 32 bits, so a value of 2^32 or more cannot be waited for")
   return v
 
 

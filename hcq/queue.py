@@ -74,7 +74,7 @@ class HWQueue:
       if cur.get(name) == v: continue
       sl = slots.get(name)
       if sl is None: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
-      check_u64(v, f"patch slot {name!r}")
+      v = check_u64(v, f"patch slot {name!r}")
       if v >> 32 and self.narrow(name): raise RawGPUError(f"patch slot {name!r} is a 32-bit field (a wait's reference: the engine compares 32 bits); {v:#x} does not fit")
       for idx, shift in sl: words[idx] = (v >> shift) & 0xffffffff
       cur[name] = v

@@ -12,6 +12,10 @@ SPIN_S = 0.002    # a wait spins this long before it sleeps between looks (short
 FAULT_CHECK_S = 0.0002   # ... asking the interface for faults this often meanwhile (on KFD that is an ioctl)
 
 
+def check_timeout(timeout_ms, what: str) -> None:
+  if not isinstance(timeout_ms, (int, float)) or timeout_ms != timeout_ms: raise RawGPUError(f"{what}: timeout_ms takes a number of milliseconds, not {timeout_ms!r}")
+
+
 def check_signal(obj, what: str) -> None:
   """obj is a Signal (or a stand-in with its addresses, as the encoders' tests give): what a queue waits on and writes."""
   if not hasattr(obj, "timestamp_va"): raise RawGPUError(f"{what} a Signal (Device.new_signal()), not {type(obj).__name__}")
@@ -49,10 +53,10 @@ class Signal:
     """Wait until value >= `value` (as the GPU compares: 32-bit wrap-safe is the timeline's job). The timeout counts
     from the last change of the signal, so long work that keeps progressing never times out. Its DeviceTimeout
     decodes the last commands submitted and dumps them (report=False: the bare timeout, for a caller expecting one)."""
-    check_u64(value, f"a wait on {self.name}")
+    value = check_u64(value, f"a wait on {self.name}")
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
     self._check_device()
-    if not isinstance(timeout_ms, (int, float)) or timeout_ms != timeout_ms: raise RawGPUError(f"a wait on {self.name}: timeout_ms takes a number of milliseconds, not {timeout_ms!r}")
+    check_timeout(timeout_ms, f"a wait on {self.name}")
     try: self._poll(value, timeout_ms, report)
     except (DeviceFault, DeviceNotFound) as e:   # the device's, whichever signal saw it: recover() and later waits know
       self.dev.faulted = self.dev.faulted or str(e).splitlines()[0]

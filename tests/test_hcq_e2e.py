@@ -232,6 +232,9 @@ def test_graph_launch_dimensions_are_inputs(dev, cov):
   out.copyin(np.zeros(4 * n, np.uint32))
   dev.wait_timeline(g.replay(gy=1))   # the others as the last replay that ran left them
   assert np.array_equal(out.numpy(np.uint32), _dims_expected(n, 5, 1, 16))
+  out.copyin(np.zeros(4 * n, np.uint32))
+  dev.wait_timeline(g.replay(gx=np.int64(2), lx=np.uint16(64)))   # numpy's ints, as a launch takes them
+  assert np.array_equal(out.numpy(np.uint32), _dims_expected(n, 2, 1, 64))
 
 
 def _wait_until(cond, what: str, timeout_s: float = 10) -> None:
@@ -1141,6 +1144,10 @@ def test_local_pointer_arguments_get_lds_at_launch(dev):
   with pytest.raises(RawGPUError, match=r"argument #2 .* is a __local pointer; pass rawgpu.hcq.Local"): k(X, out, X, Local(4), global_size=4, local_size=256)
   with pytest.raises(RawGPUError, match="do not fit"): k(X, out, Local(dev.props.lds_size), Local(4), global_size=4, local_size=256)
   with pytest.raises(RawGPUError, match="positive"): Local(0)
+  # a negative dynamic_lds is refused with Locals too (it was taken from theirs: a workgroup got 4 bytes of LDS)
+  for launch in (lambda: k(X, out, Local(4 * 256), Local(4), global_size=4, local_size=256, dynamic_lds=-1020),
+                 lambda: Graph(dev).exec(k, X, out, Local(4 * 256), Local(4), global_size=4, local_size=256, dynamic_lds=-4)):
+    with pytest.raises(RawGPUError, match="dynamic_lds is a number of bytes after the kernel's own LDS \\(0 or more\\), not -"): launch()
 
 
 def test_hidden_dynamic_lds_size_says_what_the_launch_added(dev):
@@ -1245,6 +1252,52 @@ def test_graph_copies_take_inputs(dev):
     dev.wait_timeline(g.replay(src=s_buf))
     assert np.all(out.numpy() == k)
   with pytest.raises(RawGPUError, match="at least"): g.replay(src=dev.alloc(16))
+
+
+def test_numpy_ints_objects_and_timeouts_at_the_edges_of_the_api(dev):
+  """numpy's ints are taken wherever a size is (transfer, Local); arrays of Python objects are one clear error, not a
+  numpy traceback; a launch's bad timeout_ms is refused before the kernel is queued (it took a ticket)."""
+  from rawgpu.hcq import Local
+  a, b = dev.alloc(64).copyin(np.arange(16, dtype=np.uint32)), dev.alloc(64)
+  dev.transfer(b, a, np.int64(8))
+  assert list(b.numpy(np.uint32)[:2]) == [0, 1] and Local(np.int64(4)).nbytes == 4
+  with pytest.raises(RawGPUError, match="an array of Python objects \\(object\\) has no bytes to copy"): a.copyin(np.array([1, "x"], dtype=object))
+  with pytest.raises(RawGPUError, match="numpy\\(\\) takes a dtype of numbers, not object"): a.numpy(object)
+  fill = prog(dev, "fill")   # (loading may take a ticket: on KFD its code is copied in)
+  ticket = dev.timeline_value
+  with pytest.raises(RawGPUError, match="kernel fill_u32: timeout_ms takes a number of milliseconds, not '5'"):
+    fill(b, 1, 16, local_size=16, wait=True, timeout_ms="5")
+  assert dev.timeline_value == ticket
+
+
+def test_a_graph_refuses_at_the_call_what_its_replay_would(dev):
+  """Values given when a node is recorded are checked as a launch (or a queue's signal and wait) checks them, at
+  the call: they were taken, and the first replay failed, which left the graph dead."""
+  fill = prog(dev, "fill")
+  out, gone = dev.alloc(256), dev.alloc(256)
+  gone.free()
+  g = Graph(dev)
+  for bad, words in (((out, 1.5, 64), "argument #1 \\(uint\\) is an integer"), ((7, 1, 64), "argument #0 \\(uint\\*\\) is a pointer"),
+                     ((gone, 1, 64), "was freed")):
+    with pytest.raises(RawGPUError, match=words): g.exec(fill, *bad, local_size=64)
+  sig = dev.new_signal("graph checks")
+  with pytest.raises(RawGPUError, match="a graph signal takes an int in 0..2\\^64-1, not -1"): g.signal(sig, -1)
+  with pytest.raises(RawGPUError, match="a graph wait for 0x200000000: the engine compares 32 bits"): g.wait(sig, 1 << 33)
+  g.exec(fill, out, np.uint32(3), 64, local_size=64).signal(sig, np.int64(5))   # nothing refused was recorded
+  dev.wait_timeline(g.replay())
+  assert list(out.numpy(np.uint32)[:64]) == [3] * 64 and sig.value == 5
+  dev.free_signal(sig)
+
+
+def test_a_graph_copy_without_a_size_copies_all_of_src_or_refuses(dev):
+  """As Device.transfer: all of src, refused where dst is smaller (it copied dst's size of src without a word)."""
+  src, small = dev.alloc(4096).copyin(np.arange(1024, dtype=np.uint32)), dev.alloc(1024)
+  with pytest.raises(RawGPUError, match="graph copy of 4096 bytes does not fit a 1024-byte buffer"): Graph(dev).copy(small, src)
+  big = dev.alloc(8192)
+  dev.wait_timeline(Graph(dev).copy(big, src).replay())
+  assert np.array_equal(big.numpy(np.uint32)[:1024], np.arange(1024, dtype=np.uint32))
+  dev.wait_timeline(Graph(dev).copy(small, src, np.int64(1024)).replay())   # a size as numpy's int, as transfer takes it
+  assert np.array_equal(small.numpy(np.uint32), np.arange(256, dtype=np.uint32))
 
 
 def test_copies_and_kernels_share_the_timeline_in_submission_order(dev):

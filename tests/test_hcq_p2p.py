@@ -593,3 +593,48 @@ def test_a_busy_or_hung_peer_does_not_hold_up_close():
   finally:
     flag.cpu()[:4] = (7).to_bytes(4, "little")
     b.close()
+
+
+def test_a_graph_replay_refuses_what_a_closed_peer_took_with_it():
+  """A graph on A that copies from B's buffer (mapped to A): once B is closed its memory, and A's mapping of it, are
+  gone, so the replay is refused as a transfer would be. It ran, and A's copy engine faulted on the unmapped page."""
+  need_firmware()
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.graph import Graph
+  b, a = Device("MOCKPCI:3+AMD"), Device("MOCKPCI:2+AMD")
+  try:
+    ra, zb = a.alloc(4096), b.alloc(4096).copyin(np.arange(1024, dtype=np.uint32))
+    a.map(zb)
+    g = Graph(a).copy(ra, zb)
+    a.wait_timeline(g.replay(), timeout_ms=5000)
+    assert list(ra.numpy(np.uint32)[:4]) == [0, 1, 2, 3]
+    b.close()
+    with pytest.raises(RawGPUError, match=f"graph replay: .*, recorded in the graph, belonged to {re.escape(str(b))}, which is closed"): g.replay()
+    x = a.alloc(4096, host=True)
+    assert not a.faulted
+    a.transfer(ra, x)   # A's engines go on
+    a.synchronize()
+  finally:
+    a.close(); b.close()
+
+
+def test_a_graph_pointer_input_must_reach_every_device_that_takes_it(pair):
+  """One input taken by a kernel on A and one on B: a buffer of A that B does not map is refused before anything is
+  queued, as a launch on B is. Only the first site's device was checked: B's kernel wrote through an unmapped
+  address (a fault on B, and a replay that never ended)."""
+  a, b = pair
+  from rawgpu.hcq.graph import Graph
+  fa, fb = prog(a, "fill"), prog(b, "fill")
+  mapped, unmapped = a.alloc(1024), a.alloc(1024)
+  b.map(mapped)
+  g = Graph(a)
+  x = g.input("x")
+  g.exec(fa, x, 1, 256, local_size=256).exec(fb, x, 2, 128, local_size=128)
+  a.wait_timeline(g.replay(x=mapped), timeout_ms=10_000)
+  assert list(mapped.numpy(np.uint32)[[0, 127, 128, 255]]) == [2, 2, 1, 1]
+  ticket = a.timeline_value
+  if one_board(a, b): pytest.skip("two XCCs of one board share its page tables: every buffer of A reaches B")
+  with pytest.raises(RawGPUError, match=f"argument #0 .* lives on {re.escape(str(a))}, not mapped to {re.escape(str(b))}"): g.replay(x=unmapped)
+  assert a.timeline_value == ticket   # refused before a ticket was taken
+  a.wait_timeline(g.replay(x=mapped), timeout_ms=10_000)   # the graph goes on with a buffer both reach
+  b.synchronize()

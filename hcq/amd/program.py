@@ -8,6 +8,7 @@ from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
 from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, KERNARG_ADDRESS_AT, fill_dispatch_packet
 from rawgpu.hcq.buffer import Buffer, Local
+from rawgpu.hcq.signal import check_timeout
 
 if TYPE_CHECKING:
   from rawgpu.hcq.amd.backend import AMDBackend
@@ -127,8 +128,10 @@ class AMDProgram:
     return p
 
   def _lds_bytes(self, n) -> int:
-    try: return operator.index(n)   # (numpy's ints too)
+    try: n = operator.index(n)   # (numpy's ints too)
     except TypeError: raise RawGPUError(f"kernel {self.name}: dynamic_lds takes a number of bytes (an int), not {n!r}") from None
+    if n < 0: raise RawGPUError(f"kernel {self.name}: dynamic_lds is a number of bytes after the kernel's own LDS (0 or more), not {n}")
+    return n
 
   def with_lds_args(self, args: tuple, dynamic_lds: int = 0) -> tuple["AMDProgram", tuple]:
     """The program with the LDS its launch adds (its __local pointer arguments' Locals, in order, each aligned as the
@@ -254,6 +257,7 @@ class AMDProgram:
       return prg(*args, global_size=global_size, local_size=local_size, wait=wait, timing=timing, timeout_ms=timeout_ms, report=report)
     dev = self.dev
     if dev.closed: dev.check_open()
+    if timeout_ms is not None: check_timeout(timeout_ms, f"kernel {self.name}")   # (before anything is queued)
     prof = dev._profiler
     key = (global_size, local_size, "profile" if prof is not None else bool(timing))   # ("profile" is the Profiler's)
     try: ln = self._templates[key]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from rawgpu.autogen.amd import hsa
 from rawgpu.errors import RawGPUError
 from rawgpu.hcq.amd import pm4
-from rawgpu.hcq.patch import Var, check_u64
+from rawgpu.hcq.patch import Var, check_u64, check_wait_ref
 from rawgpu.hcq.queue import HWQueue
 from rawgpu.hcq.signal import Signal, check_signal
 
@@ -30,12 +30,8 @@ def _value(v: int | Var, what: str) -> int | Var:
 
 
 def _wait_ref(v: int | Var, what: str) -> int | Var:
-  """A wait's reference: WAIT_REG_MEM and POLL_REGMEM compare the low 32 bits of memory with 32 bits, so a value of
-  2^32 or more cannot be waited for (the timeline stays below it, graph.SYNC_LIMIT)."""
-  v = _value(v, what)
-  if isinstance(v, int) and v >> 32:
-    raise RawGPUError(f"{what} for {v:#x}: the engine compares 32 bits, so a value of 2^32 or more cannot be waited for")
-  return v
+  """A wait's reference given now (patch.check_wait_ref); a patch slot's is checked when it is patched."""
+  return v if isinstance(v, Var) else check_wait_ref(v, what)
 
 
 def _wake(be: "AMDBackend") -> tuple[int, int] | None:
