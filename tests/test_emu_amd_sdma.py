@@ -265,6 +265,30 @@ def test_poll_regmem_sub_ops_that_are_other_packets_stop_the_queue(d, S, sub):
   assert d.board.unmodelled == [f"SDMA engine 0 queue 0: {hung}"]
 
 
+def register_write(d, S, reg: int, value: int, byte_en: int = 0xf) -> list[int]:
+  """A register write as amdgpu emits it (*_ring_emit_wreg): SDMA 6's SRBM_WRITE takes byte enables and the dword
+  address; SDMA 7's REGISTER_WRITE, the same opcode, the byte address and the whole dword."""
+  if d.board.sdma.engines[0].v7: return [hdr(S, "SRBM_WRITE"), reg << 2, value]
+  return [hdr(S, "SRBM_WRITE") | (byte_en << 28), reg, value]
+
+
+def test_a_register_write_in_each_versions_form(d, S):
+  """amdgpu's own form writes the register on both SDMA 6 and 7 (SDMA 7's was read as SDMA 6's, with no byte
+  enabled and the byte address taken for a dword one: nothing was written); SDMA 6's byte enables write only theirs."""
+  reg = d.board.regs.addr("gc", "regSCRATCH_REG0")
+  d.wr("gc", "regSCRATCH_REG0", 0x11111111)
+  q = SDMARing(d)
+  q.submit(register_write(d, S, reg, 0xcafef00d))
+  q.run()
+  assert d.rd("gc", "regSCRATCH_REG0") == 0xcafef00d
+  if not d.board.sdma.engines[0].v7:
+    d.wr("gc", "regSDMA0_QUEUE0_RB_CNTL", 0)
+    q = SDMARing(d)
+    q.submit(register_write(d, S, reg, 0x22334455, byte_en=0b0011))
+    q.run()
+    assert d.rd("gc", "regSCRATCH_REG0") == 0xcafe4455
+
+
 def test_srbm_write_is_refused_in_an_unprivileged_queue(d, S):
   """A user queue (RB_PRIV=0) may not write registers: the engine refuses SRBM_WRITE with its interrupt
   (SDMA_SRBMWRITE, "SRBM write Protection") and, in this model, stops."""
@@ -273,7 +297,7 @@ def test_srbm_write_is_refused_in_an_unprivileged_queue(d, S):
   for priv in (1, 0):
     d.wr("gc", "regSDMA0_QUEUE0_RB_CNTL", 0)   # off, then set up again (as a user queue the second time)
     q = SDMARing(d, priv=priv)
-    q.submit([hdr(S, "SRBM_WRITE") | (0xf << 28), reg, 0xcafe0000 | priv])
+    q.submit(register_write(d, S, reg, 0xcafe0000 | priv))
     q.run()
   assert d.rd("gc", "regSCRATCH_REG0") == 0xcafe0001   # the privileged queue's write, not the user queue's
   assert "unprivileged" in d.board.sdma.engines[0].queues[0].hung

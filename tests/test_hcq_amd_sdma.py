@@ -263,3 +263,24 @@ def test_gcr_matches_the_kernel_and_rocr_forms():
   assert k == [S6.SDMA_OP_GCR_REQ, 0, (sdma.GCR_KERNEL_INV & 0xffff) << 16, sdma.GCR_KERNEL_INV >> 16, 0] and sdma.GCR_KERNEL_INV == 0xC3A1
   assert sdma.gcr(sdma.GCR_USER_INV, user=True, version=(7, 0)) == [S6.SDMA_OP_GCR_REQ | 1 << 8, 0, 0xC3C00000, 0, 0]
   with pytest.raises(ValueError, match="no GCR"): sdma.gcr(sdma.GCR_KERNEL_INV, version=(4, 4))
+
+
+def test_decoder_reads_on_past_the_packets_amdgpu_puts_on_its_rings():
+  """Packets rawgpu does not emit but the engine runs (and a ring shared with amdgpu holds) are decoded by their
+  header's layout, and decoding goes on after them: a broadcast COPY_LINEAR (9 dwords: it was read as 7), INDIRECT,
+  SRBM_WRITE (SDMA 7's REGISTER_WRITE: a byte address) and POLL_REGMEM's VM_INVALIDATION sub-op."""
+  fence = sdma.fence(0x4000, 7)
+  bcast = [S.SDMA_PKT_COPY_LINEAR_HEADER_OP(S.SDMA_OP_COPY) | S.SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_BROADCAST(1), 199, 0,
+           0x1000, 0, 0x2000, 0, 0x3000, 0x1]
+  ib = [S.SDMA_PKT_INDIRECT_HEADER_OP(S.SDMA_OP_INDIRECT) | S.SDMA_PKT_INDIRECT_HEADER_VMID(3), 0x10000, 0, 8, 0, 0]
+  wreg = [S.SDMA_PKT_SRBM_WRITE_HEADER_OP(S.SDMA_OP_SRBM_WRITE) | S.SDMA_PKT_SRBM_WRITE_HEADER_BYTE_EN(0xf), 0x1234, 5]
+  inv = [S.SDMA_PKT_VM_INVALIDATION_HEADER_OP(S.SDMA_OP_POLL_REGMEM) | S.SDMA_PKT_VM_INVALIDATION_HEADER_SUB_OP(S.SDMA_SUBOP_VM_INVALIDATION)
+         | S.SDMA_PKT_VM_INVALIDATION_HEADER_GFX_ENG_ID(17) | S.SDMA_PKT_VM_INVALIDATION_HEADER_MM_ENG_ID(0x1f), 1, 0xffffffff, 0x1f]
+  ps = sdma.decode_sdma(bcast + fence + ib + fence + wreg + fence + inv + fence)
+  assert [p.name for p in ps] == ["COPY_BROADCAST_LINEAR", "FENCE", "INDIRECT", "FENCE", "SRBM_WRITE", "FENCE", "VM_INVALIDATION", "FENCE"]
+  assert (ps[0].fields["dst1_addr"], ps[0].fields["dst2_addr"]) == (0x2000, 0x1_0000_3000) and ps[2].fields["ib_base"] == 0x10000
+  assert ps[2].fields["ib_size"] == 8 and ps[4].fields["addr"] == 0x1234 and ps[6].fields["gfx_eng_id"] == 17
+  assert all(p.fields["data"] == 7 for p in ps[1::2])
+  v7 = sdma.decode_sdma([S.SDMA_PKT_SRBM_WRITE_HEADER_OP(S.SDMA_OP_SRBM_WRITE), 0x1234 << 2, 5] + fence, (7, 0))
+  assert [(p.name, p.fields.get("addr")) for p in v7] == [("REGISTER_WRITE", 0x1234 << 2), ("FENCE", 0x4000)]
+  assert "COPY_BROADCAST_LINEAR broadcast=0x1 count=0xc7(200 bytes)" in sdma.format_sdma(bcast)

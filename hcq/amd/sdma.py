@@ -3,7 +3,8 @@
 Every packet's dword layout comes from rawgpu.autogen.amd.sdma_v6 (the kernel's sdma_v6_0_0_pkt_open.h, which also
 describes SDMA 7): the fields of dword <NAME> of packet <PKT> are SDMA_PKT_<PKT>_<NAME>_<field>_{offset,mask,shift}.
 The packets used here have the same layout on SDMA 4 and 5 (vega10/navi10 headers) except that their count fields are
-22 bits wide, which the chunk sizes respect. SDMA 4 (version < (5, 0)) packets are built and decoded from
+22 bits wide there, which the chunk sizes respect (SDMA 5.2 takes 30 bits, as Mesa's SDMA_V5_2_COPY_MAX_BYTES does,
+where navi10's header still says 22). SDMA 4 (version < (5, 0)) packets are built and decoded from
 rawgpu.autogen.amd.sdma_v4 (vega10_sdma_pkt_open.h), which has no cache-policy/cpv/mtype fields.
 Values amdgpu and Mesa program (fence mtype, poll retry) are noted.
 """
@@ -101,7 +102,19 @@ def _layouts(M) -> list[Layout]:
             "write"),
     _layout(M, "TRAP", M.SDMA_OP_TRAP, 0, ("HEADER", "INT_CONTEXT")),
     _layout(M, "NOP", M.SDMA_OP_NOP, 0, ("HEADER",), "nop"),
-  ] + ([] if not hasattr(M, "SDMA_OP_GCR_REQ") else _gcr_layouts(M))   # SDMA 4 has no GCR packet
+    # not emitted here, but amdgpu puts them on its rings (*_ring_emit_ib, _emit_wreg, the GPU TLB flush) and the
+    # engine runs them: a hang report or `rawgpu decode` reads on past them
+    _layout(M, "INDIRECT", M.SDMA_OP_INDIRECT, 0, ("HEADER", "BASE_LO", "BASE_HI", "IB_SIZE", "CSA_ADDR_LO", "CSA_ADDR_HI")),
+    _layout(M, "SRBM_WRITE", M.SDMA_OP_SRBM_WRITE, 0, ("HEADER", "ADDR", "DATA")),
+  ] + ([] if not hasattr(M, "SDMA_OP_GCR_REQ") else _gcr_layouts(M)) + (   # SDMA 4 has no GCR packet,
+    [] if not hasattr(M, "SDMA_SUBOP_VM_INVALIDATION") else       # nor VM_INVALIDATION (a POLL_REGMEM sub-op)
+    [_layout(M, "VM_INVALIDATION", M.SDMA_OP_POLL_REGMEM, M.SDMA_SUBOP_VM_INVALIDATION, ("HEADER", "INVALIDATEREQ", "ADDRESSRANGELO", "ADDRESSRANGEHI"))])
+
+
+def _broadcast(M) -> Layout:
+  """COPY_LINEAR with its header's broadcast bit: a second destination follows the first (9 dwords)."""
+  return _layout(M, "COPY_BROADCAST_LINEAR", M.SDMA_OP_COPY, M.SDMA_SUBOP_COPY_LINEAR,
+                 ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST1_ADDR_LO", "DST1_ADDR_HI", "DST2_ADDR_LO", "DST2_ADDR_HI"))
 
 
 GCR_DWORDS = ("HEADER", "PAYLOAD1", "PAYLOAD2", "PAYLOAD3", "PAYLOAD4")
@@ -115,6 +128,8 @@ def _gcr_layouts(M) -> list[Layout]:
 
 LAYOUTS = _layouts(S)
 LAYOUTS_V4 = _layouts(S4)
+BROADCAST, BROADCAST_V4 = _broadcast(S), _broadcast(S4)   # (same op and sub-op as COPY_LINEAR: chosen by the header bit)
+BROADCAST_BIT = 1 << S.SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_broadcast_shift
 BY_NAME = {lay.name: lay for lay in LAYOUTS}
 BY_OP = {(lay.op, lay.sub_op): lay for lay in LAYOUTS}
 BY_NAME_V4 = {lay.name: lay for lay in LAYOUTS_V4}
@@ -270,6 +285,7 @@ def decode_sdma(words: Iterable[int], version: Version = V6) -> list[Packet]:
   while i < len(w):
     op, sub_op = w[i] & 0xff, (w[i] >> 8) & 0xff
     lay = by_op.get((op, sub_op))
+    if lay is not None and lay.name == "COPY_LINEAR" and w[i] & BROADCAST_BIT: lay = BROADCAST_V4 if version < (5, 0) else BROADCAST
     if lay is None:
       out.append(Packet(i, "UNKNOWN", w[i:], error=f"unknown op {op} sub_op {sub_op}; the rest is not decoded"))
       break
@@ -279,8 +295,12 @@ def decode_sdma(words: Iterable[int], version: Version = V6) -> list[Packet]:
       break
     pkt = w[i:i + n]
     p = Packet(i, lay.name, pkt, {f.name: f.get(pkt) for f in lay.fields})
+    if lay.name == "SRBM_WRITE" and version >= (7, 0):   # SDMA 7's REGISTER_WRITE: a byte address, the whole dword
+      p = Packet(i, "REGISTER_WRITE", pkt, {"addr": pkt[1], "data": pkt[2]})
     if lay.tail: p.data = pkt[len(lay.dwords):]
     for lo, hi, full in (("src_addr_31_0", "src_addr_63_32", "src_addr"), ("dst_addr_31_0", "dst_addr_63_32", "dst_addr"),
+                         ("dst1_addr_31_0", "dst1_addr_63_32", "dst1_addr"), ("dst2_addr_31_0", "dst2_addr_63_32", "dst2_addr"),
+                         ("ib_base_31_0", "ib_base_63_32", "ib_base"), ("csa_addr_31_0", "csa_addr_63_32", "csa_addr"),
                          ("addr_31_0", "addr_63_32", "addr"), ("init_data_31_0", "init_data_63_32", "init_data")):
       if lo in p.fields: p.fields[full] = p.fields[lo] | p.fields[hi] << 32
     if "write_addr_31_3" in p.fields: p.fields["write_addr"] = p.fields["write_addr_31_3"] << 3 | p.fields["write_addr_63_32"] << 32
@@ -298,7 +318,7 @@ def format_packet(p: Packet) -> str:
     if _HIDDEN.match(k) or (v == 0 and k not in ("count",)): continue
     text = f"{k}={v:#x}"
     if p.name == "POLL_REGMEM" and k == "func" and v in PollFunction._value2member_map_: text += f"({PollFunction(v).name})"
-    if k == "count" and p.name in ("COPY_LINEAR", "CONSTANT_FILL"): text += f"({v + 1} bytes)"
+    if k == "count" and p.name in ("COPY_LINEAR", "COPY_BROADCAST_LINEAR", "CONSTANT_FILL"): text += f"({v + 1} bytes)"
     parts.append(text)
   if p.data and p.name != "NOP": parts.append("data=[" + " ".join(f"{d:#x}" for d in p.data[:16]) + (" ...]" if len(p.data) > 16 else "]"))
   if p.error: parts.append(f"!! {p.error}")

@@ -262,11 +262,13 @@ class SDMAQueue:
       else: raise Bad(f"TIMESTAMP sub-op {sub}")
       return True
     if op == OP_SRBM_WRITE:
+      # SDMA 7 has no SRBM write: its REGISTER_WRITE of the same opcode takes a byte address and writes the whole
+      # dword (sdma_v7_0_ring_emit_wreg: header, reg << 2, value); before, a dword address and byte enables
+      a = (p[1] >> 2 if self.e.v7 else p[1]) & 0x3ffff
       if not self._c()["RB_PRIV"]:   # refused with its interrupt (sdma_v4_4_2_process_srbm_write_irq); what the engine
         self._post(SRC_SDMA_V4_SRBMWRITE if self.e.v4 else SRC_SDMA_SRBMWRITE)   # does next is not public: it stops
-        raise Bad(f"SRBM_WRITE of register {p[1] & 0x3ffff:#x} in an unprivileged queue")
-      be = (p[0] >> 28) & 0xf
-      a = p[1] & 0x3ffff
+        raise Bad(f"SRBM_WRITE of register {a:#x} in an unprivileged queue")
+      be = 0xf if self.e.v7 else (p[0] >> 28) & 0xf
       old, mask = self.b.regs.read(a), sum(0xff << (8 * i) for i in range(4) if be >> i & 1)
       self.b.regs.write(a, (old & ~mask) | (p[2] & mask))
       return True
@@ -313,7 +315,8 @@ class SDMAEngine:
     self.copy_count, self.fill_count = v.SDMA_PKT_COPY_LINEAR_COUNT_count_mask, v.SDMA_PKT_CONSTANT_FILL_COUNT_count_mask
     # SDMA 7: a COPY_LINEAR whose header sets cpv carries a compression-parameter dword after its addresses
     # (sdma_v7_0_emit_copy_buffer writes it, "update the packet format accordingly")
-    self.copy_cpv = S.SDMA_PKT_COPY_LINEAR_HEADER_CPV(1) if board.asic.version(SDMA0_HWID)[0] >= 7 else 0
+    self.v7 = board.asic.version(SDMA0_HWID)[0] >= 7
+    self.copy_cpv = S.SDMA_PKT_COPY_LINEAR_HEADER_CPV(1) if self.v7 else 0
     self.ip = instance_key("sdma", i) if self.v4 else "gc"
     pfx = "regSDMA_" if self.v4 else f"regSDMA{i}_"
     self.halt_name = "F32_CNTL" if r.has(self.ip, f"{pfx}F32_CNTL") else "MCU_CNTL"
