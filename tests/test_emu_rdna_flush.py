@@ -13,6 +13,12 @@ def test_random_kernels_flushing(target, batch):
   run_batch(target, batch, FLAGS + ("-fdenormal-fp-math=preserve-sign",), ftz=True, float_mode=0x00)
 
 
+def test_the_host_does_not_fold_what_flushing_changes():
+  """Seed 7212: gcc -O1 proved y to be +0 and folded x - y*y into x, a denormal that the run with FTZ|DAZ would have
+  flushed (as the GPU did); the host oracle is built with -frounding-math in flush mode so that it computes it."""
+  run_batch(TARGETS[0], [7212], FLAGS + ("-fdenormal-fp-math=preserve-sign",), ftz=True, float_mode=0x00)
+
+
 DIVIDE = r"""
 __kernel void divide(__global const float *n, __global const float *d, __global float *q) {
   int i = __builtin_amdgcn_workitem_id_x() + 64 * __builtin_amdgcn_workgroup_id_x();

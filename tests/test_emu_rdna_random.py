@@ -244,7 +244,9 @@ def host_library(srcs: list[tuple[int, str, bool]], ftz: bool = False) -> ctypes
     f"k{seed}(ph, t, g, lds_i, lds_f, lds_s, lds_b, ii, ff, dd, ll, oi, of, od, ol, acc, ss, os, ob); {off} }}" for seed, _, nph in srcs)
   # -msse4.1: floor/ceil/trunc/rint become roundss, which honours DAZ (glibc's integer-bit versions do not);
   # -fno-math-errno: sqrt is sqrtsd alone, not sqrtsd then glibc's sqrt for a negative input (which ignores DAZ)
-  flags = ["-O1", *(["-msse4.1"] if ftz else []), "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-fno-math-errno", "-fexcess-precision=16"]
+  # -frounding-math with ftz: the FP environment changes at run time, so gcc must not fold by IEEE's rules what FTZ|DAZ
+  # change (x - y where it proved y is +0 is x, a denormal the run would flush: seed 7212 in flush mode)
+  flags = ["-O1", *(["-msse4.1", "-frounding-math"] if ftz else []), "-fwrapv", "-ffp-contract=off", "-fno-builtin", "-fno-math-errno", "-fexcess-precision=16"]
   key = hashlib.sha256((text + " ".join(flags)).encode()).hexdigest()[:20]
   os.makedirs(CACHE, exist_ok=True)
   so = os.path.join(CACHE, f"host_{key}.so")
