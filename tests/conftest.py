@@ -98,7 +98,7 @@ def open_hcq_pair(iface: str, a_arch: str, b_arch: str):
   from rawgpu.hcq.device import Device
   mp = pytest.MonkeyPatch()
   if a_arch == "gfx942": mp.setenv("RAWGPU_AM_IN_PROGRESS", "1")
-  b = Device(f"{iface}:{1 if a_arch == b_arch else 0}+AMD::{b_arch}")   # the higher index first: MOCKKFD sizes its machine by it
+  b = Device(f"{iface}:{1 if a_arch == b_arch else 0}+AMD::{b_arch}")
   a = Device(f"{iface}:0+AMD::{a_arch}")
   yield a, b
   b.close(); a.close()

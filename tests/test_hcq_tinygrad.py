@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from rawgpu.errors import RawGPUError
 
-from conftest import need_firmware, open_hcq_pair, open_hcq_target
+from conftest import need_firmware, open_hcq_target
 
 tinygrad = pytest.importorskip("tinygrad", reason="tinygrad 0.14.0 is not installed (the test extra installs it: pip install -e '.[test]')")
 if not any(ctypes.util.find_library(n) for n in ("LLVM", "LLVM-19", "LLVM-20", "LLVM-18")):
@@ -246,9 +246,17 @@ def test_training_matches_tinygrad_python_device(tg):
 
 @pytest.fixture(scope="module")
 def tg_pair():
-  """tinygrad's RGPAIR and RGPAIR:1: two emulated boards on one PCI bus."""
-  for a, b in open_hcq_pair("MOCKPCI", "gfx1100", "gfx1100"):
-    with Context(CACHELEVEL=0): yield rg.register(a, b, name="RGPAIR"), (a, b)
+  """tinygrad's RGPAIR and RGPAIR:1: two emulated boards on one PCI bus. Boards 3 and 4: the tg fixture's board 0
+  may still be open (a module fixture lives until its module ends, past its last test) and RGWAIT takes board 2."""
+  from rawgpu.hcq.device import Device
+  need_firmware()
+  a = Device("MOCKPCI:3+AMD::gfx1100")
+  try:
+    b = Device("MOCKPCI:4+AMD::gfx1100")
+    try:
+      with Context(CACHELEVEL=0): yield rg.register(a, b, name="RGPAIR"), (a, b)
+    finally: b.close()
+  finally: a.close()
 
 
 def test_copies_between_devices_use_the_copy_engine(tg_pair, monkeypatch):
