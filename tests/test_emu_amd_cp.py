@@ -612,6 +612,34 @@ def test_dma_data_fills_and_copies_memory(d, P):
   assert d.vram.readbytes(0x322200, 36) == (0x5a5a0102).to_bytes(4, "little") * 8 + bytes(4)
 
 
+def test_dma_data_without_address_increment(d, P):
+  """COMMAND.SAIC / DAIC (pkt3.json COMMAND__SAIC: NO_INCREMENT, nvd.h PACKET3_DMA_DATA_CMD_SAIC/DAIC): a source that
+  stays put repeats its first dword; a destination that stays put keeps the last (both ran as a plain copy)."""
+  q = ComputeRing(d)
+  src, dst, fill = q.mc(0x322000), q.mc(0x322100), q.mc(0x322200)
+  d.vram.writebytes(0x322000, bytes(range(16)))
+  d.vram.writebytes(0x322100, bytes(32)); d.vram.writebytes(0x322200, bytes(32))
+  dma = lambda ctl, lo, hi, t, n: pkt3(P["PACKET3_DMA_DATA"], [ctl, lo, hi, t & 0xffffffff, t >> 32, n])
+  q.submit(dma(0, src & 0xffffffff, src >> 32, dst, (1 << 28) | 16)            # SAIC: source dword 0, four times
+           + dma(0, src & 0xffffffff, src >> 32, dst + 16, (1 << 29) | 16)     # DAIC: the last source dword, once
+           + dma(2 << 29, 0x5a5a0102, 0, fill, (1 << 29) | 16))               # DAIC with immediate data: one dword
+  q.run()
+  assert d.vram.readbytes(0x322100, 16) == bytes(range(4)) * 4
+  assert d.vram.readbytes(0x322110, 8) == bytes(range(12, 16)) + bytes(4)
+  assert d.vram.readbytes(0x322200, 8) == (0x5a5a0102).to_bytes(4, "little") + bytes(4)
+
+
+def test_a_64_bit_copy_data_takes_8_byte_aligned_addresses(d, P):
+  """COPY_DATA's 64-bit (COUNT_SEL) memory addresses are [31:3] (nvd.h COPY_DATA__SRC_64B_ADDR_LO, DST_64B_ADDR_LO):
+  address bit 2 is not an address bit then (the source kept it, the destination dropped only bits 0-1)."""
+  q = ComputeRing(d)
+  d.vram.writebytes(0x320000, bytes(range(16))); d.vram.writebytes(0x320100, bytes(16))
+  src, dst = q.mc(0x320004), q.mc(0x320104)
+  q.submit(pkt3(P["PACKET3_COPY_DATA"], [1 | (5 << 8) | (1 << 16), src & 0xffffffff, src >> 32, dst & 0xffffffff, dst >> 32]))
+  q.run()
+  assert d.vram.readbytes(0x320100, 16) == bytes(range(8)) + bytes(8)
+
+
 def test_dma_data_from_a_register_halts_the_queue(d, P):
   q = ComputeRing(d)
   dst = q.mc(0x323000)

@@ -206,7 +206,7 @@ def emitted9(draw) -> tuple[list[int], str, dict]:
   if kind == "acquire":
     c = draw(u32)
     return pm4.acquire_mem(gen=9, coher_cntl=c), "ACQUIRE_MEM", dict(
-      coher_cntl=c, coher_size=0xffffffff, coher_size_hi=0xffffff, poll_interval=10,
+      coher_cntl=c, coher_size=0xffffffff, coher_size_hi=0xff, poll_interval=10,   # (the field is [7:0] of what amdgpu writes, 0xffffff)
       sh_icache=c >> 29 & 1, tc_wb=c >> 18 & 1, tc=c >> 23 & 1, tcl1=c >> 22 & 1, sh_kcache=c >> 27 & 1)
   if kind == "wait":
     a, r, m, f = draw(addr4), draw(u32), draw(u32), draw(st.sampled_from(list(WaitFunction)))
@@ -323,3 +323,20 @@ def test_decoder_marks_bad_packets():
   assert pm4.decode_pm4([P.PACKET3(0xee, 0), 7])[0].name == "UNKNOWN_0xee"
   assert pm4.decode_pm4([P.CP_PACKET2])[0].name == "TYPE2"
   assert pm4.decode_pm4([P.PACKET0(0x1234, 1), 5, 6])[0].fields["reg"] == 0x1234
+
+
+def test_decoder_shows_the_bits_pkt3_json_names_beyond_the_kernel_headers():
+  """A chained INDIRECT_BUFFER, gfx11 RELEASE_MEM's WAIT_SYNC/GLK_WB/GLK_INV/PWS_ENABLE and gfx9's TC_WC action and
+  MEC cache policy are decoded (they were dropped: a chained IB printed as a call); positions as pkt3.json's."""
+  ib = pm4.indirect_buffer(0x10000, 8)
+  ib[3] |= 1 << 20
+  (p,) = pm4.decode_pm4(ib)
+  assert p.fields["chain"] == 1 and "chain=0x1" in pm4.format_packet(p)
+  rel = pm4.release_mem(0x1000, 1)
+  rel[1] |= (1 << 7) | (1 << 24) | (1 << 30) | (1 << 31)
+  f = pm4.decode_pm4(rel)[0].fields
+  assert (f["wait_sync"], f["glk_wb"], f["glk_inv"], f["pws_enable"]) == (1, 1, 1, 1)
+  rel9 = pm4.release_mem(0x1000, 1, gen=9)
+  rel9[1] |= (1 << 20) | (1 << 25)
+  f9 = pm4.decode_pm4(rel9, gen=9)[0].fields
+  assert (f9["tc_wc_action_ena"], f9["cache_policy"]) == (1, 1)

@@ -340,7 +340,8 @@ def _common_layouts(M) -> dict[int, tuple[str, list[Field]]]:
     M.PACKET3_INDIRECT_BUFFER: ("INDIRECT_BUFFER", [
       _f("ib_base_lo", 1, 0, 32), _f("ib_base_hi", 2, 0, 32), _f("ib_size", 3, 0, 20),
       _f("pre_ena", 3, _at(M.INDIRECT_BUFFER_PRE_ENB)), _f("valid", 3, _bit(M.INDIRECT_BUFFER_VALID)), _f("vmid", 3, 24, 4),
-      _f("cache_policy", 3, _at(M.INDIRECT_BUFFER_CACHE_POLICY), 2), _f("inherit_vmid", 3, _at(M.INDIRECT_BUFFER_PRE_RESUME))]),
+      _f("cache_policy", 3, _at(M.INDIRECT_BUFFER_CACHE_POLICY), 2), _f("inherit_vmid", 3, _at(M.INDIRECT_BUFFER_PRE_RESUME)),
+      _f("chain", 3, IB_CHAIN_SHIFT)]),
     M.PACKET3_EVENT_WRITE: ("EVENT_WRITE", [_f("event_type", 1, _at(M.EVENT_TYPE), 6), _f("event_index", 1, _at(M.EVENT_INDEX), 4)]),
     M.PACKET3_WRITE_DATA: ("WRITE_DATA", [
       _f("dst_sel", 1, _at(M.WRITE_DATA_DST_SEL), 4), _f("wr_one_addr", 1, _bit(M.WR_ONE_ADDR)),
@@ -349,9 +350,16 @@ def _common_layouts(M) -> dict[int, tuple[str, list[Field]]]:
   }
 
 
+# bits the kernel headers do not name (Mesa's pkt3.json does; tests check them against it): IB_CONTROL's CHAIN; gfx11's
+# RELEASE_MEM WAIT_SYNC, GLK_WB, GLK_INV, PWS_ENABLE; gfx9's TC_WC_ACTION_ENA (sid.h) and MEC cache_policy
+# (kfd_pm4_headers_ai.h pm4_mec_release_mem)
+IB_CHAIN_SHIFT = 20
+_RELEASE_GFX11 = [_f("wait_sync", 1, 7), _f("glk_wb", 1, 24), _f("glk_inv", 1, 30), _f("pws_enable", 1, 31)]
+_RELEASE_GFX9 = [_f("tc_wc_action_ena", 1, 20), _f("cache_policy", 1, 25, 2)]
 _RELEASE_TAIL = [_f("addr_lo", 3, 0, 32), _f("addr_hi", 4, 0, 32), _f("data_lo", 5, 0, 32), _f("data_hi", 6, 0, 32),
                  _f("int_ctxid", 7, 0, 32)]
-_COHER = [_f("coher_size", 2, 0, 32), _f("coher_size_hi", 3, 0, 24), _f("coher_base", 4, 0, 32),
+# (nvd.h, soc15d.h: COHER_SIZE_HI [7:0]; amdgpu writes 0xffffff there, whose bits above 7 the field does not hold)
+_COHER = [_f("coher_size", 2, 0, 32), _f("coher_size_hi", 3, 0, 8), _f("coher_base", 4, 0, 32),
           _f("coher_base_hi", 5, 0, 24), _f("poll_interval", 6, 0, 16)]
 
 # opcode -> (name, fixed fields); packets with a variable tail (register values, data) put it in Packet.data
@@ -360,7 +368,7 @@ LAYOUTS: dict[int, tuple[str, list[Field]]] = {
   P.PACKET3_ACQUIRE_MEM: ("ACQUIRE_MEM", [_f("coher_cntl", 1, 0, 32), *_COHER, _f("gcr_cntl", 7, 0, 32), *_GCR_ACQUIRE]),
   P.PACKET3_RELEASE_MEM: ("RELEASE_MEM", [
     _f("event_type", 1, _at(P.PACKET3_RELEASE_MEM_EVENT_TYPE), 6), _f("event_index", 1, _at(P.PACKET3_RELEASE_MEM_EVENT_INDEX), 4),
-    *_GCR_RELEASE, _f("cache_policy", 1, _at(P.PACKET3_RELEASE_MEM_CACHE_POLICY), 2),
+    *_GCR_RELEASE, *_RELEASE_GFX11, _f("cache_policy", 1, _at(P.PACKET3_RELEASE_MEM_CACHE_POLICY), 2),
     _f("execute", 1, _bit(P.PACKET3_RELEASE_MEM_EXECUTE), 2),  # two bits on gfx11 (Mesa pkt3.json)
     _f("dst_sel", 2, _at(P.PACKET3_RELEASE_MEM_DST_SEL), 2), _f("int_sel", 2, _at(P.PACKET3_RELEASE_MEM_INT_SEL), 3),
     _f("data_sel", 2, _at(P.PACKET3_RELEASE_MEM_DATA_SEL), 3), *_RELEASE_TAIL]),
@@ -374,7 +382,7 @@ LAYOUTS_GFX9: dict[int, tuple[str, list[Field]]] = {
   **_common_layouts(P9),
   P9.PACKET3_ACQUIRE_MEM: ("ACQUIRE_MEM", [_f("coher_cntl", 1, 0, 32), *_COHER_BITS, *_COHER]),
   P9.PACKET3_RELEASE_MEM: ("RELEASE_MEM", [
-    _f("event_type", 1, _at(P9.EVENT_TYPE), 6), _f("event_index", 1, _at(P9.EVENT_INDEX), 4), *_EOP_BITS,
+    _f("event_type", 1, _at(P9.EVENT_TYPE), 6), _f("event_index", 1, _at(P9.EVENT_INDEX), 4), *_EOP_BITS, *_RELEASE_GFX9,
     _f("execute", 1, _bit(P9.EOP_EXEC)), _f("dst_sel", 2, _at(P9.DST_SEL), 2), _f("int_sel", 2, _at(P9.INT_SEL), 3),
     _f("data_sel", 2, _at(P9.DATA_SEL), 3), *_RELEASE_TAIL]),
 }

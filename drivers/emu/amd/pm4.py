@@ -137,8 +137,10 @@ def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 5, "COPY_DATA")
   ctl, s_lo, s_hi, d_lo, d_hi = body[:5]
   src, dst, is64 = ctl & 0xf, (ctl >> 8) & 0xf, bool(ctl & (1 << 16))
+  # memory addresses are [31:2], or [31:3] for a 64-bit copy (nvd.h's COPY_DATA__SRC_64B_ADDR_LO / DST_64B_ADDR_LO)
+  align = ~7 if is64 else ~3
   if src == 0: v = q.reg_read(s_lo) | ((q.reg_read(s_lo + 1) << 32) if is64 else 0)
-  elif src in (1, 2): v = q.mem_read64((s_hi << 32) | s_lo) if is64 else q.mem_read32((s_hi << 32) | (s_lo & ~3))
+  elif src in (1, 2): v = q.mem_read64((s_hi << 32) | (s_lo & align)) if is64 else q.mem_read32((s_hi << 32) | (s_lo & align))
   elif src == 5: v = s_lo | ((s_hi << 32) if is64 else 0)
   elif src == GPU_CLOCK_SRC: v = q.clock()
   else: raise BadPacket(f"COPY_DATA src_sel {src} is not modelled")
@@ -146,7 +148,7 @@ def copy_data(q: "ComputeQueue", body: list[int]) -> bool:
     q.reg_write(d_lo, v & 0xffffffff)
     if is64: q.reg_write(d_lo + 1, v >> 32)
   elif dst in (1, 2, 5):
-    a = (d_hi << 32) | (d_lo & ~3)
+    a = (d_hi << 32) | (d_lo & align)
     if is64: q.mem_write64(a, v)
     else: q.mem_write32(a, v)
   else: raise BadPacket(f"COPY_DATA dst_sel {dst} is not modelled")
@@ -242,9 +244,15 @@ def dma_data(q: "ComputeQueue", body: list[int]) -> bool:
   if cmd & (3 << 26): raise BadPacket("DMA_DATA with a register source or destination (SAS/DAS) is not modelled")
   if 1 in (src_sel, dst_sel): raise BadPacket("DMA_DATA to or from GDS is not modelled")
   if dst_sel == 2: return True                              # NOWHERE: radv's prefetch into L2, which the model has not
-  dst = (d_hi << 32) | d_lo
-  if src_sel == 2: q.mem_write(dst, s_lo.to_bytes(4, "little") * (count // 4))   # DATA
-  else: q.mem_write(dst, q.mem_read((s_hi << 32) | s_lo, count))                  # SRC_ADDR, SRC_ADDR_TC_L2
+  dst, src = (d_hi << 32) | d_lo, (s_hi << 32) | s_lo
+  # SAIC/DAIC (COMMAND bits 28/29, pkt3.json's COMMAND__SAIC: NO_INCREMENT): the source or destination address stays put
+  saic, daic = bool(cmd & (1 << 28)) and src_sel != 2, bool(cmd & (1 << 29))
+  if (saic or daic) and count % 4: raise BadPacket("DMA_DATA without address increment of a byte count that is not whole dwords is not modelled")
+  if src_sel == 2: data = s_lo.to_bytes(4, "little") * (count // 4)   # DATA
+  elif saic: data = q.mem_read(src, 4) * (count // 4)                   # SRC_ADDR, SRC_ADDR_TC_L2
+  else: data = q.mem_read(src, count)
+  if daic: data = data[-4:]   # every dword lands on the same one: the last stays
+  q.mem_write(dst, data)
   return True
 
 
