@@ -1270,6 +1270,27 @@ def test_numpy_ints_objects_and_timeouts_at_the_edges_of_the_api(dev):
   assert dev.timeline_value == ticket
 
 
+TYPEDEF_ARGS = r"""
+typedef float real;
+typedef double real64;
+typedef unsigned int count_t;
+__kernel void tdef(__global float* out, real a, real64 b, const float c, count_t n) {
+  if (__builtin_amdgcn_workitem_id_x() == 0) { out[0] = a * 2.0f; out[1] = (float)b; out[2] = c; out[3] = (float)n; }
+}
+"""
+
+
+def test_a_float_argument_named_by_a_typedef_takes_a_float(dev):
+  """.type_name is the source's spelling (a typedef's name), not a base type: a Python float given to such an
+  argument is packed as a float of its size (it was refused as "an integer"); integer types are known by name."""
+  from test_emu_rdna_common import compile_cl
+  k = dev.program(compile_cl(TYPEDEF_ARGS, dev.props.arch, ()), "tdef")
+  assert [a.type_name for a in k.args[1:]] == ["real", "real64", "float", "count_t"]
+  out = dev.alloc(16)
+  k(out, 1.5, 2.5, 3.5, 7, wait=True)
+  assert list(out.numpy(np.float32)) == [3.0, 2.5, 3.5, 7.0]
+
+
 def test_a_graph_refuses_at_the_call_what_its_replay_would(dev):
   """Values given when a node is recorded are checked as a launch (or a queue's signal and wait) checks them, at
   the call: they were taken, and the first replay failed, which left the graph dead."""

@@ -199,7 +199,8 @@ class AMDProgram:
       return
     if isinstance(v, np.generic) and not isinstance(v, np.void): v = v.item()   # numpy scalars count as their value
     fmt = _float_fmt(a)
-    if fmt is None and a.type_name is None and isinstance(v, float) and a.size in (4, 8): fmt = "fd"[a.size // 8]  # untyped metadata: trust the float
+    # metadata without a type, or one it names by a typedef (.type_name is the source's spelling): trust the float
+    if fmt is None and not _int_type(a) and isinstance(v, float) and a.size in (2, 4, 8): fmt = {2: "e", 4: "f", 8: "d"}[a.size]
     if fmt and isinstance(v, (float, int)):  # an int given to a float argument is its value
       try: struct.pack_into("<" + fmt, view, a.offset, float(v))
       except (OverflowError, struct.error): raise RawGPUError(f"kernel {self.name}: {v} does not fit argument {self._label(a)} ({a.type_name})") from None
@@ -332,6 +333,16 @@ def _no_slot(v: int) -> None:
 
 def _float_fmt(a: KernelArg) -> str | None:
   return {("half", 2): "e", ("float", 4): "f", ("double", 8): "d"}.get((a.type_name, a.size))
+
+
+# OpenCL C's integer type spellings (and C's, which .type_name may carry); another name is a typedef, whose base type
+# the metadata does not say
+INT_TYPES = {"char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "bool", "size_t", "ptrdiff_t", "intptr_t", "uintptr_t",
+             *(f"{s}{n}" for s in ("signed ", "unsigned ") for n in ("char", "short", "int", "long")), "unsigned", "signed",
+             *(f"{u}int{n}_t" for u in ("", "u") for n in (8, 16, 32, 64))}
+
+
+def _int_type(a: KernelArg) -> bool: return (a.type_name or "").removeprefix("const ").strip() in INT_TYPES
 
 
 def _args_struct(args: list[KernelArg], ptr: list[bool]) -> struct.Struct | None:
