@@ -84,7 +84,9 @@ class Gen:
   def __init__(self, seed: int, flush: bool = False):
     self.r = random.Random(seed)
     # the flush-mode variant (test_emu_rdna_flush.py) has no denormal literal: gcc folds constants without knowing
-    # the run-time MXCSR, so a folded 1e-40f would not be flushed on the host
+    # the run-time MXCSR, so a folded 1e-40f would not be flushed on the host. Nor -0.0 or 1.0: -0.0 - x, x + -0.0 and
+    # x * 1.0 are exact by IEEE's rules, so LLVM makes them a sign flip or x itself, which flushes nothing, where the
+    # host computes them with FTZ|DAZ (seed 7260: -0.0 - p of a denormal p was -p on the GPU, -0 on the host)
     self.flush = flush
     self.vars = {"int": ["a", "b"], "float": ["x", "y"], "double": ["p"], "int64": ["q"], "uint32": ["u"], "half": ["h"]}
     self.n = 0
@@ -94,10 +96,11 @@ class Gen:
     if t == "int": return str(r.choice([0, 1, -1, 2, 3, 7, 31, 255, -128, 1 << 20, 123456789, -2147483647]))
     if t == "uint32": return f"{r.choice([0, 1, 5, 0xff, 0x80000000, 0xffffffff, 12345])}u"
     if t == "int64": return f"{r.choice([0, 1, -1, 3, 1 << 40, -(1 << 35), 123456789012345])}L"
-    if t == "float": return r.choice(["0.5f", "1.0f", "-2.0f", "3.25f", "1e-3f", "1e20f", "-0.0f", "7.0f", "2e-38f" if self.flush else "1e-40f", "0.1f"])
+    if t == "float": return r.choice(["0.5f", "1.5f" if self.flush else "1.0f", "-2.0f", "3.25f", "1e-3f", "1e20f", "-0.5f" if self.flush else "-0.0f",
+                                      "7.0f", "2e-38f" if self.flush else "1e-40f", "0.1f"])
     if t == "half": return r.choice(["(_Float16)0.5f", "(_Float16)1.0f", "(_Float16)-2.0f", "(_Float16)65504.0f", "(_Float16)6e-8f",
                                      "(_Float16)-0.0f", "(_Float16)0.1f", "(_Float16)3.0e-5f"])
-    return r.choice(["0.5", "1.0", "-3.0", "1e-300", "2.5e10", "0.1", "-0.0"])
+    return r.choice(["0.5", "1.5" if self.flush else "1.0", "-3.0", "1e-300", "2.5e10", "0.1", "-0.5" if self.flush else "-0.0"])
 
   def var(self, t: str) -> str:
     return self.r.choice(self.vars[t])
