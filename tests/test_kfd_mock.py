@@ -866,6 +866,41 @@ def test_process_exit_gives_back_its_vm(system, own_machine):
   finally: it.close()
 
 
+def test_errnos_and_event_rules_as_amdkfd_has_them(system):
+  """From a reading of kfd_chardev.c / kfd_events.c / amdgpu_amdkfd_gpuvm.c against the mock: ACQUIRE_VM of an
+  acquired GPU with any other file is EBUSY (checked before the file); an event page on a GPU without a VM is ENODEV
+  (kfd_kmap_event_page binds first); USERPTR at 0 is EINVAL; a doorbell or MMIO-remap flag checks its size whatever
+  the domain; an interrupt naming a signaled event sets that one only; a wait that times out copies nothing back."""
+  r = Raw(system, acquire=False)
+  try:
+    page = None
+    assert r.errno_of(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=(r.gpu << 32) | 1, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1) == errno.ENODEV
+    r.io(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=r.drm, gpu_id=r.gpu)
+    assert r.errno_of(K.AMDKFD_IOC_ACQUIRE_VM, drm_fd=r.kfd, gpu_id=r.gpu) == errno.EBUSY   # (was EINVAL: "not a render node")
+    alloc = lambda flags, size, **kw: r.errno_of(K.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, va_addr=0x7F20_0000_0000, size=size, gpu_id=r.gpu, flags=flags, **kw)
+    assert alloc(K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR, PAGE, mmap_offset=0) == errno.EINVAL
+    assert alloc(K.KFD_IOC_ALLOC_MEM_FLAGS_GTT | K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, PAGE) == errno.EINVAL
+    assert alloc(K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP, 2 * PAGE) == errno.EINVAL
+    page = r.alloc(0x8000)
+    e1, e2 = (r.io(K.AMDKFD_IOC_CREATE_EVENT, event_page_offset=page.handle if i == 0 else 0, event_type=K.KFD_IOC_EVENT_SIGNAL, auto_reset=1)
+              for i in range(2))
+    proc = MACHINES[id(system)].kernel.processes[0]
+    slots = proc.signal_bo.backing.view.cast("Q")
+    slots[e1.event_id] = slots[e2.event_id] = 1   # both written by the GPU; the interrupt names e2
+    proc.signal_from_interrupt(e2.event_id)
+    assert (proc.events[e1.event_id].signaled, proc.events[e2.event_id].signaled) == (False, True) and slots[e1.event_id] == 1
+    proc.signal_from_interrupt(0)   # an id whose slot is not signaled: the exhaustive search finds e1
+    assert proc.events[e1.event_id].signaled
+    r.io(K.AMDKFD_IOC_RESET_EVENT, event_id=e1.event_id)
+    arr = (K.kfd_event_data * 2)()
+    arr[0].event_id, arr[1].event_id = e1.event_id, e2.event_id
+    arr[1].signal_event_data.last_event_age = 1   # e2 has been set since (its age moved): it counts as fired; e1 not
+    r.io(K.AMDKFD_IOC_SET_EVENT, event_id=e2.event_id)
+    w = r.io(K.AMDKFD_IOC_WAIT_EVENTS, events_ptr=ctypes.addressof(arr), num_events=2, wait_for_all=1, timeout=2)
+    assert w.wait_result == K.KFD_IOC_WAIT_RESULT_TIMEOUT and arr[1].signal_event_data.last_event_age == 1   # nothing copied back
+  finally: r.close()
+
+
 def test_apertures_count_first(raw):
   """kfd_ioctl_get_process_apertures_new: 0 nodes asks how many; more than the topology's nodes (CPU included) is EINVAL."""
   n = raw.io(K.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd_process_device_apertures_ptr=0, num_of_nodes=0).num_of_nodes

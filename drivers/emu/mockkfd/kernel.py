@@ -277,12 +277,13 @@ class Process:
   def get_version(self, a) -> None: a.major_version, a.minor_version = self.k.version
 
   def acquire_vm(self, a) -> None:
-    g = self.pdd(a.gpu_id)
     f = self.k.system.vfds.get(a.drm_fd) if self.k.system is not None else None
-    if not isinstance(f, RenderFile) or f.gpu is not g: raise fail(errno.EINVAL, f"drm_fd {a.drm_fd} is not a render node of gpu {a.gpu_id}")
-    if a.gpu_id in self.drm:
-      if self.drm[a.gpu_id] is not f: raise fail(errno.EBUSY, "the VM was acquired with another render-node file")
+    if f is None: raise fail(errno.EINVAL, f"drm_fd {a.drm_fd} is not an open file")   # (fget)
+    g = self.pdd(a.gpu_id)
+    if a.gpu_id in self.drm:   # kfd_ioctl_acquire_vm: an acquired VM is checked before what the new file is
+      if self.drm[a.gpu_id] is not f: raise fail(errno.EBUSY, "the VM was acquired with another file")
       return
+    if not isinstance(f, RenderFile) or f.gpu is not g: raise fail(errno.EINVAL, f"drm_fd {a.drm_fd} is not a render node of gpu {a.gpu_id}")
     self._vm_for(g)
     self.drm[a.gpu_id] = f
 
@@ -327,6 +328,8 @@ class Process:
   def apertures_new(self, a) -> None:
     if a.num_of_nodes == 0:   # how many to ask for: the process's GPUs
       a.num_of_nodes = len(self.k.gpus); return
+    # more than the topology's devices (CPU included) is EINVAL since "drm/amdkfd: Add upper bound check for
+    # num_of_nodes" (2026); older kernels fill as many as they have
     if a.num_of_nodes > len(self.k.gpus) + 1: raise fail(errno.EINVAL, "more nodes asked for than the topology has (CPU included)")
     n = min(a.num_of_nodes, len(self.k.gpus))
     if not a.kfd_process_device_apertures_ptr: raise fail(errno.EFAULT, "no apertures array")
@@ -344,6 +347,11 @@ class Process:
     if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC and flags & K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM and dev.bar_size < dev.vram_size:
       raise fail(errno.EINVAL, "host-visible VRAM on a small-BAR board")
     self.bound(a.gpu_id)
+    # kfd_ioctl_alloc_memory_of_gpu checks these by their flag, whichever domain the allocation then takes
+    if flags & K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL:
+      if a.size != DOORBELL_SLICE: raise fail(errno.EINVAL, f"doorbell BO must be {DOORBELL_SLICE} bytes")
+    elif flags & K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP:
+      if a.size != PAGE: raise fail(errno.EINVAL, "MMIO_REMAP BO must be one page")
     # the first domain named, in amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu's order; the VA is checked when mapped
     dom = next((d for d in (K.KFD_IOC_ALLOC_MEM_FLAGS_VRAM, K.KFD_IOC_ALLOC_MEM_FLAGS_GTT, K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR,
                             K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL, K.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP) if flags & d), None)
@@ -361,15 +369,14 @@ class Process:
       except MemoryError as e: raise fail(errno.ENOMEM, str(e)) from None
       bo.mmap_offset = g.mmap_offset(bo)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR:
+      if not a.mmap_offset: raise fail(errno.EINVAL, "userptr address 0")   # amdgpu_amdkfd_gpuvm_alloc_memory_of_gpu
       if a.mmap_offset % PAGE: raise fail(errno.EINVAL, "userptr address not page aligned")
       pages = [self.k.host_memory.phys(a.mmap_offset + i) for i in range(0, bo.size, PAGE)] if self.k.host_memory else [None]
       if None in pages: raise fail(errno.EFAULT, f"userptr {a.mmap_offset:#x}+{a.size:#x} is not (emulated) host memory")
       bo.backing, bo.mmap_offset = pages, g.mmap_offset(bo)   # the BO's DRM offset, as for every BO (not the user address)
     elif dom == K.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL:
-      if a.size != DOORBELL_SLICE: raise fail(errno.EINVAL, f"doorbell BO must be {DOORBELL_SLICE} bytes")
       bo.mmap_offset = g.mmap_offset(bo)
     else:
-      if a.size != PAGE: raise fail(errno.EINVAL, "MMIO_REMAP BO must be one page")
       bo.mmap_offset = (MMAP_MMIO << MMAP_TYPE_SHIFT) | (g.gpu_id << GPU_ID_SHIFT)
     # MAKE_HANDLE(gpu_id, the lowest free id of that device's idr, from 0)
     handle = (g.gpu_id << 32) | next(i for i in itertools.count() if (g.gpu_id << 32) | i not in self.bos)
@@ -550,6 +557,7 @@ class Process:
   def create_event(self, a) -> None:
     if a.event_page_offset:   # kfd_kmap_event_page, kfd_event_page_set
       if self.signal_bo is not None: raise fail(errno.EINVAL, "event page is already set")
+      self.bound(a.event_page_offset >> 32)   # kfd_kmap_event_page binds the handle's GPU first (ENODEV without a VM)
       bo = self.bos.get(a.event_page_offset)
       if bo is None or bo.domain != K.KFD_IOC_ALLOC_MEM_FLAGS_GTT: raise fail(errno.EINVAL, "event page handle is not a GTT BO")
       if bo.size < SIGNAL_EVENT_LIMIT * 8: raise fail(errno.EINVAL, f"event page of {bo.size:#x} bytes: it needs {SIGNAL_EVENT_LIMIT * 8:#x}")
@@ -585,12 +593,18 @@ class Process:
     ev.signaled = False
 
   def signal_from_interrupt(self, ctx: int) -> None:
+    """kfd_signal_event_interrupt with the IV's context id (28 or more valid bits: one lookup): the event it names
+    where its slot is signaled, else the exhaustive search of signaled slots; each found is acknowledged and set."""
     if self.signal_bo is None: return
     slots = self.signal_bo.backing.view.cast("Q")
-    for ev in self.events.values():   # the kernel's exhaustive search of signaled slots, acknowledging each
-      if ev.type in (K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_DEBUG_EVENT) and slots[ev.id] != UNSIGNALED:
-        slots[ev.id] = UNSIGNALED
-        ev.set()
+    gpu_signaled = lambda ev: ev is not None and ev.type in (K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_DEBUG_EVENT)
+    eid = ctx & 0xfffffff
+    if eid < SIGNAL_EVENT_LIMIT and slots[eid] != UNSIGNALED and (ev := self.events.get(eid)) is not None:
+      found = [ev] if gpu_signaled(ev) else []
+    else: found = [ev for ev in self.events.values() if gpu_signaled(ev) and slots[ev.id] != UNSIGNALED]
+    for ev in found:
+      slots[ev.id] = UNSIGNALED
+      ev.set()
 
   def vm_fault(self, gpu: GPU, pasid: int, addr: int, ring_id: int) -> None:
     """A fault in this process's VM (the IV's PASID names it) on a node it runs queues on: every
@@ -637,7 +651,7 @@ class Process:
       self.lock.release()
       try: time.sleep(5e-4)   # the waiting thread sleeps; the emulated board runs beside it
       finally: self.lock.acquire()
-    for d, ev, f, age in zip(data, evs, fired, aged):
+    for d, ev, f, age in zip(data, evs, fired, aged if done else ()):   # copied back on COMPLETE only (kfd_wait_on_events)
       if f and age: d.signal_event_data.last_event_age = ev.age
       if f and ev.type == K.KFD_IOC_EVENT_MEMORY and ev.mem:
         m = d.memory_exception_data
