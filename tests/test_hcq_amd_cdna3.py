@@ -72,7 +72,9 @@ def test_release_mem_gfx9(addr, value, data_sel, int_sel, event, index, ctx):
   eop = P9.EOP_TCL1_ACTION_EN | P9.EOP_TC_ACTION_EN | P9.EOP_TC_WB_ACTION_EN | P9.EOP_TC_MD_ACTION_EN
   assert got == [P9.PACKET3(P9.PACKET3_RELEASE_MEM, 6), eop | P9.EVENT_TYPE(event) | P9.EVENT_INDEX(index),
                  P9.DATA_SEL(data_sel) | P9.INT_SEL(int_sel), lo(addr), hi(addr), lo(value), value >> 32, ctx]
-  with pytest.raises(ValueError, match="cache_policy"): pm4.release_mem(addr, value, cache_policy=3, gen=9)
+  # the MEC's cache policy: bits 25-26 (kfd_pm4_headers_ai.h pm4_mec_release_mem), 2 bits
+  assert pm4.release_mem(addr, value, cache_policy=1, gen=9)[1] == pm4.release_mem(addr, value, gen=9)[1] | 1 << 25
+  with pytest.raises(ValueError, match="cache_policy is 2 bits"): pm4.release_mem(addr, value, cache_policy=4, gen=9)
 
 
 def test_fence_as_amdgpu_emits_it():

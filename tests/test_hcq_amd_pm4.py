@@ -336,7 +336,7 @@ def test_decoder_shows_the_bits_pkt3_json_names_beyond_the_kernel_headers():
   rel[1] |= (1 << 7) | (1 << 24) | (1 << 30) | (1 << 31)
   f = pm4.decode_pm4(rel)[0].fields
   assert (f["wait_sync"], f["glk_wb"], f["glk_inv"], f["pws_enable"]) == (1, 1, 1, 1)
-  rel9 = pm4.release_mem(0x1000, 1, gen=9)
-  rel9[1] |= (1 << 20) | (1 << 25)
+  rel9 = pm4.release_mem(0x1000, 1, gen=9, cache_policy=1)   # (the MEC's STREAM policy, kfd_pm4_headers_ai.h)
+  rel9[1] |= 1 << 20
   f9 = pm4.decode_pm4(rel9, gen=9)[0].fields
   assert (f9["tc_wc_action_ena"], f9["cache_policy"]) == (1, 1)

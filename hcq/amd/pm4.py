@@ -203,9 +203,9 @@ def release_mem(addr: int, value: int = 0, data_sel: DataSel = DataSel.VALUE32, 
   if event_index is None: event_index = event_index_of(event)
   if addr & (7 if data_sel in (DataSel.VALUE64, DataSel.TIMESTAMP) else 3):
     raise ValueError(f"RELEASE_MEM address 0x{addr:x} is not aligned for data_sel {DataSel(data_sel).name}")
-  if gen < 10:  # soc15d.h names no cache-policy field and amdgpu sets none
-    if cache_policy: raise ValueError("gfx9 RELEASE_MEM takes no cache_policy (soc15d.h defines none)")
-    dw1 = P9.EVENT_TYPE(event) | P9.EVENT_INDEX(event_index) | (release_gcr_default(gen) if gcr is None else gcr)
+  if gen < 10:  # the MEC's cache policy (kfd_pm4_headers_ai.h pm4_mec_release_mem: bits 25-26, 0 LRU, 1 stream); amdgpu sets none
+    if cache_policy is not None and not 0 <= cache_policy <= 3: raise ValueError(f"gfx9 RELEASE_MEM cache_policy is 2 bits, not {cache_policy}")
+    dw1 = P9.EVENT_TYPE(event) | P9.EVENT_INDEX(event_index) | (release_gcr_default(gen) if gcr is None else gcr) | (cache_policy or 0) << 25
     dw2 = P9.DATA_SEL(data_sel) | P9.INT_SEL(int_sel) | P9.DST_SEL(dst_sel)
     return [header(P9.PACKET3_RELEASE_MEM, 7, gen), dw1, dw2, _lo(addr), _hi(addr), _lo(value), _hi(value), int_ctxid]
   cache_policy = 3 if cache_policy is None else cache_policy
