@@ -220,11 +220,12 @@ class Device:
     import os, tempfile, time
     out = []
     for engine, r in self._rings.items():
-      if not r.history: continue
+      if not (recent := r.recent()): continue
       kind = "pm4" if engine == "compute" else "sdma"
-      path = os.path.join(tempfile.gettempdir(), f"rawgpu-hang-{os.getpid()}-{int(time.time())}-{engine}.{kind}")
-      with open(path, "wb") as f:
-        for words in r.history: f.write(words.tobytes())
+      # a file of its own per report (two hangs in one second wrote one file, the first report naming the second's)
+      fd, path = tempfile.mkstemp(prefix=f"rawgpu-hang-{os.getpid()}-{int(time.time())}-", suffix=f"-{engine}.{kind}")
+      with os.fdopen(fd, "wb") as f:
+        for words in recent: f.write(words.tobytes())
       out.append((kind, path))
     return out
 
@@ -287,7 +288,9 @@ class Device:
     self.releases.pending.clear()   # what they hold goes with the device
     try:
       try:
-        if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else self.timeout_ms)   # drain (as long without progress as its waits): the public waits refuse a closed device
+        # drain (as long without progress as its waits; the public waits refuse a closed device), without a report:
+        # nobody would see it, and its dumps would be left behind
+        if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else self.timeout_ms, report=False)
       except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
       if not self.faulted and not self.stalled: self._wait_peer_shares()
     finally:

@@ -14,7 +14,7 @@ class Ring:
     self.size_dw = len(self.words)
     self.per_dw = 4 // hw.wptr_unit          # write-pointer steps per dword
     self.put = hw.write_ptr[0] // self.per_dw  # dwords ever written (monotonic, like the hardware's 64-bit wptr)
-    self.history: deque[array] = deque(maxlen=4)  # the last few submissions, for hang reports
+    self.history: deque[tuple[int, int]] = deque(maxlen=4)  # (put, dwords) of the last few submissions, for hang reports
     self.limit = self.put                    # put may grow to this without reading the read pointer again
     self.prefix: array | None = None         # packets every submission starts with (see AMDBackend.ring_prefix)
 
@@ -42,7 +42,16 @@ class Ring:
     hw.write_ptr[0] = wptr = put * self.per_dw
     if hw.before_doorbell is not None: hw.before_doorbell()
     hw.doorbell[0] = wptr
-    self.history.append(words)
+    self.history.append((put - n, n))   # where they went: a template the caller patches again is not what ran
+
+  def recent(self) -> list[array]:
+    """The last few submissions as the ring holds them (those the ring has not written over since)."""
+    out, size = [], self.size_dw
+    for at, n in self.history:
+      if self.put - at > size: continue
+      off = at % size
+      out.append(array("I", self.words[off:off + n]) if off + n <= size else array("I", self.words[off:]) + array("I", self.words[:off + n - size]))
+    return out
 
   STALL_S = 10   # the ring stays full this long without the engine reading on: it is hung
 

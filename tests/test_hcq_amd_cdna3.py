@@ -340,8 +340,8 @@ def test_backend_on_gc_9_4_3_flushes_hdp_and_decodes_gfx9_history():
   assert be.hdp_flush == pm4.hdp_flush_regs(NBIO_BASE, 1, 0)
   barrier = be.compute_queue().memory_barrier().words()
   assert barrier == pm4.hdp_flush(*be.hdp_flush) + pm4.acquire_mem(gen=9)
-  ring = SimpleNamespace(history=[barrier])
-  text = be.describe_history({"compute": ring, "sdma": SimpleNamespace(history=[sdma.fence(0x2000, 1, version=V44)])})
+  ring = SimpleNamespace(recent=lambda: [barrier])
+  text = be.describe_history({"compute": ring, "sdma": SimpleNamespace(recent=lambda: [sdma.fence(0x2000, 1, version=V44)])})
   assert "ACQUIRE_MEM" in text and "too short" not in text and "FENCE" in text
 
 

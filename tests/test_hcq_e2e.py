@@ -1,5 +1,7 @@
 """The hcq suite end to end on the emulated boards: the real AM driver boots MOCKPCI with the real firmware."""
+import os
 import re
+import tempfile
 import time
 import numpy as np
 import pytest
@@ -827,6 +829,38 @@ def test_hung_kernel_times_out_naming_the_signal_then_finishes(dev):
   flag.cpu()[:4] = (7).to_bytes(4, "little")  # the kernel polls the flag: release it
   dev.synchronize()
   assert done.numpy(np.uint32)[0] == 8
+
+
+def test_a_hang_report_shows_what_each_launch_submitted(spare_dev):
+  """The report decodes the submissions as the ring holds them: two launches of one kernel (one template, patched in
+  place) showed the second's kernargs and ticket twice. Each report dumps to a file of its own (two hangs in one
+  second shared one), and a close that gives up on a hung device writes no dump nobody is told of."""
+  import glob
+  from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.amd import pm4
+  d = spare_dev
+  spin = prog(d, "spin")
+  go, stay, done = d.alloc(4, host=True), d.alloc(4, host=True), d.alloc(4, host=True)
+  go.cpu()[:4], stay.cpu()[:4] = (7).to_bytes(4, "little"), bytes(4)
+  first = d.timeline_value - d.timeline_base   # the GPU value each launch's ticket signals
+  spin(go, 7, done, global_size=1, local_size=32)
+  d.synchronize()
+  second = d.timeline_value - d.timeline_base
+  spin(stay, 7, done, global_size=1, local_size=32)   # hangs until stay is 7
+  paths = []
+  for _ in range(2):
+    with pytest.raises(DeviceTimeout) as e: d.synchronize(timeout_ms=200)
+    paths.append(next(ln for ln in str(e.value).splitlines() if "dumped: rawgpu decode pm4" in ln).split()[4])
+  assert paths[0] != paths[1] and all(os.path.getsize(p) for p in paths)
+  pkts = pm4.decode_pm4(list(np.fromfile(paths[0], np.uint32)), gen=d.backend.gfx)
+  tickets = [p.fields["data_lo"] for p in pkts if p.name == "RELEASE_MEM"]   # each launch signals its own ticket
+  assert {first, second} <= set(tickets), [pm4.format_packet(p) for p in pkts]
+  for p in paths: os.unlink(p)
+  mine = os.path.join(tempfile.gettempdir(), f"rawgpu-hang-{os.getpid()}-*")   # (other test processes hang too)
+  before = set(glob.glob(mine))
+  d.timeout_ms = 200
+  d.close()   # gives up on the hung kernel, quietly
+  assert set(glob.glob(mine)) == before   # (the spin is left, as a close leaves it)
 
 
 def test_a_waiting_launch_gives_up_after_its_timeout(dev):

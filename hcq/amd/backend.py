@@ -254,7 +254,7 @@ class AMDBackend:
     from rawgpu.hcq.amd import sdma
     out = []
     for engine, r in rings.items():
-      for words in list(r.history)[-2:]:
+      for words in r.recent()[-2:]:
         text = pm4.format_pm4(list(words), gen=self.gfx) if engine == "compute" else sdma.format_sdma(list(words), self.sdma_version)
         out.append(f"[{engine}] " + text.replace("\n", f"\n[{engine}] "))
     return "\n".join(out) or "(nothing submitted)"
