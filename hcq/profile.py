@@ -19,6 +19,9 @@ SLOTS = 4096  # timestamp pairs per chunk of host memory
 class Profiler:
   def __init__(self, dev: "Device"):
     dev.check_open()
+    if (other := getattr(dev, "_profiler", None)) is not None:
+      from rawgpu.errors import RawGPUError   # (a second one took the first's events, and its close stopped the first)
+      raise RawGPUError(f"{dev} is already profiled (one Profiler per device); close that one first, or use its trace")
     self.dev, self.events, self._chunks, self._free = dev, [], [], 0
     dev._profiler = self
 
@@ -44,7 +47,9 @@ class Profiler:
 
   def trace(self) -> dict:
     """The Chrome trace (wait for the work first): one complete event per launch, copy and replay, in submission order.
-    Work that never ran (lost to a hang and recover(): its clock was never written) is no event: `otherData` names it."""
+    Work that never ran (lost to a hang and recover(): its clock was never written) is no event: `otherData` names it.
+    The device must be open: its clocks are in its memory."""
+    self.dev.check_open()
     self.dev.synchronize()
     hz = self.dev.backend.timestamp_hz
     ran, lost = [], []
@@ -57,7 +62,12 @@ class Profiler:
     return {"traceEvents": evs, "displayTimeUnit": "ns", **({"otherData": {"never_ran": never}} if never else {})}
 
   def export(self, path: str) -> str:
-    with open(path, "w") as f: json.dump(self.trace(), f)
+    """Write the trace to path; where it cannot be made (a hang, a fault), the file is left as it was."""
+    from rawgpu.errors import RawGPUError
+    text = json.dumps(self.trace())
+    try:
+      with open(path, "w") as f: f.write(text)
+    except OSError as e: raise RawGPUError(f"cannot write the trace to {path}: {e.strerror}") from e
     return path
 
   def close(self) -> None:

@@ -134,3 +134,33 @@ def test_work_lost_to_a_hang_is_no_event_of_the_trace(tmp_path):
   evs = trace["traceEvents"]
   assert [e["name"] for e in evs] == ["fill_u32", "fill_u32"] and all(e["dur"] > 0 for e in evs) and evs[0]["ts"] == 0
   assert [e["name"] for e in trace["otherData"]["never_ran"]] == ["spin_until", "fill_u32"]
+
+
+def test_profiling_a_kernel_without_kernargs_and_misuse(dev, tmp_path):
+  """A kernel that takes no kernargs launches under a Profiler as without one (the profiled path patched a kernargs
+  slot it lacked: the launch failed after taking its ticket, and every later wait timed out). A second Profiler of
+  the device is refused (it took the first's events and its close stopped the first); a trace of a closed device is
+  an error (its clocks went with its memory: it listed work that ran as never run); an export that cannot be made
+  leaves the file as it was, and an unwritable path is a RawGPUError."""
+  from rawgpu.errors import RawGPUError
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.profile import Profiler
+  empty = dev.program(kernels.path(dev.props.arch, "empty").read_bytes())
+  prof = Profiler(dev)
+  try:
+    empty(global_size=1, local_size=32)
+    dev.synchronize(timeout_ms=5000)
+    with pytest.raises(RawGPUError, match="already profiled"): Profiler(dev)
+    good = prof.export(str(tmp_path / "t.json"))
+    assert [e["name"] for e in json.load(open(good))["traceEvents"]] == [empty.name]
+    with pytest.raises(RawGPUError, match="cannot write the trace to /nonexistent-dir/t.json"): prof.export("/nonexistent-dir/t.json")
+  finally: prof.close()
+  Profiler(dev).close()   # (one at a time: after the close a new one may start)
+  d = Device("MOCKPCI:1+AMD")
+  try:
+    p2 = Profiler(d)
+    d.program(kernels.path(d.props.arch, "fill").read_bytes())(d.alloc(256), 1, 64, local_size=64, wait=True)
+    before = open(good).read()
+  finally: d.close()
+  with pytest.raises(RawGPUError, match="the device is closed"): p2.export(good)
+  assert open(good).read() == before   # the earlier trace is still there

@@ -281,7 +281,8 @@ class AMDProgram:
     if prof is not None:
       start, end, view, idx = prof.slot()
       prof.record(self.name, "kernel", value, view, idx)
-      values = {"kernargs": ka_va, "timeline": tl, "ts_start": start, "ts_end": end}   # profiled launches patch every slot
+      values = {"timeline": tl, "ts_start": start, "ts_end": end}   # profiled launches patch every slot they have
+      if ln.kernargs is not _no_slot: values["kernargs"] = ka_va   # (a kernel without kernargs has none for them)
       if ln.dispatch: values["dispatch"] = ka_va + self.dispatch_offset
       if ln.dispatch_id: values["dispatch_id"] = value
       ln.q.submit(dev, values)
