@@ -298,9 +298,12 @@ def test_random_kernels(target, batch):
 def run_batch(target, batch, flags: tuple[str, ...], ftz: bool = False, float_mode: int | None = None) -> None:
   """Compile a batch of random kernels for the target and the host, run both, require equal outputs. float_mode: the
   RSRC1.FLOAT_MODE clang must have chosen (checked, so the test proves the mode it means to)."""
+  run_sources(target, [(s, *kernel_source(s, ftz)) for s in batch], flags, ftz, float_mode)
+
+def run_sources(target, srcs: list[tuple[int, str, int]], flags: tuple[str, ...], ftz: bool = False, float_mode: int | None = None) -> None:
+  """run_batch's work for given kernels: (seed, source of kernel k<seed>, its number of phases); the seed picks the inputs."""
   need("gcc", "clang-19", "ld.lld-19")
   mcpu, extra = target
-  srcs = [(s, *kernel_source(s, ftz)) for s in batch]
   dev = compile_cl(PRELUDE + "\n".join(s for _, s, _ in srcs), mcpu, flags + extra)
   ks = kernels(dev)
   if float_mode is not None:
