@@ -47,19 +47,25 @@ class Profiler:
 
   def trace(self) -> dict:
     """The Chrome trace (wait for the work first): one complete event per launch, copy and replay, in submission order.
-    Work that never ran (lost to a hang and recover(): its clock was never written) is no event: `otherData` names it.
-    The device must be open: its clocks are in its memory."""
+    Work that never ran (lost to a hang and recover(): its clock was never written) is no event: `otherData` names it,
+    and the work that started and never ended (the kernel that hung or faulted) with when it started. After a fault
+    nothing more is waited for: the trace is what had run by then. The device must be open: its clocks are in its
+    memory."""
     self.dev.check_open()
-    self.dev.synchronize()
+    if not self.dev.faulted: self.dev.synchronize()
     hz = self.dev.backend.timestamp_hz
     ran, lost = [], []
     for e in self.events: (ran if 0 < e[3][e[4]] <= e[3][e[4] + 1] else lost).append(e)
-    t0 = min((v[i] for *_, v, i in ran), default=0)
-    evs = [{"name": name, "cat": kind, "ph": "X", "pid": os.getpid(), "tid": f"{self.dev} {'copy engine' if kind == 'copy' else 'compute'}",
+    started = [e for e in lost if e[3][e[4]] > 0]
+    t0 = min((v[i] for *_, v, i in ran + started), default=0)
+    track = lambda kind: f"{self.dev} {'copy engine' if kind == 'copy' else 'compute'}"
+    evs = [{"name": name, "cat": kind, "ph": "X", "pid": os.getpid(), "tid": track(kind),
             "ts": (v[i] - t0) * 1e6 / hz, "dur": (v[i + 1] - v[i]) * 1e6 / hz, "args": {"ticket": ticket}}
            for name, kind, ticket, v, i in ran]
-    never = [{"name": name, "cat": kind, "ticket": ticket} for name, kind, ticket, _, _ in lost]
-    return {"traceEvents": evs, "displayTimeUnit": "ns", **({"otherData": {"never_ran": never}} if never else {})}
+    other = {"never_ran": [{"name": name, "cat": kind, "ticket": ticket} for name, kind, ticket, v, i in lost if v[i] == 0],
+             "never_ended": [{"name": name, "cat": kind, "ticket": ticket, "ts": (v[i] - t0) * 1e6 / hz} for name, kind, ticket, v, i in started]}
+    other = {k: v for k, v in other.items() if v}
+    return {"traceEvents": evs, "displayTimeUnit": "ns", **({"otherData": other} if other else {})}
 
   def export(self, path: str) -> str:
     """Write the trace to path; where it cannot be made (a hang, a fault), the file is left as it was."""

@@ -111,7 +111,7 @@ def test_an_unordered_graph_is_timed_node_by_node_too(dev, tmp_path):
 
 def test_work_lost_to_a_hang_is_no_event_of_the_trace(tmp_path):
   """A launch that recover() dropped never wrote its clock: it used to be an event of negative duration, and its zero
-  stamps the trace's origin."""
+  stamps the trace's origin. The kernel that hung started: it is named with its start (it was listed as never run)."""
   from conftest import find_firmware
   if find_firmware() is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
   from rawgpu.errors import DeviceTimeout
@@ -133,7 +133,28 @@ def test_work_lost_to_a_hang_is_no_event_of_the_trace(tmp_path):
     prof.close()
   evs = trace["traceEvents"]
   assert [e["name"] for e in evs] == ["fill_u32", "fill_u32"] and all(e["dur"] > 0 for e in evs) and evs[0]["ts"] == 0
-  assert [e["name"] for e in trace["otherData"]["never_ran"]] == ["spin_until", "fill_u32"]
+  assert [e["name"] for e in trace["otherData"]["never_ran"]] == ["fill_u32"]
+  (hung,) = trace["otherData"]["never_ended"]
+  assert hung["name"] == "spin_until" and evs[0]["ts"] + evs[0]["dur"] <= hung["ts"] <= evs[1]["ts"]
+
+
+def test_the_trace_after_a_fault_holds_what_ran(tmp_path):
+  """After a fault the trace is taken without waiting (it raised the fault, and on MOCKKFD, which cannot recover, the
+  trace was lost): the work that ran is its events, the faulting kernel is named as started and never ended."""
+  from conftest import find_firmware
+  if find_firmware() is None: pytest.skip("AMD firmware not found: run .ci/fetch-firmware (Debian firmware-amd-graphics) or set RAWGPU_FIRMWARE_DIR")
+  from rawgpu.errors import DeviceFault
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.profile import Profiler
+  with Device("MOCKPCI:1+AMD") as d:
+    fill, fault = (d.program(kernels.path(d.props.arch, n).read_bytes()) for n in ("fill", "fault"))
+    prof = Profiler(d)
+    fill(d.alloc(1024), 1, 256, global_size=1, local_size=256, wait=True)
+    with pytest.raises(DeviceFault): fault(0x7f10_0000_0000, 5, wait=True)
+    trace = json.load(open(prof.export(str(tmp_path / "t.json"))))
+    prof.close()
+    d.recover()
+  assert [e["name"] for e in trace["traceEvents"]] == ["fill_u32"] and [e["name"] for e in trace["otherData"]["never_ended"]] == [fault.name]
 
 
 def test_profiling_a_kernel_without_kernargs_and_misuse(dev, tmp_path):
