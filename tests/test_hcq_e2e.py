@@ -863,6 +863,24 @@ def test_a_hang_report_shows_what_each_launch_submitted(spare_dev):
   assert set(glob.glob(mine)) == before   # (the spin is left, as a close leaves it)
 
 
+def test_a_graph_replays_hang_report_decodes_the_graphs_packets(dev):
+  """A replay is one INDIRECT_BUFFER on the ring: the report decodes the bound queue it runs too (it showed only the
+  INDIRECT_BUFFER, not the dispatch that hung)."""
+  from rawgpu.errors import DeviceTimeout
+  spin, fill = prog(dev, "spin"), prog(dev, "fill")
+  flag, done, buf = dev.alloc(4, host=True), dev.alloc(4, host=True), dev.alloc(1024)
+  flag.cpu()[:4] = bytes(4)
+  g = Graph(dev).exec(fill, buf, 1, 256, local_size=256).exec(spin, flag, 7, done, global_size=1, local_size=32)
+  t = g.replay()
+  with pytest.raises(DeviceTimeout) as e: dev.wait_timeline(t, timeout_ms=300)
+  ib = [ln for ln in str(e.value).splitlines() if ln.startswith("[compute IB ")]
+  assert sum("DISPATCH_DIRECT" in ln for ln in ib) == 2, str(e.value)
+  for ln in str(e.value).splitlines():
+    if "dumped: rawgpu decode" in ln: os.unlink(ln.split()[4])
+  flag.cpu()[:4] = (7).to_bytes(4, "little")
+  dev.wait_timeline(t)
+
+
 def test_a_waiting_launch_gives_up_after_its_timeout(dev):
   from rawgpu.errors import DeviceTimeout
   flag, done, other = dev.alloc(4, host=True), dev.alloc(4, host=True), dev.alloc(4)
