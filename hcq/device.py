@@ -50,7 +50,7 @@ class Device:
     self.read_fence = iface.read_fence   # after a wait, reads of VRAM through CPU views see what the GPU wrote before the signal
     self.write_fence = iface.write_fence # before a signal the CPU sets, its writes to VRAM through CPU views are visible
     self._rings: dict[str, Ring] = {}
-    self._bound: dict[int, weakref.ref] = {}   # GPU VA -> the bound queue whose words are there (hang reports decode them)
+    self._bound = weakref.WeakValueDictionary()   # GPU VA -> the live bound queue whose words are there (hang reports decode them)
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self.stalled = 0                        # the ticket a wait gave up on (0: none, or its work is known done)
     self.timeout_ms: float = 10_000         # how long waits (copies, synchronize, launches' wait=) allow without progress

@@ -213,13 +213,9 @@ class Graph:
       if r.freed: self.lost = self.lost or r
     # recorded buffers that devices other than their own use: a replay checks their device is open and still mapped
     users: dict[int, tuple] = {}
-    for prg, args, _, _ in self.launches:
-      for a in args:
-        if isinstance(a, Buffer) and a._root().dev is not prg.dev: users.setdefault(id(a._root()), (a._root(), set()))[1].add(prg.dev)
-    for k, w in self.nodes:
-      if k == "copy":
-        for b in w[:2]:
-          if isinstance(b, Buffer) and b._root().dev is not w[3]: users.setdefault(id(b._root()), (b._root(), set()))[1].add(w[3])
+    uses = [(a, prg.dev) for prg, args, _, _ in self.launches for a in args] + [(b, w[3]) for k, w in self.nodes if k == "copy" for b in w[:2]]
+    for b, d in uses:
+      if isinstance(b, Buffer) and b._root().dev is not d: users.setdefault(id(b._root()), (b._root(), set()))[1].add(d)
     self.foreign = [(r, tuple(ds)) for r, ds in users.values()]
     if len(self.devices) > 1: self.dev._graphs.add(self)   # (its close waits for the others' shares)
     for d in self.devices[1:]:   # the other devices read the arguments and take part in the graph's signals, and the

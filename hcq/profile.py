@@ -10,6 +10,7 @@ work and are not in the trace.
 from __future__ import annotations
 import json, os
 from typing import TYPE_CHECKING
+from rawgpu.errors import RawGPUError
 
 if TYPE_CHECKING: from rawgpu.hcq.device import Device
 
@@ -19,8 +20,7 @@ SLOTS = 4096  # timestamp pairs per chunk of host memory
 class Profiler:
   def __init__(self, dev: "Device"):
     dev.check_open()
-    if (other := getattr(dev, "_profiler", None)) is not None:
-      from rawgpu.errors import RawGPUError   # (a second one took the first's events, and its close stopped the first)
+    if getattr(dev, "_profiler", None) is not None:   # (a second one took the first's events, and its close stopped the first)
       raise RawGPUError(f"{dev} is already profiled (one Profiler per device); close that one first, or use its trace")
     self.dev, self.events, self._chunks, self._free = dev, [], [], 0
     dev._profiler = self
@@ -69,7 +69,6 @@ class Profiler:
 
   def export(self, path: str) -> str:
     """Write the trace to path; where it cannot be made (a hang, a fault), the file is left as it was."""
-    from rawgpu.errors import RawGPUError
     text = json.dumps(self.trace())
     try:
       with open(path, "w") as f: f.write(text)

@@ -94,7 +94,7 @@ class HWQueue:
     self._submitted: list = []
     self._unbind = weakref.finalize(self, _release_bound, dev, mem, self.engine, self._submitted)
     self._unbind.atexit = False
-    if hasattr(dev, "_bound"): dev._bound[mem.va] = weakref.ref(self)
+    if hasattr(dev, "_bound"): dev._bound[mem.va] = self
     return self
 
   def submit(self, dev: "Device", values: dict[str, int] | None = None) -> "HWQueue":

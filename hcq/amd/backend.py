@@ -264,8 +264,7 @@ class AMDBackend:
     """The packets of the bound queues (a graph replay's) that a submission's INDIRECT_BUFFERs run, decoded."""
     out, bound = [], getattr(getattr(self, "dev", None), "_bound", {})
     for p in pm4.decode_pm4(list(words), gen=self.gfx):
-      q = (ref := bound.get(p.fields.get("ib_base"))) and ref()
-      if p.name != "INDIRECT_BUFFER" or q is None or q._bound is None: continue
+      if p.name != "INDIRECT_BUFFER" or (q := bound.get(p.fields["ib_base"])) is None: continue
       text = pm4.format_pm4(list(q._words), gen=self.gfx)
       out.append(f"[compute IB {p.fields['ib_base']:#x}] " + text.replace("\n", f"\n[compute IB {p.fields['ib_base']:#x}] "))
     return out

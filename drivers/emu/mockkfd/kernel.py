@@ -597,7 +597,7 @@ class Process:
     where its slot is signaled, else the exhaustive search of signaled slots; each found is acknowledged and set."""
     if self.signal_bo is None: return
     slots = self.signal_bo.backing.view.cast("Q")
-    gpu_signaled = lambda ev: ev is not None and ev.type in (K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_DEBUG_EVENT)
+    gpu_signaled = lambda ev: ev.type in (K.KFD_IOC_EVENT_SIGNAL, K.KFD_IOC_EVENT_DEBUG_EVENT)
     eid = ctx & 0xfffffff
     if eid < SIGNAL_EVENT_LIMIT and slots[eid] != UNSIGNALED and (ev := self.events.get(eid)) is not None:
       found = [ev] if gpu_signaled(ev) else []
