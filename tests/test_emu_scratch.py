@@ -82,15 +82,34 @@ def test_gfx11_slots_count_per_shader_engine(arch):
   assert not res.ok and res.fault == "page fault" and res.fault_addr >= mem.base + mem.size
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_private_offset_past_the_wave_size_faults(arch):
-  """WAVESIZE smaller than the kernel's private segment: its last private dwords fall outside the slot."""
+def _short_wavesize(arch: str) -> Kernel:
+  """scratch_u32 with a descriptor that asks for 128 bytes of private memory a lane, not its 260: launch() sizes
+  WAVESIZE by it, so the kernel's last private dwords fall past its wave's share."""
   kern = kernel(arch)
   kd = bytearray(kern.kd)
-  struct.pack_into("<I", kd, 4, 128)   # the descriptor's private size, which launch() sizes WAVESIZE by: 128, not 260
-  small = Kernel(kern.name, kern.code, 0, kern.entry, bytes(kd))
-  res, _, _ = launch(small, arch, [np.zeros(64, u32), u32(1), u32(64)], (1, 1, 1), (64, 1, 1))
-  assert not res.ok and res.fault == "page fault"
+  struct.pack_into("<I", kd, 4, 128)
+  return Kernel(kern.name, kern.code, 0, kern.entry, bytes(kd))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_private_offset_past_the_wave_size_lands_in_the_next_slot(arch):
+  """Flat scratch has a base and no size since gfx9 (AMDGPUUsage): an offset past the wave's share of WAVESIZE is
+  not checked, and reaches the next slot with the same swizzle (dword d of lane l at base + (d x lanes + l) x 4)."""
+  L, k = lanes_of(arch), 4
+  res, (out,), mem = launch(_short_wavesize(arch), arch, [np.zeros(L, u32), u32(k), u32(L)], (1, 1, 1), (L, 1, 1), ring_slots=2)
+  assert res.ok, res.fault
+  assert np.array_equal(out, expected(L, k))
+  ring = np.frombuffer(mem.read(mem.scratch_base, 2 * 128 * L), u32).reshape(-1, L)   # one row per dword index
+  j = np.arange(64)
+  assert np.array_equal(ring[:64], np.repeat((j * j + k).astype(u32)[:, None], L, 1))   # 32 in slot 0, 32 in slot 1
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_private_offset_past_the_scratch_ring_faults_where_nothing_is_mapped(arch):
+  """The same kernel with a ring of one slot that ends where the memory does: its last dwords fault there."""
+  L = lanes_of(arch)
+  res, _, mem = launch(_short_wavesize(arch), arch, [np.zeros(L, u32), u32(1), u32(L)], (1, 1, 1), (L, 1, 1), ring_slots=1)
+  assert not res.ok and res.fault == "page fault" and res.fault_addr >= mem.base + mem.size
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -239,6 +239,30 @@ def test_graph_launch_dimensions_are_inputs(dev, cov):
   assert np.array_equal(out.numpy(np.uint32), _dims_expected(n, 2, 1, 64))
 
 
+FIB = r"""
+__attribute__((noinline)) int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+__kernel void fibs(__global int *out, int n) {
+  int i = __builtin_amdgcn_workgroup_id_x() * 64 + __builtin_amdgcn_workitem_id_x();
+  out[i] = fib(n + i % 3);
+}
+"""
+
+
+def test_a_recursive_kernel_s_stack_outgrows_what_llvm_reserves(dev):
+  """LLVM 19 reserves one frame of private memory for a recursive call (.private_segment_fixed_size 32, no dynamic
+  stack), and the runtime sizes WAVESIZE by it: deeper calls write past the wave's share, into the next slots of the
+  scratch ring, as on the hardware, whose flat scratch has a base and no size. One wave runs alone and gets its
+  answers (several would overwrite each other's frames). The emulated board hung on this kernel: it faulted such
+  writes and never reported the fault."""
+  from test_emu_rdna_common import compile_cl
+  k = dev.program(compile_cl(FIB, dev.props.arch), "fibs")
+  lanes = 32 if k.wave32 else 64
+  out = dev.alloc(4 * 64)
+  k(out, 4, global_size=(1, 1, 1), local_size=(lanes, 1, 1), wait=True, timeout_ms=20_000)   # 6 calls deep
+  fib = lambda n: n if n < 2 else fib(n - 1) + fib(n - 2)
+  assert out.numpy(np.int32)[:lanes].tolist() == [fib(4 + i % 3) for i in range(lanes)]
+
+
 def _wait_until(cond, what: str, timeout_s: float = 10) -> None:
   t0 = time.monotonic()
   while not cond():

@@ -300,7 +300,7 @@ def _shape_state(mem: GPUMemory, fam: str, g: Grid, fl: Fields) -> State:
     st.s[108 + 7] = (ids[1].astype(u32) & u32(0xffff)) | (ids[2].astype(u32) << u32(16))
   st.hwreg[1] = u32(fl.float_mode)  # HW_REG_MODE[7:0] = RSRC1.FLOAT_MODE: round [3:0], denormals [7:4]
   if fl.scratch_en and fl.scratch_wave_bytes:
-    st.scratch_wave_bytes, st.scratch_lane_bytes = fl.scratch_wave_bytes, fl.scratch_wave_bytes // L
+    st.scratch_wave_bytes = fl.scratch_wave_bytes
   return st
 
 def run_waves(st: State, prog: Program, max_instructions: int | None, slice_s: Callable[[], float] | None = None) -> Iterator[None]:

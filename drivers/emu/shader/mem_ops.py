@@ -335,13 +335,16 @@ def _scratch(st: State, off, idx, size: int, vals):
   """Private memory: each wave's slot of the scratch ring, at COMPUTE_DISPATCH_SCRATCH_BASE + slot x WAVESIZE, holds
   its lanes' bytes swizzled by dword (dword d of lane l at (d x lanes + l) x 4: element size 4, index stride the
   wave size, as the ISA guides' swizzled buffer addressing and AMDGPUUsage's interleaved private memory describe).
-  An offset past the lane's share of WAVESIZE faults."""
+  The address is not checked against WAVESIZE: since gfx9, FLAT_SCRATCH holds a base and no size (AMDGPUUsage; gfx8's
+  held the size), so an offset past the lane's share reaches the next slots, and past the ring whatever the VM maps
+  there (a fault where nothing is). A negative offset, which the hardware does not take (LLVM never emits one), and
+  private memory in a dispatch without SCRATCH_EN stop the wave as not modelled."""
   lanes = np.arange(st.W * st.L) if idx is None else idx
   off = np.asarray(off, i64)
+  if not st.scratch_wave_bytes: raise EmuFault("private memory in a dispatch without scratch (SCRATCH_EN or WAVESIZE 0): not modelled")
+  if (off < 0).any(): raise EmuFault(f"a private access at negative offset {int(off[np.argmax(off < 0)])}: not modelled")
   lane, wave = lanes % st.L, lanes // st.L
   addr = st.scratch_base + st.slot[wave].astype(i64) * st.scratch_wave_bytes + (off >> 2) * (4 * st.L) + lane * 4 + (off & 3)
-  bad = (off < 0) | (off + size > st.scratch_lane_bytes)
-  if bad.any(): raise EmuFault("page fault", int(addr[np.argmax(bad)]) & ((1 << 64) - 1))
   if size > 4 or ((off & 3) + size > 4).any():
     o = int(off[np.argmax((off & 3) + size > 4)]) if size <= 4 else int(off[0])
     raise EmuFault(f"a {size}-byte private access at offset {o} spans two swizzled dwords: not modelled")

@@ -32,7 +32,6 @@ class State:
     self.apertures = (0, 0)          # the shared (LDS) and private apertures: a generic address's high dword there
     self.scratch_base = 0            # COMPUTE_DISPATCH_SCRATCH_BASE as a byte address
     self.scratch_wave_bytes = 0      # each wave's slot (COMPUTE_TMPRING_SIZE.WAVESIZE)
-    self.scratch_lane_bytes = 0
     self.slot = np.arange(waves)     # the scratch slot each wave holds while it runs
     self.offset_sgpr: int | None = None   # the system SGPR with the wave's byte offset in the scratch ring, if enabled
     self.wpg = 1                     # waves per workgroup
