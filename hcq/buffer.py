@@ -65,7 +65,9 @@ class Buffer:
     r = self.base or self
     if dev is r.dev:
       if r.last_use < value: r.last_use = value
-    else: r.peer_use[dev] = max(r.peer_use.get(dev, 0), value)
+    else:
+      r.peer_use[dev] = max(r.peer_use.get(dev, 0), value)
+      r.dev._lent.add(r)
 
   def owner_use(self) -> int:
     """The owner's ticket of the last queued work that touches it: launches, copies, and the last replay of each
@@ -89,6 +91,7 @@ class Buffer:
     """A graph recorded this buffer: its replays count as uses from now on, even after the graph is gone."""
     r = self.base or self
     r.graphs = [*r._uses(), uses]
+    r.dev._lent.add(r)
 
   def _uses(self) -> list:
     """(On the root) its graphs' use records, less those of graphs gone whose work is done."""

@@ -1,6 +1,6 @@
 """Device: an opened GPU with its memory, rings, timeline, and the vendor's queues and programs."""
 from __future__ import annotations
-import errno, operator, weakref
+import errno, operator, time, weakref
 from array import array
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
@@ -56,6 +56,7 @@ class Device:
     self.timeout_ms: float = 10_000         # how long waits (copies, synchronize, launches' wait=) allow without progress
     self._recover_hooks: list = []          # weak methods recover() calls once the queues restarted (graphs spanning devices)
     self._graphs = weakref.WeakSet()        # its graphs that span other devices (close waits for their shares)
+    self._lent = weakref.WeakSet()          # its buffers other devices' work touched (close waits for that work)
     self._signal_pages: list = []
     self._free_signals: list[tuple[int, memoryview]] = []
     self.releases = Releases(self)           # memory dropped while the GPU may still read it
@@ -293,20 +294,23 @@ class Device:
         # nobody would see it, and its dumps would be left behind
         if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else self.timeout_ms, report=False)
       except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
-      if not self.faulted and not self.stalled: self._wait_peer_shares()
+      if not self.faulted and not self.stalled: self._wait_peers()
     finally:
       self.timeline._q = memoryview(array("Q", self.timeline._q))   # its memory goes with the device: later waits read what it last said
       self.iface.close()
 
-  def _wait_peer_shares(self, timeout_ms: float = 1000) -> None:
-    """Before its memory goes: the other devices' shares of this device's graphs, which read its kernel arguments and
-    end by waiting on its signal, a little after this device's own ticket. Only healthy peers, briefly, without a
-    report (a peer that does not get there loses nothing more by it)."""
-    for g in list(self._graphs):
-      for d, t in list(g.uses.tickets.items()):
-        if d is self or d.closed or d.iface.closed or d.faulted or d.stalled or d.done(t): continue
-        try: d.timeline.wait(t - d.timeline_base, timeout_ms, report=False)
-        except RawGPUError: pass
+  def _wait_peers(self, timeout_ms: float = 1000) -> None:
+    """Before its memory goes: the other devices' queued work on it (their transfers and kernels on its buffers, their
+    shares of its graphs, which read its kernel arguments and end by waiting on its signal). Only healthy peers,
+    for timeout_ms in all, without a report: a peer still busy then faults on the memory, which is gone."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    waits = [(d, t) for g in list(self._graphs) for d, t in list(g.uses.tickets.items())]
+    waits += [(d, t) for r in list(self._lent) if not r.freed for d, t in r.peer_uses().items()]
+    for d, t in waits:
+      if d is self or d.closed or d.iface.closed or d.faulted or d.stalled or d.done(t): continue
+      if (left := deadline - time.monotonic()) <= 0: return
+      try: d.timeline.wait(t - d.timeline_base, left * 1000, report=False)
+      except RawGPUError: pass
 
   def __enter__(self) -> "Device": return self
   def __exit__(self, *exc) -> None: self.close()

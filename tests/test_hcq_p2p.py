@@ -576,8 +576,9 @@ def test_recover_after_the_graphs_device_was_closed():
 
 
 def test_a_busy_or_hung_peer_does_not_hold_up_close():
-  """close() waits only for the peers' shares of its graphs: B's own long work (here a kernel spinning until the
-  host lets it go, on a buffer of A that B mapped) does not hold A's close, nor is B marked stalled by it."""
+  """close() waits for the peers' queued work on its memory for a second in all: B's own long work (here a kernel
+  spinning until the host lets it go, on a buffer of A that B mapped) holds A's close no longer, nor is B marked
+  stalled by it."""
   need_firmware()
   from rawgpu.hcq.device import Device
   b, a = Device("MOCKPCI:3+AMD"), Device("MOCKPCI:2+AMD")
@@ -589,10 +590,59 @@ def test_a_busy_or_hung_peer_does_not_hold_up_close():
     spin(flag, 7, done, global_size=1, local_size=32)
     t0 = time.monotonic()
     a.close()
-    assert time.monotonic() - t0 < 1 and not b.stalled
+    assert time.monotonic() - t0 < 2 and not b.stalled
   finally:
     flag.cpu()[:4] = (7).to_bytes(4, "little")
     b.close()
+
+
+def _held(dev, seconds: float = 0.3):
+  """Hold dev's queues with a kernel that spins until the returned release() (or `seconds`) lets it go."""
+  import threading
+  spin = dev.program(kernels.path(dev.props.arch, "spin").read_bytes())
+  flag, done = dev.alloc(4, host=True), dev.alloc(4, host=True)
+  flag.cpu()[:4] = bytes(4)
+  spin(flag, 7, done, global_size=1, local_size=32)
+  release = lambda: flag.cpu().__setitem__(slice(0, 4), (7).to_bytes(4, "little"))
+  threading.Timer(seconds, release).start()
+  return release
+
+
+def test_closing_a_device_waits_for_a_peers_queued_copy_of_its_memory():
+  """B's copy out of A's buffer is queued behind a kernel that holds B for 0.5 s; A's close waits for it (as freeing
+  the buffer would) before its memory goes. It released the memory at once, and B's copy engine faulted on it."""
+  need_firmware()
+  from rawgpu.hcq.device import Device
+  b, a = Device("MOCKPCI:3+AMD"), Device("MOCKPCI:2+AMD")
+  try:
+    x, d = a.alloc(1 << 20).copyin(np.full(1 << 20, 3, np.uint8)), b.alloc(1 << 20)
+    _held(b, 0.5)
+    b.transfer(d, x)
+    t0 = time.monotonic()
+    a.close()
+    assert time.monotonic() - t0 >= 0.3
+    b.synchronize()
+    assert not b.faulted and np.all(d.numpy() == 3)
+  finally:
+    a.close(); b.close()
+
+
+def test_a_transfer_between_buffers_of_one_device_waits_for_a_peers_queued_write():
+  """B's copy into A's buffer x is queued behind a kernel that holds B for 0.3 s; A's own transfer out of x waits
+  for it, as A's copyout does. It copied x's old contents."""
+  need_firmware()
+  from rawgpu.hcq.device import Device
+  b, a = Device("MOCKPCI:3+AMD"), Device("MOCKPCI:2+AMD")
+  try:
+    n = 1 << 20
+    src = np.random.default_rng(0).integers(0, 256, n, dtype=np.uint8)
+    x, y, s = a.alloc(n).copyin(np.zeros(n, np.uint8)), a.alloc(n).copyin(np.zeros(n, np.uint8)), b.alloc(n).copyin(src)
+    _held(b)
+    b.transfer(x, s)
+    a.transfer(y, x)
+    assert np.array_equal(y.numpy(), src)
+  finally:
+    a.close(); b.close()
 
 
 def test_a_graph_replay_refuses_what_a_closed_peer_took_with_it():

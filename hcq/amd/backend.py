@@ -241,12 +241,8 @@ class AMDBackend:
   def transfer(self, dst: Buffer, src: Buffer, size: int) -> None:
     if size > min(dst.size, src.size): raise RawGPUError(f"transfer of {size} bytes between buffers of {src.size} and {dst.size}")
     for b in (dst, src):
-      if b.dev is not self.dev:   # a peer copy: this device's copy engine reaches the other buffer over the bus
-        self.dev.map(b)
-        self._settle(b)
-    if dst.dev is not self.dev or src.dev is not self.dev:
-      for b in (dst, src):
-        if b.dev is self.dev: self._settle(b)
+      if b.dev is not self.dev: self.dev.map(b)   # a peer copy: this device's copy engine reaches it over the bus
+      self._settle(b)   # (another device's queued work on a buffer of this one's counts too)
     v = self._sdma(dst.va, src.va, size)
     dst.used_by(self.dev, v); src.used_by(self.dev, v)
 
