@@ -1,6 +1,6 @@
 """Buffers: GPU memory with a CPU view where there is one, sub-buffers, and copies in and out."""
 from __future__ import annotations
-import operator, weakref
+import weakref
 from typing import TYPE_CHECKING
 import numpy as np
 from rawgpu.drivers.iface import Mem
@@ -49,8 +49,9 @@ class Buffer:
   def host(self) -> bool: return self.mem.host
 
   def view(self, offset: int, size: int) -> "Buffer":
-    try: offset, size = operator.index(offset), operator.index(size)   # (numpy's ints too)
-    except TypeError: raise RawGPUError(f"a sub-buffer takes an int offset and size, not {offset!r} and {size!r}") from None
+    o, n = as_index(offset), as_index(size)   # (numpy's ints too)
+    if o is None or n is None: raise RawGPUError(f"a sub-buffer takes an int offset and size, not {offset!r} and {size!r}")
+    offset, size = o, n
     if offset < 0 or size < 0 or offset + size > self.size: raise RawGPUError(f"sub-buffer {offset}+{size} is outside a {self.size}-byte buffer")
     return Buffer(self.dev, self.mem, self.offset + offset, size, self.base or self)
 
@@ -138,6 +139,7 @@ class Buffer:
     except TypeError: raise RawGPUError(f"numpy() takes a numpy dtype, not {dtype!r}") from None
     if dt.hasobject: raise RawGPUError(f"numpy() takes a dtype of numbers, not {dt} (memory holds no Python objects)")
     n = dt.itemsize
+    if n == 0: raise RawGPUError(f"numpy() takes a dtype with a size, not {dt} (0 bytes each)")
     if self.size % n: raise RawGPUError(f"{self} is not a whole number of {np.dtype(dtype)} ({n} bytes each); take a view of a multiple of {n} bytes")
     return np.frombuffer(self.copyout(), dtype=dtype)
 
@@ -174,6 +176,7 @@ def _bytes_of(obj, what: str, writable: bool = False) -> memoryview:
     if writable: raise RawGPUError(f"{what}: the memoryview is not C-contiguous; pass a contiguous one")
     mv = memoryview(mv.tobytes())
   if writable and mv.readonly: raise RawGPUError(f"{what}: {type(obj).__name__} is read-only; pass a bytearray, a writable memoryview or a numpy array")
+  if mv.nbytes == 0: return memoryview(b"" if not writable else bytearray())   # (cast refuses a shape with a 0)
   return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 

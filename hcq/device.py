@@ -1,11 +1,12 @@
 """Device: an opened GPU with its memory, rings, timeline, and the vendor's queues and programs."""
 from __future__ import annotations
-import errno, operator, time, weakref
+import errno, time, weakref
 from array import array
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
 from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, OutOfMemory, RawGPUError
 from rawgpu.hcq.buffer import Buffer, check_copy_size
+from rawgpu.hcq.patch import as_index
 from rawgpu.hcq.release import Releases
 from rawgpu.hcq.ring import Ring
 from rawgpu.hcq.signal import SIGNAL_SIZE, Signal
@@ -83,8 +84,8 @@ class Device:
   def alloc(self, size: int, *, host: bool = False, uncached: bool = False, cpu_access: bool = False) -> Buffer:
     self.check_open()
     if type(size) is not int:
-      try: size = operator.index(size)   # (numpy's ints too)
-      except TypeError: raise RawGPUError(f"{self}: alloc takes a size in bytes (an int), not {size!r}") from None
+      if (n := as_index(size)) is None: raise RawGPUError(f"{self}: alloc takes a size in bytes (an int), not {size!r}")
+      size = n
     if size <= 0: raise RawGPUError(f"{self}: cannot allocate {size} bytes")
     return Buffer(self, self._iface_alloc(size, host, uncached, cpu_access or host), 0, size)
 

@@ -12,8 +12,9 @@ from rawgpu.errors import RawGPUError
 
 
 def as_index(v) -> int | None:
-  """v as a Python int where it is an integer (numpy's too), else None."""
+  """v as a Python int where it is an integer (numpy's too), else None (a bool too: True is no size or count)."""
   if type(v) is int: return v
+  if isinstance(v, bool): return None
   try: return operator.index(v)
   except TypeError: return None
 

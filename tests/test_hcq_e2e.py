@@ -699,6 +699,8 @@ def test_sizes_offsets_and_dtypes_of_the_wrong_type_are_clear_errors(dev):
   assert a.size == 64 and a.view(np.int64(16), np.int32(8)).size == 8
   for use, what in ((lambda: dev.alloc(1.5), "alloc takes a size in bytes"), (lambda: dev.alloc("8"), "alloc takes a size in bytes"),
                     (lambda: a.view(1.5, 2), "a sub-buffer takes an int offset and size"), (lambda: a.view(0, None), "int offset and size"),
+                    (lambda: dev.alloc(True), "alloc takes a size in bytes"), (lambda: a.view(True, True), "int offset and size"),   # (bools are ints to Python)
+                    (lambda: prog(dev, "fill")(a, 1, 1, dynamic_lds=True), "dynamic_lds takes a number of bytes"),
                     (lambda: a.numpy("foo"), "numpy\\(\\) takes a numpy dtype"), (lambda: dev.map(5), "map takes a Buffer or a Signal"),
                     (lambda: prog(dev, "fill")(a, np.array([9]), 1), "cannot take ndarray"),
                     (lambda: prog(dev, "fill")(a, 1, 1, dynamic_lds="64"), "dynamic_lds takes a number of bytes"),
@@ -1603,6 +1605,11 @@ def test_copy_in_and_out_of_every_buffer_kind(dev):
   with pytest.raises(RawGPUError, match="read-only"): buf.copyout(np.frombuffer(bytes(2000), np.uint8))
   with pytest.raises(RawGPUError, match="not a buffer"): buf.copyin([1, 2, 3])
   with pytest.raises(RawGPUError, match="into 1000 bytes"): buf.copyout(bytearray(1000))
+  empty = memoryview(np.zeros((0, 4), np.float32))   # a shape with a 0 (memoryview.cast refuses it)
+  buf.copyin(empty)
+  with pytest.raises(RawGPUError, match="into 0 bytes"): buf.copyout(empty)
+  for dt in ("V", str):
+    with pytest.raises(RawGPUError, match="a dtype with a size"): buf.numpy(dt)
 
 
 def test_naive_matmul_matches_the_host_in_the_same_order(dev):

@@ -8,6 +8,7 @@ from rawgpu.errors import CodeObjectError, RawGPUError
 from rawgpu.hcq.amd.elf import KernelArg, check_launch, check_resources, limits_for, load_code_object
 from rawgpu.hcq.amd.queues import DISPATCH_PACKET_SIZE, KERNARG_ADDRESS_AT, fill_dispatch_packet
 from rawgpu.hcq.buffer import Buffer, Local
+from rawgpu.hcq.patch import as_index
 from rawgpu.hcq.signal import check_timeout
 
 if TYPE_CHECKING:
@@ -128,8 +129,8 @@ class AMDProgram:
     return p
 
   def _lds_bytes(self, n) -> int:
-    try: n = operator.index(n)   # (numpy's ints too)
-    except TypeError: raise RawGPUError(f"kernel {self.name}: dynamic_lds takes a number of bytes (an int), not {n!r}") from None
+    if (i := as_index(n)) is None: raise RawGPUError(f"kernel {self.name}: dynamic_lds takes a number of bytes (an int), not {n!r}")
+    n = i
     if n < 0: raise RawGPUError(f"kernel {self.name}: dynamic_lds is a number of bytes after the kernel's own LDS (0 or more), not {n}")
     return n
 
