@@ -169,6 +169,9 @@ def test_decode_pm4_text_and_binary(tmp_path, capsys):
     assert cli.main(["decode", stream, str(tmp_path / f), "--arch", "gfx1100"]) == 1
     what = "holds only whitespace" if f == "blank.txt" else "is empty"
     assert f"{f} {what}: nothing to decode" in capsys.readouterr().err
+  (tmp_path / "seps.txt").write_text(" , [ ] \n")   # separators, no words: decoded nothing and exited 0
+  assert cli.main(["decode", "pm4", str(tmp_path / "seps.txt")]) == 1
+  assert "nothing to decode: the text holds no hex words" in capsys.readouterr().err
 
 
 def test_decode_sdma(tmp_path, capsys):

@@ -111,6 +111,7 @@ def _words(data: bytes) -> list[int]:
     try: words = [int(t, 16) for t in text.replace(",", " ").replace("[", " ").replace("]", " ").split() if not t.endswith(":")]
     except ValueError as e: raise RawGPUError(f"not a list of hex words: {e}") from e
     if wide := [w for w in words if w >> 32]: raise RawGPUError(f"not a list of 32-bit hex words: {wide[0]:#x} is wider")
+    if not words: raise RawGPUError("nothing to decode: the text holds no hex words")
     return words
   if text is not None and all(c.isprintable() or c in "\t\r\n" for c in text):   # (a binary dump is never all text)
     bad = next(t for t in text.split() if not all(c in _HEX_TEXT for c in t))

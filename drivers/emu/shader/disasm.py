@@ -117,7 +117,7 @@ def _flat(i: Inst, fam: str) -> str:
   if seg != "flat" and i.ops:
     out.append("off" if f["saddr"] == 124 else reg(f["saddr"], 1 if seg == "scratch" else 2))
   text = f"{n} " + ", ".join(out) if out else n
-  if f["offset"]: text += f" offset:{f['offset']}"
+  if f["offset"] and i.ops: text += f" offset:{f['offset']}"   # (llvm-mc shows none for global_inv and its kin)
   return text + _cache_bits(i, fam)
 
 def _mubuf(i: Inst, fam: str) -> str:
@@ -176,11 +176,12 @@ def _ds(i: Inst) -> str:
 def _smem(i: Inst, fam: str) -> str:
   f = i.f
   out = [reg(f[fld], cnt) for fld, cnt, _ in i.ops]
-  if f["soffset"] != 124:
-    with_imm = f["offset"] or f.get("imm")   # gfx9 prints the immediate of SOE+IMM even when it is 0
-    out.append(reg(f["soffset"]) + f" offset:0x{f['offset'] & 0xffffffff:x}" if with_imm else reg(f["soffset"]))
+  signed = lambda v: f"0x{v:x}" if v >= 0 else f"-0x{-v:x}"
+  if f["soffset"] != 124:   # gfx9 prints the immediate of SOE+IMM even when it is 0, gfx12 always (both as llvm-mc)
+    with_imm = f["offset"] or f.get("imm") or fam == "gfx12"
+    out.append(reg(f["soffset"]) + f" offset:{signed(f['offset'])}" if with_imm else reg(f["soffset"]))
   elif fam == "gfx11" and not f["offset"]: out.append("null")
-  else: out.append(f"0x{f['offset']:x}" if f["offset"] >= 0 else f"-0x{-f['offset']:x}")
+  else: out.append(signed(f["offset"]))
   text = f"{i.name} " + ", ".join(out)
   if fam == "gfx12": return text + _th_scope(i.name, f["th"], f["scope"])
   return text + "".join(f" {k}" for k in ("glc", "dlc") if f[k])
