@@ -20,8 +20,9 @@ SEEDS = range(int(os.environ.get("RAWGPU_RDNA_SEEDS", "60")))
 # division by a huge value (195), a 16-bit operand's literal (247), f32 division of huge values with flushing (410);
 # on gfx942: SDWA carry ops (422), v_fma_mixlo_f16 rounding once instead of an f32 fma then f16 (468); a wave64
 # carry-out to NULL clobbering M0 before v_movreld (1130); f64 division with a subnormal quotient rounding twice (1342);
-# gfx942's v_mad_legacy_u16 (2001); v_fma_f64 of a finite product past the range and an infinite addend (5013)
-FOUND = [185, 195, 247, 410, 422, 468, 1130, 1342, 2001, 5013]
+# gfx942's v_mad_legacy_u16 (2001); v_fma_f64 of a finite product past the range and an infinite addend (5013); the
+# 256-instruction block cut falling between s_set_gpr_idx_on and its v_mov_b32, which then wrote the base VGPR (8095)
+FOUND = [185, 195, 247, 410, 422, 468, 1130, 1342, 2001, 5013, 8095]
 BATCH = 20   # kernels per code object: clang runs a few times, not once per kernel
 
 PRELUDE = r"""

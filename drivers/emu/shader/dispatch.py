@@ -191,7 +191,9 @@ class Program:
       fns.append((fn, pc, pc + i.size))
       pc += i.size
       if getattr(fn, "terminator", False): return (fns, True), True
-      if len(fns) >= 256: return (fns, False), True
+      # a long block is cut, but not inside a VGPR indexing region: the mode is followed at compile time, so the
+      # next block would start as not indexed (seed 8095 on gfx942: a cut between s_set_gpr_idx_on and its v_mov)
+      if len(fns) >= 256 and gpr_idx is None: return (fns, False), True
 
   def _fetch_fault(self, pc: int):
     """The wave reaches code on an unmapped page: the fetch of it faults (reported, as the SQC's instruction path)."""

@@ -84,7 +84,8 @@ GPR_IDX_SRC0, GPR_IDX_DST = 1, 8   # M0[15:12] / the instruction's mode bits: SR
 def gpr_idx_mode(i: Inst, mode: int | None) -> int | None:
   """The indexing mode after instruction i (None: off), as far as the code says it: s_set_gpr_idx_on and
   s_set_gpr_idx_mode name their bits, s_set_gpr_idx_off ends it. The block compiler follows it through straight-line
-  code (LLVM emits on, one v_mov_b32, off); a block that starts inside such a region is compiled as not indexed."""
+  code (LLVM emits on, one v_mov_b32, off) and never cuts a long block inside such a region; a block that starts
+  inside one (a branch into it) is compiled as not indexed."""
   if i.name == "s_set_gpr_idx_on": return i.f["src1"] & 0xf
   if i.name == "s_set_gpr_idx_mode": return i.f["simm16"] & 0xf
   if i.name == "s_set_gpr_idx_off": return None
