@@ -44,5 +44,6 @@ def test_demo_report_names_the_interface_of_an_emulated_device(capsys):
   assert report(res) == 0
   out = capsys.readouterr().out
   assert "(emulated GPU through MOCKKFD, not real hardware)" in out and "MOCKPCI" not in out
-  report({**res, "emulated": False, "iface": "KFD", "device": "KFD+AMD:gfx1100@0000:03:00.0"})
-  assert "emulated" not in capsys.readouterr().out
+  report({**res, "emulated": False, "iface": "KFD", "device": "KFD+AMD:gfx1100@0000:03:00.0", "copyin_GBps": 0.00123})
+  out = capsys.readouterr().out
+  assert "emulated" not in out and "copyin          0.00123 GB/s" in out   # (it printed 0.00 for a small --size)

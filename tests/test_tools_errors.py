@@ -110,6 +110,16 @@ def test_demo_ends_its_progress_line_before_an_error(capsys, monkeypatch):
   assert "booting ... failed\nrawgpu: error:" in err and "names 2 devices" in err
 
 
+def test_demo_interrupted_while_booting_says_so(capsys, monkeypatch):
+  """Ctrl-C during the boot ends the progress line with "interrupted" (it said "failed", which reads as a boot
+  failure), and the command exits 130."""
+  from rawgpu.tools import demo
+  def interrupted(dev): raise KeyboardInterrupt
+  monkeypatch.setattr(demo, "open_demo_device", interrupted)
+  assert cli.main(["demo", "--dev", "MOCKPCI+AMD"]) == 130
+  assert "booting ... interrupted" in capsys.readouterr().err
+
+
 # ---- rawgpu decode
 
 def test_decode_hex_words_are_32_bits_and_text_must_be_hex(tmp_path, capsys, monkeypatch):

@@ -27,8 +27,8 @@ def run(dev_name: str | None = None, size: int | None = None) -> dict:
   t0 = time.perf_counter()
   _say("booting ...", end=" ")
   try: dev, emulated = open_demo_device(dev_name)
-  except BaseException:
-    _say("failed")   # (the error follows on a line of its own)
+  except BaseException as e:
+    _say("interrupted" if isinstance(e, KeyboardInterrupt) else "failed")   # (an error follows on a line of its own)
     raise
   boot_s = time.perf_counter() - t0
   _say(f"{dev} in {boot_s:.2f} s")
@@ -79,7 +79,7 @@ def report(res: dict) -> int:
   print(f"launch (host)   {res['launch_us']:.1f} us per kernel")
   print(f"vector add      {res['vadd_kernel_s'] * 1e3:.3f} ms GPU time, {'correct' if res['vadd_ok'] else 'WRONG'}")
   print(f"matmul          {res['matmul_kernel_s'] * 1e3:.3f} ms GPU time, {'correct' if res['matmul_ok'] else 'WRONG'}")
-  print(f"copyin          {res['copyin_GBps']:.2f} GB/s")
+  print(f"copyin          {res['copyin_GBps']:.3g} GB/s")   # (3 digits: a small --size copies at a few MB/s)
   ok = res["vadd_ok"] and res["matmul_ok"]
   print(f"verdict: {'PASS' if ok else 'FAIL'}: results {'match' if ok else 'do not match'} numpy on {res['device']}{label}")
   return 0 if ok else 1
