@@ -219,17 +219,22 @@ class Device:
     return self.backend.describe_history(self._rings) + "".join(f"\n  dumped: rawgpu decode {kind} {path} --arch {self.props.arch}" for kind, path in self.dump_hang())
 
   def dump_hang(self) -> list[tuple[str, str]]:
-    """Write the last submissions of each ring (raw little-endian dwords) to the temp dir; [(stream kind, path)]."""
+    """Write the last submissions of each ring (raw little-endian dwords) to the temp dir, and the bound queues their
+    indirect buffers run (a graph replay's packets) to files of their own; [(stream kind, path)]."""
     import os, tempfile, time
-    out = []
+    out, prefix = [], f"rawgpu-hang-{os.getpid()}-{int(time.time())}-"
+    def dump(kind: str, suffix: str, chunks) -> None:
+      # a file of its own per report (two hangs in one second wrote one file, the first report naming the second's)
+      fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix)
+      with os.fdopen(fd, "wb") as f:
+        for words in chunks: f.write(array("I", words).tobytes())
+      out.append((kind, path))
     for engine, r in self._rings.items():
       if not (recent := r.recent()): continue
       kind = "pm4" if engine == "compute" else "sdma"
-      # a file of its own per report (two hangs in one second wrote one file, the first report naming the second's)
-      fd, path = tempfile.mkstemp(prefix=f"rawgpu-hang-{os.getpid()}-{int(time.time())}-", suffix=f"-{engine}.{kind}")
-      with os.fdopen(fd, "wb") as f:
-        for words in recent: f.write(words.tobytes())
-      out.append((kind, path))
+      dump(kind, f"-{engine}.{kind}", recent)
+      if engine == "compute" and (ibs := getattr(self.backend, "bound_ibs", None)) is not None:
+        for va, words in dict(ib for words in recent for ib in ibs(words)).items(): dump(kind, f"-{engine}-ib-{va:x}.{kind}", [words])
     return out
 
   # ---- copies (vendor engines do the work)

@@ -893,6 +893,7 @@ def test_a_graph_replays_hang_report_decodes_the_graphs_packets(dev):
   """A replay is one INDIRECT_BUFFER on the ring: the report decodes the bound queue it runs too (it showed only the
   INDIRECT_BUFFER, not the dispatch that hung)."""
   from rawgpu.errors import DeviceTimeout
+  from rawgpu.hcq.amd import pm4
   spin, fill = prog(dev, "spin"), prog(dev, "fill")
   flag, done, buf = dev.alloc(4, host=True), dev.alloc(4, host=True), dev.alloc(1024)
   flag.cpu()[:4] = bytes(4)
@@ -901,8 +902,12 @@ def test_a_graph_replays_hang_report_decodes_the_graphs_packets(dev):
   with pytest.raises(DeviceTimeout) as e: dev.wait_timeline(t, timeout_ms=300)
   ib = [ln for ln in str(e.value).splitlines() if ln.startswith("[compute IB ")]
   assert sum("DISPATCH_DIRECT" in ln for ln in ib) == 2, str(e.value)
-  for ln in str(e.value).splitlines():
-    if "dumped: rawgpu decode" in ln: os.unlink(ln.split()[4])
+  dumps = [ln.split()[4] for ln in str(e.value).splitlines() if "dumped: rawgpu decode" in ln]
+  ib_dumps = [p for p in dumps if "-compute-ib-" in p]   # the bound queue's words too, for rawgpu decode
+  assert len(ib_dumps) == 1, dumps
+  pkts = pm4.decode_pm4(list(np.fromfile(ib_dumps[0], np.uint32)), gen=dev.backend.gfx)
+  assert sum(p.name == "DISPATCH_DIRECT" for p in pkts) == 2
+  for p in dumps: os.unlink(p)
   flag.cpu()[:4] = (7).to_bytes(4, "little")
   dev.wait_timeline(t)
 

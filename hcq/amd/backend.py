@@ -256,12 +256,14 @@ class AMDBackend:
         if engine == "compute": out += self._bound_ibs(words)
     return "\n".join(out) or "(nothing submitted)"
 
+  def bound_ibs(self, words) -> list[tuple[int, list[int]]]:
+    """(GPU VA, words) of each bound queue (a graph replay's) that a submission's INDIRECT_BUFFERs run."""
+    bound = getattr(getattr(self, "dev", None), "_bound", {})
+    return [(p.fields["ib_base"], list(q._words)) for p in pm4.decode_pm4(list(words), gen=self.gfx)
+            if p.name == "INDIRECT_BUFFER" and (q := bound.get(p.fields["ib_base"])) is not None]
+
   def _bound_ibs(self, words) -> list[str]:
-    """The packets of the bound queues (a graph replay's) that a submission's INDIRECT_BUFFERs run, decoded."""
-    out, bound = [], getattr(getattr(self, "dev", None), "_bound", {})
-    for p in pm4.decode_pm4(list(words), gen=self.gfx):
-      if p.name != "INDIRECT_BUFFER" or (q := bound.get(p.fields["ib_base"])) is None: continue
-      text = pm4.format_pm4(list(q._words), gen=self.gfx)
-      out.append(f"[compute IB {p.fields['ib_base']:#x}] " + text.replace("\n", f"\n[compute IB {p.fields['ib_base']:#x}] "))
-    return out
+    """The packets of the bound queues that a submission's INDIRECT_BUFFERs run, decoded."""
+    return [f"[compute IB {va:#x}] " + pm4.format_pm4(ib, gen=self.gfx).replace("\n", f"\n[compute IB {va:#x}] ")
+            for va, ib in self.bound_ibs(words)]
 
