@@ -180,6 +180,14 @@ def _bytes_of(obj, what: str, writable: bool = False) -> memoryview:
   return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
 
 
+def check_no_overlap(dst: Buffer, src: Buffer, n: int, who: str) -> None:
+  """A copy engine does not promise the order of a copy's reads and writes (as memcpy, not memmove): a copy between
+  overlapping ranges of one buffer is refused (the same range is nothing to do, and allowed)."""
+  if n and dst._root() is src._root() and dst.va != src.va and dst.va < src.va + n and src.va < dst.va + n:
+    raise RawGPUError(f"{who}: a copy of {n} bytes from {src.va:#x} to {dst.va:#x} overlaps itself; the copy engine does not "
+                      "promise the order of its reads and writes: copy through a second buffer")
+
+
 def check_copy_size(size) -> int:
   """A copy's byte count as given by a caller: an int of 0 or more."""
   n = as_index(size)

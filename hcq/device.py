@@ -5,7 +5,7 @@ from array import array
 from rawgpu.drivers.devspec import DevSpec, dev_from_env, parse_dev
 from rawgpu.drivers.iface import Iface
 from rawgpu.errors import DeviceFault, DeviceNotFound, DeviceTimeout, OutOfMemory, RawGPUError
-from rawgpu.hcq.buffer import Buffer, check_copy_size
+from rawgpu.hcq.buffer import Buffer, check_copy_size, check_no_overlap
 from rawgpu.hcq.patch import as_index
 from rawgpu.hcq.release import Releases
 from rawgpu.hcq.ring import Ring
@@ -247,6 +247,7 @@ class Device:
       if not isinstance(b, Buffer): raise RawGPUError(f"{self}: transfer copies between Buffers, not {type(b).__name__}")
       b._check_alive()
     n = src.size if size is None else check_copy_size(size)
+    check_no_overlap(dst, src, n, str(self))
     if n: self.backend.transfer(dst, src, n)
 
   # ---- programs and queues

@@ -34,7 +34,7 @@ import functools, weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from rawgpu.errors import RawGPUError
-from rawgpu.hcq.buffer import Buffer, GraphUses, check_copy_size
+from rawgpu.hcq.buffer import Buffer, GraphUses, check_copy_size, check_no_overlap
 from rawgpu.hcq.patch import Var, as_index, check_u64, check_wait_ref
 from rawgpu.hcq.signal import check_signal
 
@@ -136,6 +136,7 @@ class Graph:
     if size is None and len(sizes) < 2: raise RawGPUError("a graph copy with an input needs its size")
     n = src.size if size is None else check_copy_size(size)   # (all of src by default, as Device.transfer)
     if sizes and n > min(sizes): raise RawGPUError(f"graph copy of {n} bytes does not fit a {min(sizes)}-byte buffer")
+    if len(sizes) == 2: check_no_overlap(dst, src, n, "graph copy")
     if n: self._add_node("copy", (dst, src, n, on or self.dev), after)   # 0 bytes: nothing to copy or order
     return self
 

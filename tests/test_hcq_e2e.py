@@ -65,6 +65,20 @@ def test_device_to_device_transfer(dev):
   assert np.array_equal(b.numpy(np.uint32), data)
 
 
+def test_a_copy_between_overlapping_ranges_of_one_buffer_is_refused(dev):
+  """The copy engine does not promise memmove's order (the emulated one copied as memmove, hiding the hazard): a
+  transfer or graph copy between overlapping views is refused and writes nothing; views that do not overlap copy."""
+  data = np.arange(1024, dtype=np.uint32)
+  a = dev.alloc(data.nbytes).copyin(data)
+  lo, hi, far = a.view(0, 2048), a.view(16, 2048), a.view(2048, 2048)
+  for use in (lambda: dev.transfer(hi, lo), lambda: dev.transfer(lo, hi), lambda: Graph(dev).copy(hi, lo)):
+    with pytest.raises(RawGPUError, match="overlaps itself"): use()
+  assert np.array_equal(a.numpy(np.uint32), data)
+  dev.transfer(far, lo)
+  dev.transfer(lo, lo)   # the same range: nothing changes
+  assert np.array_equal(a.numpy(np.uint32), np.concatenate([data[:512], data[:512]]))
+
+
 def test_vadd_matches_numpy(dev):
   n = 3000  # not a multiple of the workgroup: the kernel's bounds check matters
   rng = np.random.default_rng(3)
