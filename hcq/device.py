@@ -54,6 +54,7 @@ class Device:
     self._bound = weakref.WeakValueDictionary()   # GPU VA -> the live bound queue whose words are there (hang reports decode them)
     self.closed, self.faulted = False, ""   # faulted: the first fault seen; the queues are stopped until reopened
     self.stalled = 0                        # the ticket a wait gave up on (0: none, or its work is known done)
+    self.timed_out = False                  # a wait on another signal gave up (a raw queue's, which takes no ticket)
     self.timeout_ms: float = 10_000         # how long waits (copies, synchronize, launches' wait=) allow without progress
     self._recover_hooks: list = []          # weak methods recover() calls once the queues restarted (graphs spanning devices)
     self._graphs = weakref.WeakSet()        # its graphs that span other devices (close waits for their shares)
@@ -122,8 +123,27 @@ class Device:
     return Signal(self, va, view, name, narrow)
 
   def free_signal(self, sig: Signal) -> None:
-    """Give a signal's slot back for a later new_signal (once no queued work uses it: see hcq/release.py)."""
+    """Give a signal's slot back for a later new_signal, once the work queued so far is done (raw submits too: each
+    engine first signals a ticket after them); the signal is refused from now on."""
+    self.check_open()
+    if not isinstance(sig, Signal): raise RawGPUError(f"{self}: free_signal takes a Signal, not {type(sig).__name__}")
     if sig.dev is not self: raise RawGPUError(f"{self}: signal {sig.name} is {sig.dev}'s")
+    if sig is self.timeline: raise RawGPUError(f"{self}: the timeline is the device's own and cannot be freed")
+    if sig.freed: raise RawGPUError(f"{self}: signal {sig.name} at {sig.va:#x} was freed already")
+    sig.freed = True
+    slot = (sig.va, sig._q)
+    self.releases.later(lambda: self._free_signals.append(slot), fence=tuple(self._rings) or None)
+
+  def _check_reaches(self, sig: Signal) -> None:
+    """A queue about to be submitted here waits on or writes sig: it is still this device's, or mapped here."""
+    if sig.freed: sig._check_device()
+    if sig.dev is not self and not self.maps(sig):
+      why = "is closed" if sig.dev.closed else "no longer maps it here"
+      raise RawGPUError(f"{self}: this queue waits on or writes {sig.name} of {sig.dev}, which {why}; build a new queue")
+
+  def _reuse_signal(self, sig: Signal) -> None:
+    """A signal of the driver's own whose work is known done (a dropped graph's or program's): its slot at once."""
+    sig.freed = True
     self._free_signals.append((sig.va, sig._q))
 
   # ---- peer-to-peer
@@ -277,7 +297,7 @@ class Device:
     self.check_open()
     if self.stalled and not self.faulted and self.done(self.timeline_value - 1):
       self.stalled = 0   # the slow work finished after all: nothing to stop
-    if not (self.faulted or self.stalled): return
+    if not (self.faulted or self.stalled or self.timed_out): return
     if not self.recovers_in_place:
       raise RawGPUError(f"{self}: the {self.props.iface} interface cannot restart a queue in place; close the device and open it again")
     for ring in self._rings.values():   # a fault or a hang may have stopped either engine; both restart empty
@@ -285,7 +305,7 @@ class Device:
       ring.restart()
     self._ticket_engine = None
     self.timeline.value = self.timeline_gpu(self.timeline_value - 1)   # abandoned tickets count as done
-    self.faulted, self.stalled = "", 0
+    self.faulted, self.stalled, self.timed_out = "", 0, False
     for hook in list(self._recover_hooks):
       if (fn := hook()) is None: self._recover_hooks.remove(hook)
       else: fn(self)

@@ -590,7 +590,7 @@ class Graph:
 
 def _free_graph(dev: "Device", ka: Buffer, signals: list) -> None:
   ka.free()   # (unmapped from the other devices too)
-  for sig in signals: dev.free_signal(sig)
+  for sig in signals: dev._reuse_signal(sig)
 
 
 def _dims_and_inputs(d) -> tuple:

@@ -22,11 +22,14 @@ class HWQueue:
     self._cur: dict[str, int] = {}
     self._bound = None
     self._programs: list = []   # the programs its dispatches run (kept alive with it; a submit() marks them: program.py's _release_code)
+    self._signals: list = []    # the signals of other devices it waits on or writes (a submit checks they are still mapped)
 
   def _add(self, emit: Callable[..., list[int]], *args: int, **fields) -> "HWQueue":
     """Append a packet: emit(*args, **fields); any field may be a Var (a patch slot)."""
     if self._words is not None: raise RawGPUError("this queue was already submitted or bound; build a new one")
-    words, slots = locate(functools.partial(emit, *args) if args else emit, fields)
+    try: words, slots = locate(functools.partial(emit, *args) if args else emit, fields)
+    except ValueError as e:   # an encoder's field check (an address out of range or misaligned): the packet is refused
+      raise RawGPUError(f"{type(self).__name__}: {getattr(emit, '__name__', 'packet')}: {e}") from None
     base = len(self._build)
     self._build += words
     for idx, name, shift in slots: self._slots.setdefault(name, []).append((base + idx, shift))
@@ -65,23 +68,38 @@ class HWQueue:
     return self._words
 
   def patch(self, values: dict[str, int]) -> None:
-    """Write the values of the patch slots; only slots whose value changed are touched."""
+    """Write the values of the patch slots; only slots whose value changed are touched. All are checked before any
+    is written: a refused patch changes nothing."""
+    if not isinstance(values, dict): raise RawGPUError(f"patch takes a dict of slot name -> value, not {type(values).__name__}")
     words, cur, slots = self._finalize(), self._cur, self._slots
     if len(cur) < len(slots):  # until every slot has had a value, say which are missing
       missing = self.vars - cur.keys() - values.keys()
       if missing: raise RawGPUError(f"no value given for patch slot(s) {', '.join(sorted(missing))}")
+    todo = []
     for name, v in values.items():
-      if cur.get(name) == v: continue
+      if cur.get(name) == v and type(v) is int: continue
       sl = slots.get(name)
       if sl is None: raise RawGPUError(f"this queue has no patch slot {name!r}; it has {', '.join(sorted(self.vars)) or 'none'}")
       v = check_u64(v, f"patch slot {name!r}")
       if v >> 32 and self.narrow(name): raise RawGPUError(f"patch slot {name!r} is a 32-bit field (a wait's reference: the engine compares 32 bits); {v:#x} does not fit")
+      todo.append((name, sl, v))
+    for name, sl, v in todo:
       for idx, shift in sl: words[idx] = (v >> shift) & 0xffffffff
       cur[name] = v
+
+  def _check_device(self, dev: "Device") -> None:
+    """Its packets hold the addresses of the device it was built for: only that one runs them."""
+    if (own := getattr(getattr(self, "be", None), "dev", None)) is not None and dev is not own:
+      raise RawGPUError(f"this queue was built for {own}{' (closed since)' if own.closed else ''}: its packets hold that device's addresses; "
+                        f"build one with {dev}.compute_queue() or copy_queue()")
 
   def bind(self, dev: "Device") -> "HWQueue":
     """Place the words in GPU memory: a submit is then one indirect-buffer packet, and patches go straight there
     (so wait for a submission to finish before patching the queue for the next one, as Graph.replay does)."""
+    self._check_device(dev)
+    dev.check_open()
+    if self._bound is not None: raise RawGPUError("this queue is bound already")
+    self._indirect(0, 1)   # (raises before anything is allocated where the engine runs no indirect buffers)
     words = self._finalize()
     words = words + array("I", self._ib_padding(len(words)))
     mem = dev._iface_alloc(len(words) * 4, True, True, True)
@@ -98,10 +116,11 @@ class HWQueue:
     return self
 
   def submit(self, dev: "Device", values: dict[str, int] | None = None) -> "HWQueue":
-    if (be := getattr(self, "be", None)) is not None and dev is not be.dev: raise RawGPUError(f"this queue was built for {be.dev}: its packets hold that device's addresses; build one with {dev}.compute_queue() or copy_queue()")
+    self._check_device(dev)
     for p in self._programs: p.check_loaded()   # (a freed program's code may be someone else's memory by now)
+    ring = dev.ring(self.engine)   # (a closed device is refused before anything is patched)
+    for sig in self._signals: dev._check_reaches(sig)
     self.patch(values or {})
-    ring = dev.ring(self.engine)
     ring.push(self._words if self._bound is None else self._ib)
     if self._bound is not None and not self._submitted: self._submitted.append(True)
     for p in self._programs:

@@ -16,8 +16,8 @@ class Releases:
     self.pending: deque = deque()   # (((device, ticket), ...), free, fence engine or None)
 
   def later(self, free: Callable[[], None], devices: tuple = (), fence: str | None = None) -> None:
-    """free() runs once the work queued so far on this device (and on `devices`) is done. fence: an engine that ran
-    work outside the timeline (HWQueue.submit), which a ticket of its own must follow first."""
+    """free() runs once the work queued so far on this device (and on `devices`) is done. fence: an engine (or a tuple
+    of them) that ran work outside the timeline (HWQueue.submit), which a ticket of its own must follow first."""
     if self.dev.closed: return   # the memory went with the device
     waits = tuple((d, d.timeline_value - 1) for d in (self.dev, *devices))
     self.pending.append((waits, free, fence))
@@ -35,7 +35,7 @@ class Releases:
         waits, free, fence = entry
         try:
           if fence is not None:   # that engine's earlier work is done once a ticket it signals after it is
-            waits = ((dev, self._fence(fence)),)
+            waits = tuple((dev, self._fence(e)) for e in ((fence,) if isinstance(fence, str) else fence))
             entry = (waits, free, None)
           if wait_ms is not None:
             for d, t in waits:

@@ -19,6 +19,7 @@ def check_timeout(timeout_ms, what: str) -> None:
 def check_signal(obj, what: str) -> None:
   """obj is a Signal (or a stand-in with its addresses, as the encoders' tests give): what a queue waits on and writes."""
   if not hasattr(obj, "timestamp_va"): raise RawGPUError(f"{what} a Signal (Device.new_signal()), not {type(obj).__name__}")
+  if getattr(obj, "freed", False): obj._check_device()
 
 
 class Signal:
@@ -26,10 +27,12 @@ class Signal:
     self.dev, self.va, self.name = dev, va, name
     self.narrow = narrow  # the driver's own counter (timeline, graph sync): its values stay below 2^32, high dword 0
     self._q = cpu  # 2-element 'Q' view
+    self.freed = False    # Device.free_signal: its slot may be another signal's by now
 
   def _check_device(self) -> None:
     """A closed device's signals are gone with its memory (not its timeline: close drains it, and later waits read
-    what it last said)."""
+    what it last said); a freed signal's slot is another's."""
+    if self.freed: raise RawGPUError(f"{self.dev}: signal {self.name} at {self.va:#x} was freed; make a new one with new_signal()")
     if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()
 
   @property
@@ -39,6 +42,7 @@ class Signal:
   @value.setter
   def value(self, v: int) -> None:
     v = check_u64(v, f"{self.name} value")
+    self._check_device()
     self.dev.check_open()   # (its memory went with the device)
     self.dev.write_fence()   # what the CPU wrote into VRAM before it is visible when the GPU sees the new value
     self._q[0] = v
@@ -49,13 +53,16 @@ class Signal:
   @property
   def timestamp_va(self) -> int: return self.va + 8
 
-  def wait(self, value: int, timeout_ms: float = 10_000, report: bool = True) -> None:
-    """Wait until value >= `value` (as the GPU compares: 32-bit wrap-safe is the timeline's job). The timeout counts
-    from the last change of the signal, so long work that keeps progressing never times out. Its DeviceTimeout
+  def wait(self, value: int, timeout_ms: float | None = None, report: bool = True) -> None:
+    """Wait until value >= `value` (as the GPU compares: 32-bit wrap-safe is the timeline's job). The timeout
+    (default: the device's timeout_ms) counts from the last change of the signal, so long work that keeps
+    progressing never times out. Its DeviceTimeout
     decodes the last commands submitted and dumps them (report=False: the bare timeout, for a caller expecting one)."""
     value = check_u64(value, f"a wait on {self.name}")
+    if self.freed: self._check_device()
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
     self._check_device()
+    if timeout_ms is None: timeout_ms = self.dev.timeout_ms
     check_timeout(timeout_ms, f"a wait on {self.name}")
     try: self._poll(value, timeout_ms, report)
     except (DeviceFault, DeviceNotFound) as e:   # the device's, whichever signal saw it: recover() and later waits know
@@ -75,5 +82,6 @@ class Signal:
         if now >= check_at: self.dev.iface.check_faults(); check_at = now + FAULT_CHECK_S
       if time.monotonic() > deadline:
         if (alive := getattr(self.dev.iface, "check_alive", None)) is not None: alive()  # a vanished board says so
+        if self is not self.dev.timeline: self.dev.timed_out = True   # (recover() restarts the queues then)
         raise DeviceTimeout(f"{self.dev}: {self.name} at {self.va:#x} stuck at {cur}, waited for {value} ({timeout_ms:.0f} ms without progress)"
                             + (f"\nlast commands submitted:\n{self.dev.last_submitted()}" if report else ""))

@@ -101,7 +101,7 @@ def test_a_bound_queue_is_padded_to_the_ib_alignment():
   n = len(q.words())
   assert n % 8
   released = []
-  q.bind(SimpleNamespace(iface=iface, _iface_alloc=lambda size, *flags: iface.alloc(size), releases=SimpleNamespace(later=lambda free, fence=None: released.append(fence))))
+  q.bind(SimpleNamespace(iface=iface, check_open=lambda: None, _iface_alloc=lambda size, *flags: iface.alloc(size), releases=SimpleNamespace(later=lambda free, fence=None: released.append(fence))))
   ib = pm4.decode_pm4(list(q._ib))[0]
   assert ib.name == "INDIRECT_BUFFER" and ib.fields["ib_size"] == n + (-n % 8)
   assert list(q.words())[n:] == [0xffff1000] * (-n % 8)   # PACKET3(NOP, 0x3FFF): the kernel's ring NOP

@@ -704,7 +704,7 @@ def test_timing_is_a_yes_or_no(dev):
 
 def test_a_wait_with_a_timeout_that_is_not_a_number_is_refused(dev):
   sig = dev.new_signal("never")
-  for bad in (float("nan"), None, "10"):
+  for bad in (float("nan"), "10"):   # (None is the default: the device's timeout_ms)
     with pytest.raises(RawGPUError, match="timeout_ms takes a number of milliseconds"): sig.wait(1, timeout_ms=bad)
 
 
@@ -924,6 +924,92 @@ def test_a_graph_replays_hang_report_decodes_the_graphs_packets(dev):
   for p in dumps: os.unlink(p)
   flag.cpu()[:4] = (7).to_bytes(4, "little")
   dev.wait_timeline(t)
+
+
+def test_free_signal_refuses_misuse_and_waits_for_the_work_queued_on_it(dev):
+  """A freed signal's slot goes back only once the work queued by then is done (raw submits too), so a new signal
+  never shares it with work still writing the old one; freeing twice or the timeline is refused, and so is any use
+  of a freed signal. Before, the slot went back at once: the old work wrote 99 into the fresh signal, a double free
+  gave two new signals one slot, and freeing the timeline made a new signal alias it."""
+  from rawgpu.errors import DeviceTimeout
+  flag, s, done = dev.new_signal("flag"), dev.new_signal("s"), dev.new_signal("done")
+  dev.compute_queue().wait(flag, 1).signal(s, 99).signal(done, 1).submit(dev)   # held until flag is set
+  dev.free_signal(s)
+  fresh = dev.new_signal("fresh")
+  assert fresh.va != s.va
+  flag.value = 1
+  done.wait(1, timeout_ms=5000)
+  assert fresh.value == 0
+  with pytest.raises(RawGPUError, match="was freed already"): dev.free_signal(s)
+  with pytest.raises(RawGPUError, match="the timeline is the device's own"): dev.free_signal(dev.timeline)
+  with pytest.raises(RawGPUError, match="free_signal takes a Signal"): dev.free_signal(dev.alloc(16))
+  for use in (lambda: s.value, lambda: setattr(s, "value", 3), lambda: s.wait(1, timeout_ms=10),
+              lambda: dev.compute_queue().signal(s, 1), lambda: dev.copy_queue().wait(s, 1)):
+    with pytest.raises(RawGPUError, match="was freed; make a new one"): use()
+  later = [dev.new_signal(f"n{i}") for i in range(300)]   # (the slots that came back are given out once each)
+  assert len({x.va for x in later + [fresh, flag]}) == len(later) + 2
+  for x in later: dev.free_signal(x)
+
+
+def test_a_refused_patch_or_submit_changes_nothing(dev):
+  """patch()/submit() check every value before writing any: a bad one refused after a good one had been written
+  left the queue half patched (the next submit wrote the good value). A submit to a closed device is refused before
+  anything is patched."""
+  s, t = dev.new_signal("s"), dev.new_signal("t")
+  q = dev.compute_queue().signal(s, Var("a")).signal(t, Var("b"))
+  q.submit(dev, {"a": 1, "b": 1})
+  t.wait(1, timeout_ms=5000)
+  for bad in ({"a": 7, "b": -1}, {"a": 9, "nope": 1}, {"a": 5.0}, [("a", 1)]):
+    with pytest.raises(RawGPUError): q.submit(dev, bad)
+    assert q._cur == {"a": 1, "b": 1}, bad
+  q.submit(dev, {"b": 2})
+  t.wait(2, timeout_ms=5000)
+  assert s.value == 1
+
+
+def test_queue_builders_refuse_addresses_they_would_cut_or_misalign(dev):
+  sig = dev.new_signal("s")
+  for use in (lambda: dev.compute_queue().timestamp(-8), lambda: dev.compute_queue().timestamp((1 << 64) + sig.va),
+              lambda: dev.copy_queue().timestamp(1 << 64), lambda: dev.copy_queue().copy(-1, sig.va, 4),
+              lambda: dev.copy_queue().copy(1 << 64, sig.va, 4), lambda: dev.compute_queue().timestamp(sig.va + 3)):
+    with pytest.raises(RawGPUError): use()   # (bare ValueErrors, or the address silently cut to its low 64 bits)
+
+
+def test_a_refused_bind_leaves_the_queue_as_it_was(dev):
+  """A copy queue cannot be bound (no indirect buffers here): the refusal came after the queue's words had moved
+  into new GPU memory, and its next submit failed with an AttributeError."""
+  s = dev.new_signal("s")
+  q = dev.copy_queue().signal(s, 1)
+  with pytest.raises(RawGPUError, match="cannot run from GPU memory"): q.bind(dev)
+  q.submit(dev)
+  s.wait(1, timeout_ms=5000)
+  b = dev.compute_queue().signal(s, 2).bind(dev)
+  with pytest.raises(RawGPUError, match="bound already"): b.bind(dev)
+
+
+def test_recover_restarts_a_queue_held_by_a_raw_wait_that_timed_out(dev):
+  """A raw queue waits on a flag that is never set; its signal's wait times out. recover() restarted nothing (no
+  ticket had stalled), and the next launch timed out behind the held ring."""
+  from rawgpu.errors import DeviceTimeout
+  if not dev.recovers_in_place: pytest.skip(f"{dev.props.iface} cannot restart a queue in place")
+  fill, buf = prog(dev, "fill"), dev.alloc(4096)
+  flag, s = dev.new_signal("flag"), dev.new_signal("s")
+  dev.compute_queue().wait(flag, 1).signal(s, 1).submit(dev)
+  with pytest.raises(DeviceTimeout): s.wait(1, timeout_ms=100, report=False)
+  dev.recover()
+  fill(buf, 7, 1024, global_size=4, local_size=256, wait=True, timeout_ms=5000)
+  assert np.all(buf.numpy(np.uint32) == 7)
+
+
+def test_a_signal_wait_gives_up_after_the_device_s_timeout(dev):
+  from rawgpu.errors import DeviceTimeout
+  s, old = dev.new_signal("s"), dev.timeout_ms
+  dev.timeout_ms = 150
+  try:
+    t0 = time.monotonic()
+    with pytest.raises(DeviceTimeout, match="150 ms without progress"): s.wait(1, report=False)
+    assert time.monotonic() - t0 < 3   # (it waited a fixed 10 s)
+  finally: dev.timeout_ms = old
 
 
 def test_a_waiting_launch_gives_up_after_its_timeout(dev):

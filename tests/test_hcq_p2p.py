@@ -645,6 +645,26 @@ def test_a_transfer_between_buffers_of_one_device_waits_for_a_peers_queued_write
     a.close(); b.close()
 
 
+def test_a_queue_runs_only_where_it_was_built_and_while_its_peer_signals_are_there():
+  """bind() to another device is refused, as submit() is (B's GPU fetched A's addresses and faulted); a queue that
+  waits on a peer's signal is refused once the peer is closed (B's CP faulted on the unmapped page)."""
+  need_firmware()
+  from rawgpu.hcq.device import Device
+  b, a = Device("MOCKPCI:3+AMD"), Device("MOCKPCI:2+AMD")
+  try:
+    with pytest.raises(RawGPUError, match="this queue was built for"): a.compute_queue().signal(a.new_signal(), 1).bind(b)
+    sa = a.new_signal("sa")
+    b.map(sa)
+    q = b.compute_queue().wait(sa, 0)
+    a.close()
+    with pytest.raises(RawGPUError, match="which is closed; build a new queue"): q.submit(b)
+    with pytest.raises(RawGPUError, match="which is closed"): b.compute_queue().wait(sa, 0)
+    b.synchronize()
+    assert not b.faulted
+  finally:
+    a.close(); b.close()
+
+
 def test_a_graph_replay_refuses_what_a_closed_peer_took_with_it():
   """A graph on A that copies from B's buffer (mapped to A): once B is closed its memory, and A's mapping of it, are
   gone, so the replay is refused as a transfer would be. It ran, and A's copy engine faulted on the unmapped page."""

@@ -308,7 +308,7 @@ def _release_code(dev, image: Buffer, signals: list, submitted: list) -> None:
 
 def _free_program(dev, image: Buffer, signals: list) -> None:
   image.free()
-  for sig in signals: dev.free_signal(sig)
+  for sig in signals: dev._reuse_signal(sig)
 
 
 @dataclass

@@ -50,12 +50,12 @@ class AMDComputeQueue(HWQueue):
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Stall the queue until signal >= value (the engine compares the low 32 bits: a value of 2^32 or more is refused)."""
-    _reachable(self.be, signal)
+    _reachable(self, signal)
     return self._add(pm4.wait_reg_mem, signal.va, ref=_wait_ref(value, 'a compute queue wait'), function=pm4.WaitFunction.GREATER_EQUAL, gen=self.be.gfx)
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDComputeQueue":
     """Once everything before has finished and its writes are visible, set signal = value and interrupt the host."""
-    _reachable(self.be, signal)
+    _reachable(self, signal)
     value = _value(value, 'a compute queue signal')
     if (wake := _wake(self.be)) is None:
       return self._add(pm4.release_mem, signal.va, value=value, data_sel=pm4.DataSel.VALUE64, int_sel=pm4.IntSel.INTERRUPT_AFTER_WRITE, gen=self.be.gfx)
@@ -67,7 +67,7 @@ class AMDComputeQueue(HWQueue):
 
   def timestamp(self, signal: Signal | Var | int) -> "AMDComputeQueue":
     """Write the GPU clock, once everything before has finished, to the signal's timestamp (or to the address)."""
-    addr = signal if isinstance(signal, (int, Var)) else signal.timestamp_va
+    addr = _timestamp_address(signal)
     # no cache actions (Mesa's timestamps: BOTTOM_OF_PIPE_TS alone): a stamp is no flush, and a flush would be timed
     return self._add(pm4.release_mem, addr=addr, data_sel=pm4.DataSel.TIMESTAMP, event=pm4.Event.BOTTOM_OF_PIPE_TS, gcr=0,
                      int_sel=pm4.IntSel.WAIT_WRITE_CONFIRM, gen=self.be.gfx)
@@ -109,11 +109,24 @@ class AMDComputeQueue(HWQueue):
     return pm4.nop(1, gen=self.be.gfx) * (-ndw % self.IB_ALIGN_DW)
 
 
-def _reachable(backend, signal: Signal) -> None:
+def _timestamp_address(target) -> int | Var:
+  """Where a timestamp goes: a signal's timestamp slot, or an address (a Var, or an int refused rather than cut)."""
+  if isinstance(target, Var): return target
+  if isinstance(target, int): return check_u64(target, "a timestamp address")
+  check_signal(target, "a timestamp goes to")
+  return target.timestamp_va
+
+
+def _reachable(q: HWQueue, signal: Signal) -> None:
+  """The queue's device reaches the signal now; a submit checks it again (a peer may have closed, a signal been
+  freed since)."""
   check_signal(signal, "a queue waits on and signals")
-  dev = getattr(backend, "dev", None)
-  if dev is not None and signal.dev is not dev and not dev.maps(signal):
+  dev = getattr(q.be, "dev", None)
+  if dev is None: return
+  if signal.dev is not dev and not dev.maps(signal):
+    if signal.dev.closed: raise RawGPUError(f"{dev}: {signal.name} lives on {signal.dev}, which is closed")
     raise RawGPUError(f"{dev}: {signal.name} lives on {signal.dev} and is not mapped here; call {dev}.map(signal) first")
+  if signal is not dev.timeline: q._signals.append(signal)
 
 
 def _user_data(prg: "AMDProgram", kernargs: int, dispatch: int, dispatch_id: int) -> list[int]:
@@ -148,6 +161,8 @@ class AMDCopyQueue(HWQueue):
     from rawgpu.hcq.amd import sdma
     if any(not isinstance(a, (int, Var)) for a in (dst, src)): raise RawGPUError(f"a copy queue copies between addresses (ints such as buffer.va, or Vars), not {type(dst).__name__} and {type(src).__name__}")
     if type(size) is not int or size <= 0: raise RawGPUError(f"a copy queue copies a positive number of bytes, not {size!r}")
+    for a in (dst, src):
+      if isinstance(a, int): check_u64(a, "a copy queue's address")   # (refused, not cut to 64 bits)
     return self._add(sdma.copy_linear, dst=dst, src=src, nbytes=size, version=self.be.sdma_version)  # addresses may be Vars
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
@@ -157,7 +172,7 @@ class AMDCopyQueue(HWQueue):
     (a narrow signal given a value below 2^32 or a 32-bit slot: the timeline, a graph's sync) skip it: their high
     dword is always 0. Any other signal may hold 2^32 or more from before (a user set it), so 5 must not read 2^32+5."""
     from rawgpu.hcq.amd import sdma
-    _reachable(self.be, signal)
+    _reachable(self, signal)
     v = self.be.sdma_version
     value = _value(value, "a copy queue signal")
     self._add(sdma.fence, signal.va, value=value, version=v)
@@ -170,7 +185,7 @@ class AMDCopyQueue(HWQueue):
 
   def wait(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
     from rawgpu.hcq.amd import sdma
-    _reachable(self.be, signal)
+    _reachable(self, signal)
     return self._add(sdma.poll_regmem, signal.va, ref=_wait_ref(value, 'a copy queue wait'), function=sdma.PollFunction.GREATER_EQUAL, version=self.be.sdma_version)
 
   def memory_barrier(self) -> "AMDCopyQueue":
@@ -193,4 +208,4 @@ class AMDCopyQueue(HWQueue):
     stamp after a copy could be taken while the copy still writes."""
     from rawgpu.hcq.amd import sdma
     self._add(sdma.nop, version=self.be.sdma_version)
-    return self._add(sdma.timestamp, addr=signal if isinstance(signal, (int, Var)) else signal.timestamp_va, version=self.be.sdma_version)
+    return self._add(sdma.timestamp, addr=_timestamp_address(signal), version=self.be.sdma_version)
