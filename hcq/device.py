@@ -221,8 +221,13 @@ class Device:
     self.check_open()
     self._wait_ticket(ticket, self.timeout_ms if timeout_ms is None else timeout_ms, report)
 
+  def earlier_fault(self) -> DeviceFault:
+    """The error of a wait after a fault this device saw (its queues are stopped: nothing more will run)."""
+    fix = "; dev.recover() restarts its queues (what was queued is dropped)" if self.recovers_from_faults else ""
+    return DeviceFault(f"{self}: the device faulted earlier ({self.faulted}){fix}")
+
   def _wait_ticket(self, ticket: int, timeout_ms: float, report: bool = True) -> None:
-    if self.faulted: raise DeviceFault(f"{self}: the device faulted earlier ({self.faulted}); close it and open it again")
+    if self.faulted: raise self.earlier_fault()
     try: self.timeline.wait(ticket - self.timeline_base, timeout_ms, report)   # (a fault it sees sets self.faulted)
     except DeviceTimeout:
       self.stalled = max(self.stalled, ticket)  # close() then releases without draining again
@@ -306,6 +311,11 @@ class Device:
     self._ticket_engine = None
     self.timeline.value = self.timeline_gpu(self.timeline_value - 1)   # abandoned tickets count as done
     self.faulted, self.stalled, self.timed_out = "", 0, False
+    self._release_peers()
+
+  def _release_peers(self) -> None:
+    """Its queues will not write what the other devices' shares of its graphs wait for (the work was dropped, or
+    stopped by a fault): the graphs release those waits, so the peers finish instead of waiting for ever."""
     for hook in list(self._recover_hooks):
       if (fn := hook()) is None: self._recover_hooks.remove(hook)
       else: fn(self)
@@ -313,6 +323,8 @@ class Device:
   def close(self) -> None:
     """Drain and release the device. After a fault there is nothing to drain: release it as it is."""
     if self.closed: return
+    if self.faulted or self.stalled or self.timed_out:
+      self._release_peers()   # (while it is open: the releases write its signals) so the peers get clear of its memory
     self.closed = True
     self.releases.pending.clear()   # what they hold goes with the device
     try:
@@ -321,7 +333,7 @@ class Device:
         # nobody would see it, and its dumps would be left behind
         if not self.faulted: self._wait_ticket(self.timeline_value - 1, 500 if self.stalled else self.timeout_ms, report=False)
       except (DeviceFault, DeviceTimeout, DeviceNotFound): pass
-      if not self.faulted and not self.stalled: self._wait_peers()
+      self._wait_peers()
     finally:
       self.timeline._q = memoryview(array("Q", self.timeline._q))   # its memory goes with the device: later waits read what it last said
       self.iface.close()

@@ -62,6 +62,7 @@ class Signal:
     if self.freed: self._check_device()
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
     self._check_device()
+    if self.dev.faulted: raise self.dev.earlier_fault()   # (its queues are stopped: the value will not come)
     if timeout_ms is None: timeout_ms = self.dev.timeout_ms
     check_timeout(timeout_ms, f"a wait on {self.name}")
     try: self._poll(value, timeout_ms, report)

@@ -768,6 +768,11 @@ def test_page_fault_then_in_place_recovery(spare_dev):
     prog(d, "fault")(0x7f10_0000_0000, 5, wait=True)
   with pytest.raises(DeviceFault, match="faulted earlier"): d.synchronize()
   d.wait_timeline(done)   # work that was done before the fault is done: waiting for it (a peer's use, say) returns
+  s = d.new_signal("behind")   # a raw queue's signal behind the faulted work: its wait says so at once (it waited
+  d.copy_queue().wait(d.timeline, d.timeline_gpu(d.timeline_value - 1)).signal(s, 1).submit(d)   # out its timeout)
+  t0 = time.monotonic()
+  with pytest.raises(DeviceFault, match="faulted earlier .*; dev.recover\\(\\) restarts its queues"): s.wait(1, timeout_ms=3000)
+  assert time.monotonic() - t0 < 1
   d.recover()
   buf = d.alloc(64)
   for v in (4, 9):

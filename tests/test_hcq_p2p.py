@@ -645,6 +645,33 @@ def test_a_transfer_between_buffers_of_one_device_waits_for_a_peers_queued_write
     a.close(); b.close()
 
 
+@pytest.mark.parametrize("iface", ["MOCKPCI", "MOCKKFD"])
+def test_closing_a_faulted_device_lets_its_graphs_peer_share_finish(iface):
+  """A graph on A faults there; its share on B waits on A's signal. A's close (no recover: on KFD there is none)
+  released the memory under B's waiting queue: B faulted, and on KFD was lost for the process. Now close releases
+  the waits first, as recover() does, and B finishes and goes on."""
+  need_firmware()
+  from rawgpu.errors import DeviceFault
+  from rawgpu.hcq.device import Device
+  from rawgpu.hcq.graph import Graph
+  b, a = Device(f"{iface}:7+AMD"), Device(f"{iface}:6+AMD")   # (boards of their own: KFD keeps A stopped)
+  try:
+    data = np.arange(256, dtype=np.uint32)
+    x, y = a.alloc(data.nbytes, cpu_access=True).copyin(data), b.alloc(data.nbytes)
+    b.map(x)
+    g = Graph(a)
+    g.exec(prog(a, "fault", "fault_store"), g.input("addr"), 3).copy(y, x, on=b)
+    with pytest.raises(DeviceFault): a.wait_timeline(g.replay(addr=0xdead0000000), timeout_ms=5000)
+    a.close()
+    b.synchronize(timeout_ms=5000)
+    assert not b.faulted
+    fill = prog(b, "fill")
+    fill(y, 5, 256, local_size=256, wait=True, timeout_ms=5000)
+    assert np.all(y.numpy(np.uint32) == 5)
+  finally:
+    a.close(); b.close()
+
+
 def test_a_queue_runs_only_where_it_was_built_and_while_its_peer_signals_are_there():
   """bind() to another device is refused, as submit() is (B's GPU fetched A's addresses and faulted); a queue that
   waits on a peer's signal is refused once the peer is closed (B's CP faulted on the unmapped page)."""

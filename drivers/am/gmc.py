@@ -199,7 +199,8 @@ class GMC(Block):
     names = dict(enumerate(GC_CLIENTS.get(self.dev.ips["gc"][0], ()))) if hub == "GC" else MM_CLIENTS.get(self.dev.ips["mmhub"], {})
     if cid in names: client = f"client {names[cid]}, {client}"
     where = f"hub {hub}" + (f" {inst}" if len(self.hubs(hub)[2]) > 1 else "")
-    err = DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, {where}, client id {cid}, "
-                      f"VMID {st.get('VMID', 0)}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
+    vmid = "" if "vmid" in client else f", VMID {st.get('VMID', 0)}"   # (the interrupt's entry names it already)
+    err = DeviceFault(f"{self.dev.bus}: GPU page fault at VA {addr:#x} ({kind}, {client}, {where}, client id {cid}"
+                      f"{vmid}{', ' + ' '.join(what).lower() if what else ''}): the address is not mapped; "
                       "check the buffer's lifetime and the kernel's indexing")
     return err, inst, cid
