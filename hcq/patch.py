@@ -40,6 +40,10 @@ class Var:
   name: str
   width: int = 64  # 32 or 64 bits
 
+  def __post_init__(self):
+    if not isinstance(self.name, str) or not self.name: raise RawGPUError(f"a patch slot (Var) is named by a string, not {self.name!r}")
+    if self.width not in (32, 64): raise RawGPUError(f"patch slot {self.name!r}: a width of 32 or 64 bits, not {self.width!r}")
+
 
 def _probe(i: int, which: int, width: int) -> int:
   # distinct per var and per probe, 4 KiB aligned (emitters may align addresses), high dword small (48-bit addresses)

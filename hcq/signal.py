@@ -42,6 +42,7 @@ class Signal:
   @value.setter
   def value(self, v: int) -> None:
     v = check_u64(v, f"{self.name} value")
+    if self.narrow and v >> 32: raise RawGPUError(f"{self.name} is the driver's 32-bit counter; {v:#x} does not fit (the engines compare 32 bits)")
     self._check_device()
     self.dev.check_open()   # (its memory went with the device)
     self.dev.write_fence()   # what the CPU wrote into VRAM before it is visible when the GPU sees the new value

@@ -124,3 +124,9 @@ def test_hcq_exports_its_classes_lazily():
   assert hcq.Device is Device and hcq.Graph is Graph and hcq.Var is Var and hcq.HWQueue is HWQueue
   assert {hcq.Buffer.__name__, hcq.Signal.__name__, hcq.Profiler.__name__} == {"Buffer", "Signal", "Profiler"}
   with pytest.raises(AttributeError, match="Nothing"): hcq.Nothing
+
+
+def test_a_var_is_a_named_slot_of_32_or_64_bits():
+  for args in (("v", 16), (3,), ("",)):
+    with pytest.raises(RawGPUError, match="patch slot"): Var(*args)
+  assert Var("v", 32).width == 32

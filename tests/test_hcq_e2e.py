@@ -978,6 +978,10 @@ def test_queue_builders_refuse_addresses_they_would_cut_or_misalign(dev):
               lambda: dev.copy_queue().timestamp(1 << 64), lambda: dev.copy_queue().copy(-1, sig.va, 4),
               lambda: dev.copy_queue().copy(1 << 64, sig.va, 4), lambda: dev.compute_queue().timestamp(sig.va + 3)):
     with pytest.raises(RawGPUError): use()   # (bare ValueErrors, or the address silently cut to its low 64 bits)
+  from rawgpu.hcq.amd.sdma import copy_max_bytes
+  with pytest.raises(RawGPUError, match="a copy with a patched address copies at most"):   # (a cryptic locate() error)
+    dev.copy_queue().copy(Var("d"), sig.va, copy_max_bytes(dev.backend.sdma_version) + 1)
+  with pytest.raises(RawGPUError, match="the driver's 32-bit counter"): dev.timeline.value = 1 << 40
 
 
 def test_a_refused_bind_leaves_the_queue_as_it_was(dev):

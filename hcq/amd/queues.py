@@ -163,6 +163,8 @@ class AMDCopyQueue(HWQueue):
     if type(size) is not int or size <= 0: raise RawGPUError(f"a copy queue copies a positive number of bytes, not {size!r}")
     for a in (dst, src):
       if isinstance(a, int): check_u64(a, "a copy queue's address")   # (refused, not cut to 64 bits)
+    if (isinstance(dst, Var) or isinstance(src, Var)) and size > (most := sdma.copy_max_bytes(self.be.sdma_version)):
+      raise RawGPUError(f"a copy with a patched address copies at most {most} bytes (one packet: the slot is its whole address); split it")
     return self._add(sdma.copy_linear, dst=dst, src=src, nbytes=size, version=self.be.sdma_version)  # addresses may be Vars
 
   def signal(self, signal: Signal, value: int | Var) -> "AMDCopyQueue":
