@@ -10,7 +10,7 @@ Values amdgpu and Mesa program (fence mtype, poll retry) are noted.
 """
 from __future__ import annotations
 
-import re
+import functools, re
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -58,12 +58,19 @@ class Field:
 
 
 def _fields(M, pkt: str, dw: str) -> list[Field]:
-  out = []
+  return _field_index(M).get(f"{pkt}_{dw}", [])
+
+
+@functools.cache
+def _field_index(M) -> dict[str, list[Field]]:
+  """"<PACKET>_<DWORD>" -> its fields, from one pass over the header's names (SDMA_PKT_<PACKET>_<DWORD>_<field>_offset:
+  packet and dword names are upper case, fields lower case). Matching each packet's names against all of them took
+  a quarter of a second at the first copy queue."""
+  out: dict[str, list[Field]] = {}
   for name in vars(M):
-    m = re.fullmatch(rf"SDMA_PKT_{pkt}_{dw}_([a-z][a-z0-9_]*)_offset", name)
-    if m:
-      base = f"SDMA_PKT_{pkt}_{dw}_{m[1]}"
-      out.append(Field(m[1], getattr(M, base + "_offset"), getattr(M, base + "_shift"), getattr(M, base + "_mask")))
+    if (m := re.fullmatch(r"SDMA_PKT_([A-Z0-9_]+)_([a-z][a-z0-9_]*)_offset", name)) is not None:
+      base = name[:-len("_offset")]
+      out.setdefault(m[1], []).append(Field(m[2], getattr(M, name), getattr(M, base + "_shift"), getattr(M, base + "_mask")))
   return out
 
 
