@@ -354,6 +354,9 @@ def test_memory_seen_by_the_gpu(fw, board):
     assert huge.cpu.read((4 << 20) + 12) == 0xfeedbeef
     it.free(small)
     with pytest.raises(Exception): b.gmc.gc.read32(0, small.va)        # unmapped again (the model reports a fault)
+    for hub in (b.gmc.gc, b.gmc.mm):   # the system aperture covers VRAM to its last byte (it left out the last 16 MiB)
+      fb_base, fb_end, _ = hub.fb()
+      for mc in (fb_base, fb_end - (1 << 20), fb_end - 4): hub.read32(0, mc)
   finally: it.close()
 
 

@@ -31,7 +31,8 @@ class GMC(Block):
     d = self.dev
     pfx = "reg" if d.gc9 else "regMM"   # mmhub 1.8 (MI300) names them MC_VM_*, mmhub 3/4 MMMC_VM_*
     self.fb_base = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_BASE").read() & 0xffffff) << 24
-    self.fb_top = (self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_TOP").read() & 0xffffff) << 24
+    # the FB's last byte: LOCATION_TOP names its last 16 MiB block (amdgpu_gmc_vram_location's fb_end)
+    self.fb_end = (((self.reg("mmhub", f"{pfx}MC_VM_FB_LOCATION_TOP").read() & 0xffffff) + 1) << 24) - 1
     self.vram_base_offset = (self.reg("mmhub", f"{pfx}MC_VM_FB_OFFSET").read() & 0xffffff) << 24
     self.fb_start = self.fb_base   # the FB aperture's start: the hive's, on an XGMI node
     if d.gc9:   # an XGMI hive's node: its VRAM is its segment of the hive's FB range (gmc_v9_0_vram_gtt_location)
@@ -77,7 +78,7 @@ class GMC(Block):
     r("MC_VM_AGP_BOT").write(0xffffff)
     r("MC_VM_AGP_TOP").write(0)
     r("MC_VM_SYSTEM_APERTURE_LOW_ADDR").write(self.fb_start >> 18)
-    r("MC_VM_SYSTEM_APERTURE_HIGH_ADDR").write(self.fb_top >> 18)
+    r("MC_VM_SYSTEM_APERTURE_HIGH_ADDR").write(self.fb_end >> 18)   # (it covered all but the last 16 MiB of VRAM)
     w64("MC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_LSB", "MC_VM_SYSTEM_APERTURE_DEFAULT_ADDR_MSB", (self.scratch_page + self.vram_base_offset) >> 12)
     w64("VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_LO32", "VM_L2_PROTECTION_FAULT_DEFAULT_ADDR_HI32", (self.dummy_page + self.vram_base_offset) >> 12)
     r("VM_L2_PROTECTION_FAULT_CNTL2").update(ACTIVE_PAGE_MIGRATION_PTE_READ_RETRY=1)
