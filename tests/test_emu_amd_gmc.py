@@ -40,7 +40,7 @@ class PT:
     elif huge: f |= b["AMDGPU_PDE_PTE"]
     return f
 
-  def map(self, va: int, pa: int, system: bool = False, huge: bool = False, frag: int = 0) -> None:
+  def map(self, va: int, pa: int, system: bool = False, huge: bool = False, frag: int = 0, drop: int = 0) -> None:
     t = self.root
     levels = (39, 30, 21) if not huge else (39, 30)
     for sh in levels:
@@ -54,7 +54,7 @@ class PT:
     sh = 21 if huge else 12
     e = (pa & 0x0000FFFFFFFFF000) | self.leaf_flags(huge) | (frag << self.bits["FRAG_SHIFT"])
     if system: e |= self.bits["AMDGPU_PTE_SYSTEM"] | self.bits["AMDGPU_PTE_SNOOPED"]
-    self.d.vram.write64(t + 8 * ((va >> sh) & 0x1ff), e)
+    self.d.vram.write64(t + 8 * ((va >> sh) & 0x1ff), e & ~drop)   # drop: flags this leaf goes without
 
 
 def enable_context(d: Dev, hub: str, pt: PT, vmid: int = 0, start: int = 0, end: int = (1 << 48) - 1) -> None:
@@ -133,6 +133,20 @@ def test_tlb_keeps_stale_entry_until_invalidated(dev, bits):
   assert h.read32(0, va) == 0x11111111
   flush_tlb(dev, "gc")
   assert h.read32(0, va) == 0x22222222
+
+
+def test_a_cached_write_translation_does_not_let_a_read_through(dev, bits):
+  """A page that is writeable but not readable: a write's walk fills the TLB, and a read after it still faults (the
+  TLB kept only the write permission, and the read went through)."""
+  from rawgpu.drivers.emu.amd.gmc import Fault
+  pt, va = PT(dev, bits), 0x1000_0000
+  pt.map(va, 0x800000, drop=bits["AMDGPU_PTE_READABLE"])
+  enable_context(dev, "gc", pt)
+  h = dev.board.gmc.gc
+  with pytest.raises(Fault): h.read32(0, va)
+  h.write32(0, va, 5)
+  with pytest.raises(Fault): h.read32(0, va)
+  with pytest.raises(Fault): h.read(0, va, 64)   # (the extent cache too)
 
 
 def test_mm_invalidate_semaphore(dev):

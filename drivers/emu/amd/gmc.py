@@ -19,6 +19,7 @@ from rawgpu.drivers.emu.amd.regfile import instance_key
 if TYPE_CHECKING: from rawgpu.drivers.emu.amd.board import AMDBoard
 
 PTE_VALID, PTE_SYSTEM, PTE_READABLE, PTE_WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 << 6
+PERM_READ, PERM_WRITE = 1, 2                  # what a cached translation allows
 PTE_TF = 1 << 56                               # GFX9: "translate further", this PTE points at one more table
 ADDR_MASK = 0x0000_FFFF_FFFF_F000
 VRAM, HOST, PEER = 0, 1, 2                     # backing of a translated page (PEER: a bus address outside host RAM)
@@ -50,7 +51,7 @@ class Hub:
       r.set(ip, f"reg{prefix_mc}XGMI_LFB_CNTL", r.reg(ip, f"reg{prefix_mc}XGMI_LFB_CNTL").encode(PF_LFB_REGION=node, PF_MAX_REGION=nodes - 1))
       r.set(ip, f"reg{prefix_mc}XGMI_LFB_SIZE", r.reg(ip, f"reg{prefix_mc}XGMI_LFB_SIZE").encode(PF_LFB_SIZE=seg))
     self.node_offset = node * (seg << 24)   # where this board's VRAM starts in the hive's FB aperture and physical space
-    self.tlb: dict[tuple[int, int], tuple[int, int, int]] = {}   # (vmid, va page) -> (backing, phys page, writeable)
+    self.tlb: dict[tuple[int, int], tuple[int, int, int]] = {}   # (vmid, va page) -> (backing, phys page, PERM_*)
     self.ext: dict[tuple[int, int], tuple[int, int, int, int]] = {}   # (vmid, first page) -> (.., pages): contiguous runs
     a = lambda n: r.addr(ip, n)
     self.a_fb_base, self.a_fb_top, self.a_fb_off = a(f"reg{prefix_mc}FB_LOCATION_BASE"), a(f"reg{prefix_mc}FB_LOCATION_TOP"), a(f"reg{prefix_mc}FB_OFFSET")
@@ -134,10 +135,10 @@ class Hub:
   def page(self, vmid: int, va: int, write: bool) -> tuple[int, int]:
     """Translate the 4 KiB page holding va: (backing, physical page address). Raises Fault after reporting it."""
     t = self.tlb.get((vmid, va >> 12))
-    if t is not None and (t[2] or not write): return t[0], t[1]
-    kind, phys, wr, _n = self._walk(vmid, va & ~0xfff, write, 1)
+    if t is not None and t[2] & (PERM_WRITE if write else PERM_READ): return t[0], t[1]
+    kind, phys, perm, _n = self._walk(vmid, va & ~0xfff, write, 1)
     if len(self.tlb) > 1 << 16: self.tlb.clear()
-    self.tlb[(vmid, va >> 12)] = (kind, phys, wr)
+    self.tlb[(vmid, va >> 12)] = (kind, phys, perm)
     return kind, phys
 
   def extent(self, vmid: int, va: int, write: bool, want: int) -> tuple[int, int, int]:
@@ -145,13 +146,14 @@ class Hub:
     same backing: (backing, physical address, bytes). Cached like the TLB, keyed by the first page."""
     key, off = (vmid, va >> 12), va & 0xfff
     t = self.ext.get(key)
-    if t is None or (write and not t[2]):
-      kind, phys, wr, n = self._walk(vmid, va & ~0xfff, write, (off + want + 0xfff) >> 12)
+    if t is None or not t[2] & (PERM_WRITE if write else PERM_READ):
+      kind, phys, perm, n = self._walk(vmid, va & ~0xfff, write, (off + want + 0xfff) >> 12)
       if len(self.ext) > 1 << 14: self.ext.clear()
-      t = self.ext[key] = (kind, phys, wr, n)
+      t = self.ext[key] = (kind, phys, perm, n)
     return t[0], t[1] + off, min(want, (t[3] << 12) - off)
 
   def _walk(self, vmid: int, va: int, write: bool, want_pages: int) -> tuple[int, int, int, int]:
+    """(backing, physical address, PERM_READ/PERM_WRITE the leaf allows, pages mapped alike from va on)."""
     v = self.b.regs.vals
     if "page_fault" in self.b.faults and self.b.faults["page_fault"] is not True and self.b.faults["page_fault"].get("va", -1) >> 12 == va >> 12:
       self.report(vmid, va, write, "VALID"); raise Fault(self.name, va, write, "injected")
@@ -162,7 +164,7 @@ class Hub:
         kind, a = self.mc_phys(va)
         fb_base, fb_end, _ = self.fb()
         end = min(hi + 1, fb_end) if fb_base <= va < fb_end else (va & ~0xfff) + 0x1000
-        return kind, a, 1, max(1, min(want_pages, (end - va) >> 12))
+        return kind, a, PERM_READ | PERM_WRITE, max(1, min(want_pages, (end - va) >> 12))
     cntl, blo, bhi, slo, shi, elo, ehi = self.ctx[vmid]
     c = v.get(cntl, 0)
     if not c & self.f_en[1]:
@@ -198,7 +200,9 @@ class Hub:
         a = (a & ~((1 << shift) - 1)) + (rel & ((1 << shift) - 1) & ~0xfff)
         n = ((1 << shift) - (rel & ((1 << shift) - 1))) >> 12
         if shift == 12 and want_pages > 1: n = self._contiguous(kind, table, idx, e, min(want_pages, (1 << nbits) - idx))
-        return k, a, int(bool(e & PTE_WRITEABLE)), max(1, min(n, want_pages))
+        # what the cached translation allows: a write's walk does not check READABLE, so a later read must walk again
+        perm = (PERM_READ if e & PTE_READABLE else 0) | (PERM_WRITE if e & PTE_WRITEABLE else 0)
+        return k, a, perm, max(1, min(n, want_pages))
       kind, table = self._pte_target(e)
     raise AssertionError("unreachable")
 
