@@ -144,6 +144,8 @@ def test_a_cached_write_translation_does_not_let_a_read_through(dev, bits):
   enable_context(dev, "gc", pt)
   h = dev.board.gmc.gc
   with pytest.raises(Fault): h.read32(0, va)
+  st_name = "regGCVM_L2_PROTECTION_FAULT_STATUS" + ("_LO32" if dev.board.arch == "gfx1201" else "")
+  assert dev.f("gc", st_name, dev.rd("gc", st_name), "PERMISSION_FAULTS") == 0b010   # the read that failed, a valid entry
   h.write32(0, va, 5)
   with pytest.raises(Fault): h.read32(0, va)
   with pytest.raises(Fault): h.read(0, va, 64)   # (the extent cache too)
@@ -165,7 +167,9 @@ def test_fault_latches_status_and_raises_ih_entry(dev, bits):
   with pytest.raises(Fault): dev.board.gmc.gc.write32(0, bad, 1)
   st_name = "regGCVM_L2_PROTECTION_FAULT_STATUS" + ("_LO32" if dev.board.arch == "gfx1201" else "")
   st = dev.rd("gc", st_name)
-  assert dev.f("gc", st_name, st, "RW") == 1 and dev.f("gc", st_name, st, "VMID") == 0 and dev.f("gc", st_name, st, "MAPPING_ERROR") == 1
+  assert dev.f("gc", st_name, st, "RW") == 1 and dev.f("gc", st_name, st, "VMID") == 0
+  # an unmapped write, as real dumps show it: PERMISSION_FAULTS 0x5 (no valid entry | the write), no MAPPING_ERROR
+  assert dev.f("gc", st_name, st, "PERMISSION_FAULTS") == 0x5 and dev.f("gc", st_name, st, "MAPPING_ERROR") == 0
   fa = (dev.rd("gc", "regGCVM_L2_PROTECTION_FAULT_ADDR_HI32") << 32 | dev.rd("gc", "regGCVM_L2_PROTECTION_FAULT_ADDR_LO32")) << 12
   assert fa == bad
   wptr = dev.vram.read32(wb)
@@ -177,6 +181,7 @@ def test_fault_latches_status_and_raises_ih_entry(dev, bits):
                              (linux_root() / "drivers/gpu/drm/amd/include/soc15_ih_clientid.h").read_text()).group(1), 16)
   assert e[0] & 0xff == gfx_client and (e[0] >> 8) & 0xff == 0
   assert ((e[4] << 12) | ((e[5] & 0xf) << 44)) == bad
+  assert (e[0] >> 16) & 0xff == 0x28 and e[5] & 0x60 == 0x20   # ring 40 (valid | write), src_data[1]'s WRITE flag
   # clear through L2_PROTECTION_FAULT_CNTL bit 0, as the driver's handler does
   dev.wr("gc", "regGCVM_L2_PROTECTION_FAULT_CNTL", dev.rd("gc", "regGCVM_L2_PROTECTION_FAULT_CNTL") | 1)
   assert dev.rd("gc", st_name) == 0

@@ -926,6 +926,21 @@ def test_a_write_to_a_read_only_bo_is_said_so(system):
   finally: d.close()
 
 
+def test_a_write_to_an_unmapped_page_is_not_called_read_only():
+  """An unmapped page's write sets the IV's valid and write bits (ring 40, as real dumps show): amdkfd reports
+  NotPresent and ReadOnly (its prot_write), which is a write to nothing, not to a read-only page."""
+  from rawgpu.drivers.emu.mockkfd import MockMachine
+  from rawgpu.drivers.kfd import KFDIface
+  from rawgpu.hcq.device import Device
+  m = MockMachine("gfx1100", 1)
+  try:
+    d = Device(iface=KFDIface(0, m.system))
+    with pytest.raises(DeviceFault, match="page fault at 0xdead0000000 \\(page not present, a write\\)"):
+      d.program(kernels.path("gfx1100", "fault").read_bytes(), "fault_store")(0xdead0000000, 1, local_size=(64, 1, 1), wait=True)
+    d.close()
+  finally: m.close()
+
+
 def test_a_wait_with_the_event_age_sees_a_set_it_missed(raw):
   """libhsakmt passes the signal event's age it last saw: a set since then completes the wait at once even though an
   earlier wait consumed the (auto-reset) signal, and the wait returns the age now (init_event_waiter)."""

@@ -463,7 +463,9 @@ class KFDIface(PeerMaps):
     # stops that GPU's queues only: another node's fault is not this device's
     if (mx.gpu_id or mx.va) and mx.gpu_id in (0, self.gpu_id):
       f = mx.failure
-      why = ", ".join(n for n, v in (("page not present", f.NotPresent), ("write to read-only page", f.ReadOnly), ("execute of NX page", f.NoExecute),
+      # ReadOnly is the IV's write bit (kfd_int_process_v11.c: prot_write), set by an unmapped page's write too
+      write = "a write" if f.NotPresent else "write to read-only page"
+      why = ", ".join(n for n, v in (("page not present", f.NotPresent), (write, f.ReadOnly), ("execute of NX page", f.NoExecute),
                                      ("imprecise address", f.imprecise)) if v) or "memory violation"
       self._stopped(f"{where}: GPU page fault at {mx.va:#x} ({why})")
 

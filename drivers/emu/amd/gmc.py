@@ -211,7 +211,7 @@ class Hub:
     an unreachable table (PDE0), or an invalid entry (VALID at the PTE level, PDE0 above)."""
     try: e = self._read_q(kind, addr)
     except BusError:
-      self.report(vmid, va, write, "PDE0"); raise Fault(self.name, va, write, "page table not reachable") from None
+      self.report(vmid, va, write, "WALKER"); raise Fault(self.name, va, write, "page table not reachable") from None
     if not e & PTE_VALID:
       self.report(vmid, va, write, "VALID" if lvl in (0, None) else "PDE0")
       raise Fault(self.name, va, write, f"invalid entry at level {lvl}" if lvl is not None else "invalid entry at the PTE level")
@@ -227,22 +227,29 @@ class Hub:
     return int(bad[0]) if len(bad) else len(ents)
 
   def report(self, vmid: int, va: int, write: bool, kind: str) -> None:
-    """Latch the first fault in the status/address registers and raise an interrupt if the context asks for one."""
+    """Latch the first fault in the status/address registers and raise an interrupt if the context asks for one.
+    PERMISSION_FAULTS is a mask, as real dumps show it (an unmapped read 0x3, an unmapped write 0x5: ROCm/amdgpu#150,
+    #172): bit 0 no valid entry, bit 1 the read, bit 2 the write that failed; MAPPING_ERROR and WALKER_ERROR are a walk
+    that could not read a table (0xb32 in ROCm/legacy-rocm-build#2766). The IV's ring_id carries the same three bits
+    from bit 3 (ring 24 for an unmapped read; kfd_int_process_v11.c reads 0x08 valid, 0x10 read, 0x20 write), and
+    src_data[1] the access (AMDGPU_GMC9_FAULT_SOURCE_DATA_READ 0x40 / WRITE 0x20) above the address bits."""
     if getattr(_probing, "on", False): return  # an instruction prefetch past the program: it faults nobody
     self.faults += 1
     vals = self.b.regs.vals
+    access = 0b100 if write else 0b010
+    perm = {"VALID": 1 | access, "PDE0": 1 | access, "WALKER": 1 | access, "READ": 0b010, "WRITE": 0b100}.get(kind, 0)
+    walker = int(kind == "WALKER")
     if vals.get(self.a_st, 0) == 0:
       vals[self.a_st] = self.st.encode(VMID=vmid, RW=int(write), CID=getattr(_client, "cid", CID_CPC) if self.name.startswith("gc") else getattr(_client, "mm_cid", MM_CID_OTHER),
-                                       PERMISSION_FAULTS=int(kind in ("READ", "WRITE")), MAPPING_ERROR=int(kind in ("VALID", "PDE0")))
+                                       PERMISSION_FAULTS=perm, MAPPING_ERROR=walker, WALKER_ERROR=walker)
       vals[self.a_fa_lo], vals[self.a_fa_hi] = (va >> 12) & 0xffffffff, va >> 44
     else: vals[self.a_st] |= self.st.encode(MORE_FAULTS=1)
     c = vals.get(self.ctx[vmid][0], 0)
     s, m = self.f_int.get(kind, self.f_int["VALID"])
     if c & m and hasattr(self.b, "ih"):
-      # the IV's ring_id carries which protection failed (kfd_int_process_v9/v11.c read 0x08 valid, 0x10 read, 0x20 write)
-      rid = {"VALID": 0x08, "PDE0": 0x08, "READ": 0x10, "WRITE": 0x20}.get(kind, 0)
-      self.b.ih.post(client=self.ih_client, src=IH_SRC_VM_FAULT, ring_id=rid, vmid=vmid, data=((va >> 12) & 0xffffffff, (va >> 44) & 0xf, 0, 0), node=self.ih_node,
-                     mm_hub=self.name.startswith("mm"))
+      flags = 0x20 if write else 0x40
+      self.b.ih.post(client=self.ih_client, src=IH_SRC_VM_FAULT, ring_id=perm << 3, vmid=vmid, data=((va >> 12) & 0xffffffff, ((va >> 44) & 0xf) | flags, 0, 0),
+                     node=self.ih_node, mm_hub=self.name.startswith("mm"))
 
   # ---- byte access for engines
   def chunks(self, vmid: int, va: int, size: int, write: bool) -> list[memoryview]:
