@@ -1,7 +1,7 @@
 """GMC: the GC hub and the MM hub. FB location and apertures, VM contexts 0-15 with multi-level page tables, TLB with
 invalidation engines, protection faults (status/address registers + an IH entry).
 
-Page-table format (amdgpu_vm.h): PDE/PTE address bits [47:12], VALID bit 0, SYSTEM 1, SNOOPED 2, READABLE 5,
+Page-table format (amdgpu_vm.h, gmc_v11_0.c): PTE address bits [47:12], PDE [47:6], VALID bit 0, SYSTEM 1, SNOOPED 2, READABLE 5,
 WRITEABLE 6, FRAG [11:7]; a PDE that is a leaf (huge page) has PDE_PTE (bit 54 on gfx9/gfx11, bit 63 on gfx12).
 GFX9 with PAGE_TABLE_BLOCK_SIZE 9 translates further: the last level's entries (amdgpu's PDB0) are 2 MiB PTEs, and one
 with PTE_TF (bit 56) points at a table of 512 4 KiB PTEs instead (gmc_v9_0.c). PDE_BFS (bits 63:59) is not checked.
@@ -22,6 +22,7 @@ PTE_VALID, PTE_SYSTEM, PTE_READABLE, PTE_WRITEABLE = 1 << 0, 1 << 1, 1 << 5, 1 <
 PERM_READ, PERM_WRITE = 1, 2                  # what a cached translation allows
 PTE_TF = 1 << 56                               # GFX9: "translate further", this PTE points at one more table
 ADDR_MASK = 0x0000_FFFF_FFFF_F000
+PDE_ADDR_MASK = 0x0000_FFFF_FFFF_FFC0
 VRAM, HOST, PEER = 0, 1, 2                     # backing of a translated page (PEER: a bus address outside host RAM)
 FB_LOCATION_BASE = 0x8000                      # power-on FB location (16 MiB units), as the VBIOS leaves it
 # SOC21 (gfx11/gfx12) interrupt clients of VM faults: the MM hub's arrive as VMC, the GC hub's as GFX (amdgpu takes
@@ -122,9 +123,12 @@ class Hub:
     if bot <= mc <= top and v.get(self.a_agp_top, 0) >= v.get(self.a_agp_bot, 0): return HOST, mc - bot + (v.get(self.a_agp_base, 0) << 24)
     return HOST, mc                                          # outside FB/AGP: the system (bus) address itself
 
-  def _pte_target(self, e: int) -> tuple[int, int]:
-    if e & PTE_SYSTEM: return HOST, e & ADDR_MASK
-    return VRAM, (e & ADDR_MASK) - self.fb()[2] - self.node_offset
+  def _pte_target(self, e: int, pde: bool = False) -> tuple[int, int]:
+    """(backing, address) an entry points at: a PDE's table at bits [47:6] (gmc_v11_0.c's PDE format; amdgpu keeps
+    them 64-byte aligned), a PTE's page at [47:12]."""
+    a = e & (PDE_ADDR_MASK if pde else ADDR_MASK)
+    if e & PTE_SYSTEM: return HOST, a
+    return VRAM, a - self.fb()[2] - self.node_offset
 
   def _read_q(self, kind: int, addr: int) -> int:
     if kind == VRAM:
@@ -179,15 +183,14 @@ class Hub:
     further = self.gfx9 and bs == 9
     rel = va - start
     base = (v.get(bhi, 0) << 32) | v.get(blo, 0)
-    kind, table = self._pte_target(base & ~PTE_SYSTEM)      # the base register is a PDE: address + flags
-    if base & PTE_SYSTEM: kind = HOST
+    kind, table = self._pte_target(base, pde=True)          # the base register is a PDE: address + flags
     for lvl in range(depth, -1, -1):                         # lvl 0 = PTB
       shift = 12 + 9 * lvl + bs if lvl or further else 12
       nbits = 9 + bs if lvl == 0 and not further else 9
       idx = (rel >> shift) & ((1 << nbits) - 1) if lvl != depth else rel >> shift
       e = self._entry(kind, table + 8 * idx, vmid, va, write, lvl)
       if further and lvl == 0 and e & PTE_TF:   # a PTE that is a PDE: one more level, 4 KiB pages
-        kind, table = self._pte_target(e)
+        kind, table = self._pte_target(e)   # (a PTE's format: its flags may use bits [11:6])
         shift, nbits, idx = 12, 9, (rel >> 12) & 0x1ff
         e = self._entry(kind, table + 8 * idx, vmid, va, write, None)
       leaf = lvl == 0 or bool(e & self.pde_pte)
@@ -203,7 +206,7 @@ class Hub:
         # what the cached translation allows: a write's walk does not check READABLE, so a later read must walk again
         perm = (PERM_READ if e & PTE_READABLE else 0) | (PERM_WRITE if e & PTE_WRITEABLE else 0)
         return k, a, perm, max(1, min(n, want_pages))
-      kind, table = self._pte_target(e)
+      kind, table = self._pte_target(e, pde=True)
     raise AssertionError("unreachable")
 
   def _entry(self, kind: int, addr: int, vmid: int, va: int, write: bool, lvl: int | None) -> int:
