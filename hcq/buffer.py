@@ -44,6 +44,7 @@ class Buffer:
     self.freed = False
     self.peer_use: dict = {}  # Device -> its timeline ticket of the last work of another device that touches it
     self.graphs = None        # on the root: the GraphUses of the graphs that recorded it (their replays are uses)
+    self.lent = False         # on the root: other devices' work touched it (Device._lent holds it)
 
   @property
   def host(self) -> bool: return self.mem.host
@@ -68,7 +69,7 @@ class Buffer:
       if r.last_use < value: r.last_use = value
     else:
       r.peer_use[dev] = max(r.peer_use.get(dev, 0), value)
-      r.dev._lent.add(r)
+      if not r.lent: r._lend()
 
   def owner_use(self) -> int:
     """The owner's ticket of the last queued work that touches it: launches, copies, and the last replay of each
@@ -92,7 +93,12 @@ class Buffer:
     """A graph recorded this buffer: its replays count as uses from now on, even after the graph is gone."""
     r = self.base or self
     r.graphs = [*r._uses(), uses]
-    r.dev._lent.add(r)
+    if not r.lent: r._lend()
+
+  def _lend(self) -> None:
+    """(On the root) another device's work touches it from now on: its device's close waits for that work."""
+    self.lent = True
+    self.dev._lent.add(self)
 
   def _uses(self) -> list:
     """(On the root) its graphs' use records, less those of graphs gone whose work is done."""
