@@ -28,10 +28,27 @@ def compile_cl(src: str, mcpu: str, flags: tuple[str, ...] = (), ir: bool = Fals
     lang = () if ir else ("-ffp-contract=off", "-cl-std=CL2.0")
     subprocess.run([CLANG, "-target", "amdgcn-amd-amdhsa", f"-mcpu={mcpu}", "-nogpulib", "-O2", *lang, *flags, "-c", cl, "-o", obj],
                    check=True, capture_output=True)
-    subprocess.run([LLD, "-shared", obj, "-o", out + ".tmp"], check=True, capture_output=True)
-    os.replace(out + ".tmp", out)
+    tmp = os.path.join(d, "k.hsaco")   # (in this call's own folder: another test worker may build the same object now)
+    subprocess.run([LLD, "-shared", obj, "-o", tmp], check=True, capture_output=True)
+    os.replace(tmp, out)
     shutil.rmtree(d, ignore_errors=True)
   with open(out, "rb") as f: return f.read()
+
+def host_so(text: str, flags: list[str], name: str) -> "ctypes.CDLL":
+  """C text built by gcc into a shared library, cached by content in the temp dir (while it builds, in files of this
+  process's own: another test worker may build the same library at once)."""
+  import ctypes
+  need("gcc")
+  key = hashlib.sha256((text + " ".join(flags)).encode()).hexdigest()[:20]
+  os.makedirs(CACHE, exist_ok=True)
+  so = os.path.join(CACHE, f"{name}_{key}.so")
+  if not os.path.exists(so):
+    c, tmp = f"{so}.{os.getpid()}.c", f"{so}.{os.getpid()}.tmp"
+    with open(c, "w") as f: f.write(text)
+    try: subprocess.run(["gcc", *flags, "-shared", "-fPIC", c, "-o", tmp, "-lm"], check=True, capture_output=True)
+    finally: os.unlink(c)
+    os.replace(tmp, so)
+  return ctypes.CDLL(so)
 
 @dataclass
 class Kernel:

@@ -5,7 +5,7 @@ correctly rounded f32 division, which switches denormals on around its iteration
 from __future__ import annotations
 import pytest
 
-from test_emu_rdna_random import FLAGS, TARGETS, batches, run_batch, run_sources
+from test_emu_rdna_random import FLAGS, TARGETS, batches, kernel_source, run_batch, run_sources
 
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t[0] + ("-w64" if t[1] else ""))
 @pytest.mark.parametrize("batch", batches(), ids=lambda b: f"seeds{b[0]}-{b[-1]}")
@@ -30,6 +30,15 @@ def test_the_host_does_not_fold_what_flushing_changes():
   -frounding-math in flush mode, so that it computes what it is given. (The seed's program changed with the
   generator's flush-mode literals: this is its pattern, written out.)"""
   run_sources(TARGETS[0], [(7212, FOLDED, 1)], FLAGS + ("-fdenormal-fp-math=preserve-sign",), ftz=True, float_mode=0x00)
+
+
+def test_the_generator_hides_operations_of_constants():
+  """What random seed 8134 found (flush mode): clang folds (float)(0.1) * 2e-38f by IEEE's rules to the denormal
+  2e-39 (LLVM's LangRef does not require flushing outputs), then (float)a != 2e-39 to true, where the host computes
+  the product at run time under FTZ|DAZ: 0, and 0 != 0 for a == 0. In flush mode an operation of constants has its
+  first operand hidden (keepf/keepd), so both sides compute it, and flush it."""
+  assert "(keepf((float)(0.1)) * 2e-38f)" in kernel_source(8134, True)[0]
+  run_batch(TARGETS[0], [8134], FLAGS + ("-fdenormal-fp-math=preserve-sign",), ftz=True, float_mode=0x00)
 
 
 DIVIDE = r"""

@@ -2,12 +2,12 @@
 s_round_mode on RDNA, s_setreg_imm32_b32 with a field offset and width on gfx942) and runs f32/f64 add, sub, mul, fma and the f64->f32 / int->f32 conversions on random operands,
 denormals included; the host runs the same C with gcc -frounding-math under fesetround. Bit-exact, NaNs aside."""
 from __future__ import annotations
-import ctypes, hashlib, os, subprocess
+import ctypes, os
 
 import numpy as np
 import pytest
 
-from test_emu_rdna_common import compile_cl, kernels, launch, need, objdump, CACHE
+from test_emu_rdna_common import compile_cl, host_so, kernels, launch, need, objdump
 
 SRC = os.path.join(os.path.dirname(__file__), "rdna_cases", "rounding.cl")
 MODES = {"round_nearest": 0, "round_up": 0x800, "round_down": 0x400, "round_zero": 0xc00}  # <fenv.h> on x86-64
@@ -19,16 +19,7 @@ def host_library(text: str) -> ctypes.CDLL:
   text += "\n#include <fenv.h>\n" + "\n".join(
     f"void run_{k}(const float *f, const double *d, const int *n, float *of, double *od) {{ int old = fegetround(); "
     f"fesetround({v}); for (int i = 0; i < {N}; i++) {k}(f, d, n, of, od, i); fesetround(old); }}" for k, v in MODES.items())
-  key = hashlib.sha256(text.encode()).hexdigest()[:20]
-  os.makedirs(CACHE, exist_ok=True)
-  so = os.path.join(CACHE, f"round_{key}.so")
-  if not os.path.exists(so):
-    c = so[:-3] + ".c"
-    with open(c, "w") as f: f.write(text)
-    subprocess.run(["gcc", "-O1", "-frounding-math", "-ffp-contract=off", "-shared", "-fPIC", c, "-o", so + ".tmp", "-lm"],
-                   check=True, capture_output=True)
-    os.replace(so + ".tmp", so)
-  return ctypes.CDLL(so)
+  return host_so(text, ["-O1", "-frounding-math", "-ffp-contract=off"], "round")
 
 def operands(rng, n: int, t) -> np.ndarray:
   """Random values over many binades, a share of them denormal, with random signs."""
