@@ -164,6 +164,15 @@ def test_a_public_opcode_the_model_lacks_halts_without_a_bad_opcode_error(d, P, 
   assert any(r.name == "rawgpu.emu" and "COND_WRITE" in r.getMessage() for r in caplog.records)
 
 
+def test_a_wait_reg_mem_memory_space_the_model_lacks_halts(d, P):
+  """MEM_SPACE is two bits (Mesa's pkt3.json): 2 and 3 are not register or memory, and stop the queue as not modelled
+  (the model read one bit and took 2 for a register)."""
+  q = ComputeRing(d)
+  q.submit(pkt3(P["PACKET3_WAIT_REG_MEM"], [5 | 2 << 4, 0, 0, 0, 0xffffffff, 4]))
+  q.run()
+  assert "WAIT_REG_MEM mem_space 2 is not modelled" in (d.board.gfx.queues[(1, 0, 0)].hung or "")
+
+
 def test_unknown_opcode_halts_queue(d, P):
   ring, wb = setup_ih(d)
   q = ComputeRing(d)

@@ -109,13 +109,14 @@ def write_data(q: "ComputeQueue", body: list[int]) -> bool:
 def wait_reg_mem(q: "ComputeQueue", body: list[int]) -> bool:
   _need(body, 6, "WAIT_REG_MEM")
   ctl, a0, a1, ref, mask = body[0], body[1], body[2], body[3], body[4]
-  func, mem, op = ctl & 7, (ctl >> 4) & 1, (ctl >> 6) & 3
+  func, mem, op = ctl & 7, (ctl >> 4) & 3, (ctl >> 6) & 3   # MEM_SPACE is [5:4] (pkt3.json): 0 register, 1 memory
+  if mem > 1: raise BadPacket(f"WAIT_REG_MEM mem_space {mem} is not modelled")
   if op == 1 and not q.wait_armed:                         # write, wait, write: write ref to addr0, poll addr1
     q.reg_write(a0, ref)
     q.wait_armed = True
   if mem: v = q.mem_read32((a1 << 32) | (a0 & ~3))
   else: v = q.reg_read(a1 if op == 1 else a0)
-  if _cmp(func, v & mask, ref & mask if op != 1 else ref & mask):
+  if _cmp(func, v & mask, ref & mask):
     q.wait_armed = False
     return True
   return False
