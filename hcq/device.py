@@ -136,7 +136,7 @@ class Device:
 
   def _check_reaches(self, sig: Signal) -> None:
     """A queue about to be submitted here waits on or writes sig: it is still this device's, or mapped here."""
-    if sig.freed: sig._check_device()
+    sig._check_alive()
     if sig.dev is not self and not self.maps(sig):
       why = "is closed" if sig.dev.closed else "no longer maps it here"
       raise RawGPUError(f"{self}: this queue waits on or writes {sig.name} of {sig.dev}, which {why}; build a new queue")

@@ -22,7 +22,7 @@ class HWQueue:
     self._cur: dict[str, int] = {}
     self._bound = None
     self._programs: list = []   # the programs its dispatches run (kept alive with it; a submit() marks them: program.py's _release_code)
-    self._signals: list = []    # the signals of other devices it waits on or writes (a submit checks they are still mapped)
+    self._signals: list = []    # the signals it waits on or writes, but the timeline (a submit checks they are not freed, and a peer's still mapped)
 
   def _add(self, emit: Callable[..., list[int]], *args: int, **fields) -> "HWQueue":
     """Append a packet: emit(*args, **fields); any field may be a Var (a patch slot)."""

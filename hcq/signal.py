@@ -19,7 +19,7 @@ def check_timeout(timeout_ms, what: str) -> None:
 def check_signal(obj, what: str) -> None:
   """obj is a Signal (or a stand-in with its addresses, as the encoders' tests give): what a queue waits on and writes."""
   if not hasattr(obj, "timestamp_va"): raise RawGPUError(f"{what} a Signal (Device.new_signal()), not {type(obj).__name__}")
-  if getattr(obj, "freed", False): obj._check_device()
+  if getattr(obj, "freed", False): obj._check_alive()
 
 
 class Signal:
@@ -29,10 +29,14 @@ class Signal:
     self._q = cpu  # 2-element 'Q' view
     self.freed = False    # Device.free_signal: its slot may be another signal's by now
 
+  def _check_alive(self) -> None:
+    """A freed signal's slot may be another signal's by now."""
+    if self.freed: raise RawGPUError(f"{self.dev}: signal {self.name} at {self.va:#x} was freed; make a new one with new_signal()")
+
   def _check_device(self) -> None:
     """A closed device's signals are gone with its memory (not its timeline: close drains it, and later waits read
-    what it last said); a freed signal's slot is another's."""
-    if self.freed: raise RawGPUError(f"{self.dev}: signal {self.name} at {self.va:#x} was freed; make a new one with new_signal()")
+    what it last said); nor is a freed one's slot its own."""
+    self._check_alive()
     if self.dev.closed and self is not self.dev.timeline: self.dev.check_open()
 
   @property
@@ -43,7 +47,7 @@ class Signal:
   def value(self, v: int) -> None:
     v = check_u64(v, f"{self.name} value")
     if self.narrow and v >> 32: raise RawGPUError(f"{self.name} is the driver's 32-bit counter; {v:#x} does not fit (the engines compare 32 bits)")
-    self._check_device()
+    self._check_alive()
     self.dev.check_open()   # (its memory went with the device)
     self.dev.write_fence()   # what the CPU wrote into VRAM before it is visible when the GPU sees the new value
     self._q[0] = v
@@ -60,7 +64,7 @@ class Signal:
     progressing never times out. Its DeviceTimeout
     decodes the last commands submitted and dumps them (report=False: the bare timeout, for a caller expecting one)."""
     value = check_u64(value, f"a wait on {self.name}")
-    if self.freed: self._check_device()
+    self._check_alive()
     if self._q[0] >= value: return self.dev.read_fence()   # what the GPU wrote before the signal is read after it
     self._check_device()
     if self.dev.faulted: raise self.dev.earlier_fault()   # (its queues are stopped: the value will not come)
